@@ -1,0 +1,1 @@
+"""Agent services: planner, implementer, fixer, test synthesiser, executor, autotuner, profiler, verifier."""

@@ -1,0 +1,1 @@
+"""LLM providers: gemini, offline, replay."""

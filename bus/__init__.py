@@ -1,0 +1,1 @@
+"""The message bus: NATS connection, subjects, codec, Service base class, embedded server, recorder."""

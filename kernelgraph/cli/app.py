@@ -1,0 +1,38 @@
+"""The root Typer application that every command module attaches to."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import msgspec
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="kernelgraph",
+    help=(
+        "kernelgraph turns a reference JAX function into a verified, faster Pallas kernel.\n\n"
+        "Every phase result is an event in an append-only DuckDB log; graphs and metrics are "
+        "rebuilt from it. Figures from the default target (sim-tpu-v6e) are simulated and "
+        "labelled so."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON object on stdout, for scripts and notebooks."""
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, *, code: int = 2) -> NoReturn:
+    """Stop with a one-line error a user can act on, never a traceback."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

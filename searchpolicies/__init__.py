@@ -1,0 +1,1 @@
+"""Search policies: the SearchPolicy protocol, beam, parallel, greedy, and plugins."""

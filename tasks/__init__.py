@@ -1,0 +1,1 @@
+"""The shipped task suite: one reference JAX function per file."""
