@@ -1,0 +1,61 @@
+"""Bytes <-> events. JSON on the wire and in the log, so plain SQL can read every body."""
+
+from __future__ import annotations
+
+import msgspec
+
+from eventstore.events import _CURRENT_VERSIONS, AnyEvent, Event
+from eventstore.upcasting import upcast
+
+_encoder = msgspec.json.Encoder()
+_typed = msgspec.json.Decoder(AnyEvent)
+_untyped = msgspec.json.Decoder()
+
+
+class EventDecodeError(ValueError):
+    """Bytes that are not a kernelgraph event this version can read."""
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode one event body, lifting it to the current schema if it is older."""
+    try:
+        event: Event = _typed.decode(data)
+    except msgspec.ValidationError:
+        return _decode_upcast(data)
+    except msgspec.DecodeError as exc:
+        raise EventDecodeError(f"not a JSON event: {exc}") from None
+    if event.v != _CURRENT_VERSIONS[event.type_name]:
+        return _decode_upcast(data)
+    return event
+
+
+def decode_stored(type_name: str, version: int, body: bytes | str) -> Event:
+    """Decode a log row; the row's stored version picks the fast path."""
+    if _CURRENT_VERSIONS.get(type_name) == version:
+        try:
+            return _typed.decode(body)
+        except msgspec.ValidationError as exc:
+            raise EventDecodeError(f"{type_name} v{version} body does not match its schema: {exc}") from None
+    return _decode_upcast(body)
+
+
+def _decode_upcast(data: bytes | str) -> Event:
+    try:
+        raw = _untyped.decode(data)
+    except msgspec.DecodeError as exc:
+        raise EventDecodeError(f"not a JSON event: {exc}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise EventDecodeError("event body has no 'type'")
+    type_name = raw["type"]
+    current = _CURRENT_VERSIONS.get(type_name)
+    if current is None:
+        raise EventDecodeError(f"unknown event type {type_name!r}")
+    try:
+        lifted = upcast(type_name, raw, to_version=current)
+        return msgspec.convert(lifted, AnyEvent)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise EventDecodeError(f"cannot read {type_name} event: {exc}") from None

@@ -1,0 +1,395 @@
+"""Every event of a kernelgraph run: immutable, past tense, with a stable type name.
+
+Each event is a frozen msgspec Struct. The envelope (`Event`) carries identity and
+provenance; subclasses carry the payload. The `type` tag is a stable string declared
+per class, never the Python class path, so classes can move or be renamed without
+breaking old logs. `v` is the schema version of the payload; when a payload changes
+shape, bump `v` on the class and register an upcaster in `eventstore.upcasting`.
+
+Large texts (kernel source, plan markdown, test suites, profiles) never travel inside
+an event: they are artifacts stored once by sha256, and events carry the hash.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, ClassVar, Literal, Self
+
+import msgspec
+
+MeasuredOn = Literal["simulated", "real"]
+"""Where a latency came from. Simulated and real figures are never averaged together."""
+
+Json = dict[str, Any]
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class _EventIdClock:
+    """Monotonic ULID-style ids: 48-bit ms time + 80-bit randomness, strictly increasing per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._last_rand = 0
+
+    def next(self) -> str:
+        with self._lock:
+            ms = time.time_ns() // 1_000_000
+            if ms <= self._last_ms:
+                ms = self._last_ms
+                rand = self._last_rand + 1
+                if rand >= 1 << 80:
+                    ms += 1
+                    rand = int.from_bytes(os.urandom(10), "big") >> 1
+            else:
+                rand = int.from_bytes(os.urandom(10), "big") >> 1
+            self._last_ms, self._last_rand = ms, rand
+        value = (ms << 80) | rand
+        return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -5, -5))
+
+
+_clock = _EventIdClock()
+
+
+def new_event_id() -> str:
+    """A 26-character id that sorts by creation time and never repeats."""
+    return _clock.next()
+
+
+def event_id_time(event_id: str) -> float:
+    """The creation time (unix seconds) encoded in an event id."""
+    value = 0
+    for ch in event_id:
+        value = value * 32 + _CROCKFORD.index(ch)
+    return (value >> 80) / 1000.0
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """The envelope shared by every event."""
+
+    event_id: str
+    run_id: str
+    ts: float
+    producer: str
+    node_id: str | None = None
+    causation_id: str | None = None
+    v: int = 1
+
+    phase: ClassVar[str | None] = None
+    """For events that end an agent phase: the phase name used in wall-time metrics."""
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        run_id: str,
+        producer: str,
+        node_id: str | None = None,
+        causation_id: str | None = None,
+        **payload: Any,
+    ) -> Self:
+        """Stamp a new event with a fresh id and the current time."""
+        return cls(
+            event_id=new_event_id(),
+            run_id=run_id,
+            ts=time.time(),
+            producer=producer,
+            node_id=node_id,
+            causation_id=causation_id,
+            **payload,
+        )
+
+    @property
+    def type_name(self) -> str:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+
+# --- the kernel request and what is fixed before any kernel exists -------------------------
+
+
+class RunRequested(Event, frozen=True, kw_only=True, tag="RunRequested"):
+    """A user asked for a kernel: the run's root. The root node's id is `node_id`."""
+
+    task_name: str
+    task_sha256: str
+    policy: str
+    target: str
+    provider: str
+    policy_params: Json = {}
+    budget: Json = {}
+    seed: int = 0
+
+
+class TestSuiteFrozen(Event, frozen=True, kw_only=True, tag="TestSuiteFrozen"):
+    """The frozen test suite: hashed, stored as an artifact, never changed again."""
+
+    __test__: ClassVar[bool] = False  # not a pytest class
+
+    suite_sha256: str
+    n_cases: int
+    seeds: list[int] = []
+    shapes: list[Json] = []
+    tolerance: Json = {}
+    wall_s: float = 0.0
+    phase: ClassVar[str | None] = "test_synth"
+
+
+class BaselineMeasured(Event, frozen=True, kw_only=True, tag="BaselineMeasured"):
+    """The XLA reference on the run's target: the denominator of every speedup."""
+
+    latency_s: float
+    measured_on: MeasuredOn
+    target: str
+    method: str = ""
+    wall_s: float = 0.0
+    phase: ClassVar[str | None] = "baseline"
+
+
+# --- search decisions ---------------------------------------------------------------------
+
+
+class ExpansionRequested(Event, frozen=True, kw_only=True, tag="ExpansionRequested"):
+    """The policy asked for one new trajectory (node `node_id`) under `parent_id`."""
+
+    parent_id: str
+    policy: str
+    strategy: str = ""
+    iterations: int = 1
+    decision: int = 0
+
+
+class SearchStopped(Event, frozen=True, kw_only=True, tag="SearchStopped"):
+    """The policy said Stop."""
+
+    policy: str
+    reason: str
+
+
+# --- one iteration of a trajectory ----------------------------------------------------------
+
+
+class _IterationEvent(Event, frozen=True, kw_only=True):
+    iteration: int = 0
+    wall_s: float = 0.0
+
+
+class PlanProposed(_IterationEvent, frozen=True, kw_only=True, tag="PlanProposed"):
+    plan_sha256: str
+    summary: str = ""
+    phase: ClassVar[str | None] = "plan"
+
+
+class KernelWritten(_IterationEvent, frozen=True, kw_only=True, tag="KernelWritten"):
+    code_sha256: str
+    tunables: Json = {}
+    phase: ClassVar[str | None] = "implement"
+
+
+class CompileChecked(_IterationEvent, frozen=True, kw_only=True, tag="CompileChecked"):
+    code_sha256: str
+    ok: bool
+    attempt: int = 0
+    diagnostics: list[Json] = []
+    vmem_bytes: int | None = None
+    phase: ClassVar[str | None] = "compile"
+
+
+class FixAttempted(_IterationEvent, frozen=True, kw_only=True, tag="FixAttempted"):
+    attempt: int
+    code_sha256: str
+    error: str = ""
+    phase: ClassVar[str | None] = "fix"
+
+
+class TestsRun(_IterationEvent, frozen=True, kw_only=True, tag="TestsRun"):
+    __test__: ClassVar[bool] = False
+
+    code_sha256: str
+    suite_sha256: str
+    passed: bool
+    n_cases: int
+    n_failed: int = 0
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    reasons: list[str] = []
+    phase: ClassVar[str | None] = "test"
+
+
+class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept"):
+    code_sha256: str
+    configs_tried: int
+    best_config: Json = {}
+    best_latency_s: float | None = None
+    measured_on: MeasuredOn = "simulated"
+    table_sha256: str | None = None
+    phase: ClassVar[str | None] = "autotune"
+
+
+class ProfileCaptured(_IterationEvent, frozen=True, kw_only=True, tag="ProfileCaptured"):
+    code_sha256: str
+    profile_sha256: str
+    latency_s: float
+    measured_on: MeasuredOn
+    bound: str = ""
+    phase: ClassVar[str | None] = "profile"
+
+
+class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="IterationFinished"):
+    """One plan -> implement -> compile -> test -> tune -> profile pass ended."""
+
+    valid: bool
+    compiled: bool
+    code_sha256: str | None = None
+    plan_sha256: str | None = None
+    latency_s: float | None = None
+    speedup: float | None = None
+    measured_on: MeasuredOn = "simulated"
+    tunables: Json = {}
+    failed_phase: str | None = None
+    error: str = ""
+
+
+class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):
+    """A trajectory ended on its best valid iteration (best-of-N rollback), or on none."""
+
+    valid: bool
+    compiled: bool
+    best_iteration: int | None = None
+    iterations: int = 0
+    code_sha256: str | None = None
+    plan_sha256: str | None = None
+    latency_s: float | None = None
+    speedup: float | None = None
+    measured_on: MeasuredOn = "simulated"
+    tunables: Json = {}
+    strategy: str = ""
+
+
+# --- the end of a run ---------------------------------------------------------------------
+
+
+class WinnerVerified(Event, frozen=True, kw_only=True, tag="WinnerVerified"):
+    """The verifier re-checked the winner in a fresh process; the receipt is an artifact."""
+
+    verdict: Literal["pass", "fail"]
+    receipt_sha256: str
+    speedup: float | None = None
+    measured_on: MeasuredOn = "simulated"
+    reasons: list[str] = []
+    wall_s: float = 0.0
+    phase: ClassVar[str | None] = "verify"
+
+
+class RunFinished(Event, frozen=True, kw_only=True, tag="RunFinished"):
+    status: Literal["completed", "stopped", "failed"]
+    best_node_id: str | None = None
+    speedup: float | None = None
+    measured_on: MeasuredOn = "simulated"
+    receipt_sha256: str | None = None
+    reason: str = ""
+
+
+# --- cross-cutting ------------------------------------------------------------------------
+
+
+class AgentFailed(Event, frozen=True, kw_only=True, tag="AgentFailed"):
+    """An agent gave up on a command after its last delivery."""
+
+    agent: str
+    command_type: str
+    error: str
+    deliveries: int = 1
+    command_id: str | None = None
+
+
+class MessageDeadLettered(Event, frozen=True, kw_only=True, tag="MessageDeadLettered"):
+    """A message nobody could decode; its raw bytes are kept for inspection."""
+
+    subject: str
+    error: str
+    raw: bytes = b""
+
+
+class HumanFeedbackGiven(Event, frozen=True, kw_only=True, tag="HumanFeedbackGiven"):
+    phase_name: str
+    action: Literal["approve", "edit", "feedback", "reject"]
+    text: str = ""
+    artifact_sha256: str | None = None
+
+
+class LlmCalled(Event, frozen=True, kw_only=True, tag="LlmCalled"):
+    agent: str
+    provider: str
+    model: str
+    prompt_sha256: str
+    response_sha256: str
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+    iteration: int | None = None
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    RunRequested,
+    TestSuiteFrozen,
+    BaselineMeasured,
+    ExpansionRequested,
+    SearchStopped,
+    PlanProposed,
+    KernelWritten,
+    CompileChecked,
+    FixAttempted,
+    TestsRun,
+    TuningSwept,
+    ProfileCaptured,
+    IterationFinished,
+    NodeEvaluated,
+    WinnerVerified,
+    RunFinished,
+    AgentFailed,
+    MessageDeadLettered,
+    HumanFeedbackGiven,
+    LlmCalled,
+)
+
+AnyEvent = (
+    RunRequested
+    | TestSuiteFrozen
+    | BaselineMeasured
+    | ExpansionRequested
+    | SearchStopped
+    | PlanProposed
+    | KernelWritten
+    | CompileChecked
+    | FixAttempted
+    | TestsRun
+    | TuningSwept
+    | ProfileCaptured
+    | IterationFinished
+    | NodeEvaluated
+    | WinnerVerified
+    | RunFinished
+    | AgentFailed
+    | MessageDeadLettered
+    | HumanFeedbackGiven
+    | LlmCalled
+)
+
+EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    for cls in EVENT_TYPES
+}
+
+
+def current_version(type_name: str) -> int:
+    """The schema version this code writes for an event type."""
+    return _CURRENT_VERSIONS[type_name]
+
+
+_CURRENT_VERSIONS: dict[str, int] = {
+    name: next(f.default for f in msgspec.structs.fields(cls) if f.name == "v")
+    for name, cls in EVENT_TYPES_BY_NAME.items()
+}

@@ -1,0 +1,482 @@
+"""The append-only, hash-chained DuckDB event log.
+
+One process writes a log file (the recorder); DuckDB's own file lock enforces it and
+`LogLockedError` names the holder. Appends are batched through the DuckDB appender,
+idempotent on `event_id`, and transactional: a batch is committed whole or not at all.
+Each row stores `hash = sha256(previous row's hash || seq || body)`, so `verify()` can
+name the first row that was edited, removed or reordered after the fact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import msgspec
+
+from eventstore.codec import EventDecodeError, decode_stored, encode_event
+from eventstore.events import Event
+
+FORMAT_NAME = "kernelgraph-log"
+SCHEMA_VERSION = 1
+GENESIS_HASH = b"\x00" * 32
+_FETCH_ROWS = 8192
+
+_EVENT_COLUMNS = "seq, event_id, run_id, node_id, type, v, ts, body, hash"
+
+_SCHEMA = """
+CREATE TABLE kg_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+CREATE TABLE events (
+    seq BIGINT NOT NULL,
+    event_id VARCHAR NOT NULL PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    node_id VARCHAR,
+    type VARCHAR NOT NULL,
+    v INTEGER NOT NULL,
+    ts DOUBLE NOT NULL,
+    body VARCHAR NOT NULL,
+    hash BLOB NOT NULL
+);
+CREATE TABLE artifacts (
+    sha256 VARCHAR PRIMARY KEY,
+    kind VARCHAR NOT NULL,
+    size BIGINT NOT NULL,
+    created_ts DOUBLE NOT NULL,
+    data BLOB NOT NULL
+);
+"""
+
+# Views for analysis with plain SQL or from a notebook (documented in README.md).
+_VIEWS = """
+CREATE OR REPLACE VIEW events_json AS
+SELECT seq, event_id, run_id, node_id, type, v, to_timestamp(ts) AS ts,
+       json_extract_string(body, '$.producer') AS producer,
+       json_extract_string(body, '$.causation_id') AS causation_id,
+       body::JSON AS payload
+FROM events;
+
+CREATE OR REPLACE VIEW nodes AS
+WITH requested AS (
+    SELECT run_id, node_id, seq,
+           json_extract_string(body, '$.parent_id') AS parent_id,
+           json_extract_string(body, '$.strategy') AS strategy,
+           json_extract_string(body, '$.policy') AS policy
+    FROM events WHERE type = 'ExpansionRequested'
+), evaluated AS (
+    SELECT run_id, node_id,
+           arg_max(body, seq) AS body
+    FROM events WHERE type = 'NodeEvaluated' GROUP BY run_id, node_id
+)
+SELECT r.run_id, r.node_id, r.parent_id, r.strategy, r.policy,
+       CAST(json_extract(e.body, '$.compiled') AS BOOLEAN) AS compiled,
+       CAST(json_extract(e.body, '$.valid') AS BOOLEAN) AS valid,
+       CAST(json_extract(e.body, '$.speedup') AS DOUBLE) AS speedup,
+       CAST(json_extract(e.body, '$.latency_s') AS DOUBLE) AS latency_s,
+       json_extract_string(e.body, '$.measured_on') AS measured_on,
+       CAST(json_extract(e.body, '$.iterations') AS INTEGER) AS iterations,
+       json_extract_string(e.body, '$.code_sha256') AS code_sha256,
+       CASE WHEN e.body IS NULL THEN 'pending'
+            WHEN CAST(json_extract(e.body, '$.valid') AS BOOLEAN) THEN 'valid'
+            ELSE 'invalid' END AS status
+FROM requested r LEFT JOIN evaluated e USING (run_id, node_id)
+ORDER BY r.run_id, r.seq;
+
+CREATE OR REPLACE VIEW metrics AS
+WITH it AS (
+    SELECT run_id,
+           json_extract_string(body, '$.measured_on') AS measured_on,
+           CAST(json_extract(body, '$.compiled') AS BOOLEAN) AS compiled,
+           CAST(json_extract(body, '$.valid') AS BOOLEAN) AS valid
+    FROM events WHERE type = 'IterationFinished'
+), best AS (
+    SELECT run_id,
+           max(CASE WHEN CAST(json_extract(body, '$.valid') AS BOOLEAN)
+                    THEN CAST(json_extract(body, '$.speedup') AS DOUBLE) END) AS best_speedup
+    FROM events WHERE type = 'NodeEvaluated' GROUP BY run_id
+), tokens AS (
+    SELECT run_id,
+           sum(CAST(json_extract(body, '$.tokens_in') AS BIGINT)
+               + CAST(json_extract(body, '$.tokens_out') AS BIGINT)) AS llm_tokens
+    FROM events WHERE type = 'LlmCalled' GROUP BY run_id
+)
+SELECT it.run_id, it.measured_on,
+       count(*) AS kernels,
+       avg(CASE WHEN it.compiled THEN 1.0 ELSE 0.0 END) AS compile_rate,
+       avg(CASE WHEN it.valid THEN 1.0 ELSE 0.0 END) AS correctness_rate,
+       any_value(best.best_speedup) AS best_speedup,
+       greatest(coalesce(any_value(best.best_speedup), 1.0), 1.0) AS floored_speedup,
+       coalesce(any_value(tokens.llm_tokens), 0) AS llm_tokens
+FROM it LEFT JOIN best USING (run_id) LEFT JOIN tokens USING (run_id)
+GROUP BY it.run_id, it.measured_on
+ORDER BY it.run_id;
+"""
+
+
+class LogError(Exception):
+    """Base for every error a user can get from opening or reading a log."""
+
+
+class LogLockedError(LogError):
+    """Another writer holds the file."""
+
+
+class NotAKernelgraphLog(LogError):
+    """The file is not a kernelgraph log (another DuckDB database, or not DuckDB at all)."""
+
+
+class LogFromNewerSchema(LogError):
+    """The log was written by a newer kernelgraph."""
+
+
+class CorruptLog(LogError):
+    """The file or a row in it cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    appended: int
+    duplicates: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    ok: bool
+    rows_checked: int
+    first_broken_seq: int | None = None
+    reason: str = ""
+
+
+class RunRow(msgspec.Struct, frozen=True):
+    run_id: str
+    events: int
+    first_ts: float
+    last_ts: float
+    task: str | None
+    policy: str | None
+    target: str | None
+    status: str | None
+    speedup: float | None
+    measured_on: str | None
+
+
+_open_paths: dict[str, int] = {}
+_open_paths_lock = threading.Lock()
+_HOLDER_RE = re.compile(r"Conflicting lock is held in (?P<prog>.*?) \(PID (?P<pid>\d+)\)")
+
+
+def _holder_description(message: str) -> str:
+    match = _HOLDER_RE.search(message)
+    if not match:
+        return "another process"
+    pid = int(match.group("pid"))
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        cmdline = match.group("prog")
+    return f"process {pid} ({cmdline})"
+
+
+def _chain(prev: bytes, seq: int, body: bytes) -> bytes:
+    return hashlib.sha256(prev + seq.to_bytes(8, "big") + body).digest()
+
+
+class EventLog:
+    """An open kernelgraph log. Writable by default; `read_only=True` for analysis."""
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._key = os.path.realpath(self.path)
+        self._con = self._connect()
+        try:
+            self._check_or_create()
+            row = self._con.execute(
+                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+        except BaseException:
+            self._release()
+            raise
+        self._last_seq: int = row[0] if row else 0
+        self._last_hash: bytes = bytes(row[1]) if row else GENESIS_HASH
+
+    # --- opening ----------------------------------------------------------------------
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.read_only and not self.path.exists():
+            raise LogError(f"{self.path}: no such log")
+        with _open_paths_lock:
+            if not self.read_only and self._key in _open_paths:
+                raise LogLockedError(
+                    f"{self.path} is already open for writing in this process (pid {os.getpid()})"
+                )
+            try:
+                con = duckdb.connect(str(self.path), read_only=self.read_only)
+            except duckdb.IOException as exc:
+                message = str(exc)
+                if "lock" in message.lower():
+                    raise LogLockedError(
+                        f"{self.path} is held by {_holder_description(message)}; "
+                        "only one process may write a log (stop it, or read after it exits)"
+                    ) from None
+                raise NotAKernelgraphLog(
+                    f"{self.path} is not a kernelgraph log: {message.splitlines()[0]}"
+                ) from None
+            except duckdb.Error as exc:
+                raise CorruptLog(f"{self.path} cannot be opened: {str(exc).splitlines()[0]}") from None
+            if not self.read_only:
+                _open_paths[self._key] = os.getpid()
+        return con
+
+    def _check_or_create(self) -> None:
+        tables = {r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if not tables and not self.read_only:
+            self._con.begin()
+            self._con.execute(_SCHEMA)
+            self._con.executemany(
+                "INSERT INTO kg_meta VALUES (?, ?)",
+                [("format", FORMAT_NAME), ("schema_version", str(SCHEMA_VERSION)),
+                 ("created_ts", repr(time.time()))],
+            )
+            self._con.execute(_VIEWS)
+            self._con.commit()
+            return
+        if "kg_meta" not in tables:
+            raise NotAKernelgraphLog(f"{self.path} is a DuckDB database but not a kernelgraph log")
+        meta = dict(self._con.execute("SELECT key, value FROM kg_meta").fetchall())
+        if meta.get("format") != FORMAT_NAME:
+            raise NotAKernelgraphLog(f"{self.path} is a DuckDB database but not a kernelgraph log")
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise LogFromNewerSchema(
+                f"{self.path} was written with log schema v{version}; this kernelgraph reads up to "
+                f"v{SCHEMA_VERSION}. Upgrade kernelgraph to open it."
+            )
+        if not self.read_only:
+            self._con.execute(_VIEWS)
+
+    def _release(self) -> None:
+        try:
+            self._con.close()
+        finally:
+            if not self.read_only:
+                with _open_paths_lock:
+                    _open_paths.pop(self._key, None)
+
+    def close(self) -> None:
+        if getattr(self, "_con", None) is not None:
+            self._release()
+            self._con = None  # type: ignore[assignment]
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ----------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def append(self, events: Sequence[Event]) -> AppendResult:
+        """Append a batch in one transaction; events already in the log are skipped."""
+        if self.read_only:
+            raise LogError(f"{self.path} is open read-only")
+        if not events:
+            return AppendResult(0, 0, self._last_seq)
+        fresh: list[Event] = []
+        batch_ids: set[str] = set()
+        for event in events:
+            if event.event_id not in batch_ids:
+                batch_ids.add(event.event_id)
+                fresh.append(event)
+        existing = self._existing_ids(batch_ids)
+        if existing:
+            fresh = [e for e in fresh if e.event_id not in existing]
+        duplicates = len(events) - len(fresh)
+        if not fresh:
+            return AppendResult(0, duplicates, self._last_seq)
+
+        rows = []
+        seq, prev = self._last_seq, self._last_hash
+        for event in fresh:
+            seq += 1
+            body = encode_event(event)
+            prev = _chain(prev, seq, body)
+            rows.append((seq, event.event_id, event.run_id, event.node_id,
+                         event.type_name, event.v, event.ts, body.decode(), prev))
+        con = self._con
+        con.begin()
+        try:
+            appender = con.appender("events")
+            appender.append_rows(rows)
+            appender.flush()
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        self._last_seq, self._last_hash = seq, prev
+        return AppendResult(len(fresh), duplicates, seq)
+
+    def _existing_ids(self, ids: set[str]) -> set[str]:
+        if self._last_seq == 0:
+            return set()
+        # Ids are time-ordered, so the lower bound lets DuckDB skip old row groups.
+        rows = self._con.execute(
+            "SELECT event_id FROM events WHERE event_id >= ? "
+            "AND event_id IN (SELECT unnest(?::VARCHAR[]))",
+            [min(ids), list(ids)],
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def put_artifact(self, data: bytes, *, kind: str) -> str:
+        return self.put_artifacts([(data, kind)])[0]
+
+    def put_artifacts(self, items: Iterable[tuple[bytes, str]]) -> list[str]:
+        """Store each (data, kind) once, keyed by its sha256; returns the hashes in order."""
+        if self.read_only:
+            raise LogError(f"{self.path} is open read-only")
+        staged: dict[str, tuple[bytes, str]] = {}
+        hashes = []
+        for data, kind in items:
+            sha = hashlib.sha256(data).hexdigest()
+            hashes.append(sha)
+            staged.setdefault(sha, (bytes(data), kind))
+        if not staged:
+            return hashes
+        present = {
+            r[0]
+            for r in self._con.execute(
+                "SELECT sha256 FROM artifacts WHERE sha256 IN (SELECT unnest(?::VARCHAR[]))",
+                [list(staged)],
+            ).fetchall()
+        }
+        now = time.time()
+        rows = [(sha, kind, len(data), now, data)
+                for sha, (data, kind) in staged.items() if sha not in present]
+        if rows:
+            con = self._con
+            con.begin()
+            try:
+                appender = con.appender("artifacts")
+                appender.append_rows(rows)
+                appender.flush()
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+        return hashes
+
+    # --- reading ----------------------------------------------------------------------
+
+    def get_artifact(self, sha256: str) -> bytes:
+        row = self._con.execute("SELECT data FROM artifacts WHERE sha256 = ?", [sha256]).fetchone()
+        if row is None:
+            raise KeyError(f"no artifact {sha256} in {self.path}")
+        data = bytes(row[0])
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise CorruptLog(f"artifact {sha256} in {self.path} does not match its hash")
+        return data
+
+    def has_artifact(self, sha256: str) -> bool:
+        return self._con.execute(
+            "SELECT 1 FROM artifacts WHERE sha256 = ?", [sha256]
+        ).fetchone() is not None
+
+    def read(
+        self,
+        *,
+        run_id: str | None = None,
+        types: Iterable[str] | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> Iterator[tuple[int, Event]]:
+        """Stream (seq, event) in log order, decoding lazily, lifting old schemas."""
+        where, params = ["seq > ?"], [after_seq]
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if types is not None:
+            where.append("type IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(types))
+        sql = f"SELECT seq, type, v, body FROM events WHERE {' AND '.join(where)} ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        cursor = self._con.cursor()
+        try:
+            cursor.execute(sql, params)
+            while chunk := cursor.fetchmany(_FETCH_ROWS):
+                for seq, type_name, version, body in chunk:
+                    try:
+                        yield seq, decode_stored(type_name, version, body)
+                    except EventDecodeError as exc:
+                        raise CorruptLog(f"{self.path} row seq={seq}: {exc}") from None
+        finally:
+            cursor.close()
+
+    def events(self, **filters: object) -> Iterator[Event]:
+        for _, event in self.read(**filters):  # type: ignore[arg-type]
+            yield event
+
+    def count(self) -> int:
+        return self._con.execute("SELECT count(*) FROM events").fetchone()[0]  # type: ignore[index]
+
+    def runs(self) -> list[RunRow]:
+        """One row per run: its request, its end (if any), and event counts."""
+        rows = self._con.execute(
+            """
+            SELECT run_id, count(*), min(ts), max(ts),
+                   any_value(json_extract_string(body, '$.task_name')) FILTER (WHERE type = 'RunRequested'),
+                   any_value(json_extract_string(body, '$.policy')) FILTER (WHERE type = 'RunRequested'),
+                   any_value(json_extract_string(body, '$.target')) FILTER (WHERE type = 'RunRequested'),
+                   arg_max(json_extract_string(body, '$.status'), seq) FILTER (WHERE type = 'RunFinished'),
+                   arg_max(CAST(json_extract(body, '$.speedup') AS DOUBLE), seq) FILTER (WHERE type = 'RunFinished'),
+                   arg_max(json_extract_string(body, '$.measured_on'), seq) FILTER (WHERE type = 'RunFinished')
+            FROM events GROUP BY run_id ORDER BY min(seq)
+            """
+        ).fetchall()
+        return [RunRow(*r) for r in rows]
+
+    def verify(self) -> VerifyReport:
+        """Recompute the chain; name the first row whose hash, order or columns are wrong."""
+        cursor = self._con.cursor()
+        prev, expected_seq, checked = GENESIS_HASH, 1, 0
+        try:
+            cursor.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY seq")
+            while chunk := cursor.fetchmany(_FETCH_ROWS):
+                for seq, event_id, run_id, node_id, type_name, version, ts, body, stored in chunk:
+                    if seq != expected_seq:
+                        return VerifyReport(False, checked, expected_seq,
+                                            f"row seq={expected_seq} is missing (next row is seq={seq})")
+                    body_bytes = body.encode()
+                    prev = _chain(prev, seq, body_bytes)
+                    if prev != bytes(stored):
+                        return VerifyReport(False, checked, seq,
+                                            f"row seq={seq} ({event_id}) does not match the hash chain")
+                    try:
+                        event = decode_stored(type_name, version, body_bytes)
+                    except EventDecodeError as exc:
+                        return VerifyReport(False, checked, seq, f"row seq={seq} body: {exc}")
+                    if (event.event_id, event.run_id, event.node_id, event.type_name, event.ts) != (
+                        event_id, run_id, node_id, type_name, ts
+                    ):
+                        return VerifyReport(False, checked, seq,
+                                            f"row seq={seq} columns disagree with its body")
+                    checked += 1
+                    expected_seq += 1
+        finally:
+            cursor.close()
+        return VerifyReport(True, checked)
+
+    def sql(self, query: str, params: Sequence[object] | None = None) -> list[tuple[object, ...]]:
+        """Run read-only analysis SQL against the log's tables and views."""
+        return self._con.execute(query, params or []).fetchall()
