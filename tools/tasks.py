@@ -1,0 +1,395 @@
+"""Load a task: a reference JAX function, deterministic inputs and the shapes to test.
+
+Two formats are read natively:
+
+* kernelgraph task files (see DESIGN.md): ``NAME``, ``reference(*inputs)``,
+  ``make_inputs(key, shape_index=0)``, optional ``SHAPES`` (first entry = tuning point,
+  the rest = unseen shapes), optional ``TOLERANCE`` and ``flops(*inputs)``.
+* JAXBench ``baseline.py`` files: ``CONFIG`` dict, ``create_inputs(dtype=...)``,
+  ``workload(*inputs)``, optional ``get_flops()``. Shapes come from scaling the integer
+  sizes in ``CONFIG`` (``SCALES`` in the file, else ``DEFAULT_JAXBENCH_SCALES``); seeds by
+  folding the seed into the file's own ``jax.random`` keys.
+
+Task files are trusted (the user wrote them), so they are imported in this process.
+Every problem is a :class:`TaskError` that names the file and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import math
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+
+DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
+DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
+_SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
+_MIN_SCALED_SIZE = 16  # smaller integers in CONFIG (kernel sizes, group counts) are not sizes
+
+TaskFormat = Literal["kernelgraph", "jaxbench"]
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used, with the file and the problem in the message."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loaded task. ``shapes[0]`` is the tuning point; ``shapes[1:]`` are unseen shapes."""
+
+    name: str
+    path: Path
+    source_sha256: str
+    format: TaskFormat
+    shapes: tuple[Any, ...]
+    tolerance: dict[str, float]
+    module: ModuleType = field(repr=False, compare=False)
+    _configs: tuple[dict[str, Any], ...] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def unseen_shape_indices(self) -> tuple[int, ...]:
+        return tuple(range(1, len(self.shapes)))
+
+    def reference_at(self, shape_index: int = 0) -> Callable[..., Any]:
+        """The reference function, bound to the configuration of one shape."""
+        self._check_shape_index(shape_index)
+        if self.format == "kernelgraph":
+            return self.module.reference
+        workload = self.module.workload
+
+        def reference(*inputs: Any) -> Any:
+            with self._jaxbench_config(shape_index):
+                return workload(*inputs)
+
+        reference.__name__ = f"{self.name}_reference_shape{shape_index}"
+        return reference
+
+    @property
+    def reference(self) -> Callable[..., Any]:
+        """The reference at the tuning point."""
+        return self.reference_at(0)
+
+    def make_inputs(self, seed: int, shape_index: int = 0) -> tuple[Any, ...]:
+        """Deterministic inputs for one (seed, shape); always a tuple of arrays."""
+        import jax
+
+        self._check_shape_index(shape_index)
+        try:
+            if self.format == "kernelgraph":
+                raw = self.module.make_inputs(jax.random.key(seed), shape_index=shape_index)
+            else:
+                with self._jaxbench_config(shape_index), _folded_jax_seeds(seed):
+                    raw = self.module.create_inputs()
+        except TaskError:
+            raise
+        except Exception as exc:
+            raise TaskError(
+                self.path,
+                f"making inputs for seed {seed}, shape {shape_index} raised "
+                f"{type(exc).__name__}: {exc}{_where(exc, self.path)}",
+            ) from None
+        inputs = raw if isinstance(raw, tuple | list) else (raw,)
+        for position, value in enumerate(inputs):
+            if not _is_array(value):
+                raise TaskError(
+                    self.path,
+                    f"input {position} from {self._inputs_fn_name} is "
+                    f"{type(value).__name__}, expected a JAX array",
+                )
+        return tuple(inputs)
+
+    def flops(self, shape_index: int, inputs: Sequence[Any]) -> int | None:
+        """Flops of the reference at one shape when the task declares them, else None."""
+        try:
+            if self.format == "kernelgraph":
+                fn = getattr(self.module, "flops", None)
+                return None if fn is None else int(fn(*inputs))
+            fn = getattr(self.module, "get_flops", None)
+            if fn is None:
+                return None
+            with self._jaxbench_config(shape_index):
+                return int(fn())
+        except Exception as exc:
+            raise TaskError(
+                self.path, f"flops for shape {shape_index} raised {type(exc).__name__}: {exc}"
+            ) from None
+
+    def describe_shape(self, shape_index: int) -> str:
+        shape = self.shapes[shape_index]
+        return repr(shape) if not isinstance(shape, dict) else ", ".join(
+            f"{k}={v}" for k, v in shape.items()
+        )
+
+    @property
+    def _inputs_fn_name(self) -> str:
+        return "make_inputs" if self.format == "kernelgraph" else "create_inputs"
+
+    def _check_shape_index(self, shape_index: int) -> None:
+        if not 0 <= shape_index < len(self.shapes):
+            raise ValueError(f"{shape_index=} out of range for {len(self.shapes)} shapes")
+
+    @contextlib.contextmanager
+    def _jaxbench_config(self, shape_index: int) -> Iterator[None]:
+        assert self._configs is not None
+        saved = self.module.CONFIG
+        self.module.CONFIG = dict(self._configs[shape_index])
+        try:
+            yield
+        finally:
+            self.module.CONFIG = saved
+
+
+def load_task(
+    path: str | Path, *, scales: Sequence[float] | None = None, validate: bool = True
+) -> Task:
+    """Import and check a task file; ``scales`` overrides a JAXBench file's shape scales.
+
+    With ``validate`` the inputs for seed 0 at the tuning point are made twice (they must
+    be identical) and the reference is run once (it must return JAX arrays).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(path, "no such file")
+    if path.suffix != ".py":
+        raise TaskError(path, "a task is a Python file (.py)")
+    source = path.read_bytes()
+    try:
+        text = source.decode()
+    except UnicodeDecodeError:
+        raise TaskError(path, "not UTF-8 text") from None
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        raise TaskError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    sha = hashlib.sha256(source).hexdigest()
+    module = _import(path, sha)
+    task = _from_module(path, sha, module, scales)
+    if validate:
+        validate_task(task)
+    return task
+
+
+def validate_task(task: Task) -> None:
+    """Run the cheap semantic checks: deterministic inputs, JAX-array reference output."""
+    import jax
+
+    first = task.make_inputs(0, 0)
+    second = task.make_inputs(0, 0)
+    if _hash_arrays(first) != _hash_arrays(second):
+        raise TaskError(
+            task.path,
+            f"{task._inputs_fn_name} is not deterministic: two calls for the same seed "
+            "returned different inputs (derive every random value from the key)",
+        )
+    try:
+        out = jax.jit(task.reference_at(0))(*first)
+    except Exception as exc:
+        fn = "reference" if task.format == "kernelgraph" else "workload"
+        raise TaskError(
+            task.path, f"{fn} raised {type(exc).__name__}: {exc}{_where(exc, task.path)}"
+        ) from None
+    check_reference_output(task, out)
+
+
+def check_reference_output(task: Task, out: Any) -> list[Any]:
+    """The reference's outputs as a flat list; anything but numeric JAX arrays is an error."""
+    import jax
+
+    fn = "reference" if task.format == "kernelgraph" else "workload"
+    leaves = jax.tree.leaves(out)
+    if not leaves:
+        raise TaskError(task.path, f"{fn} returned no arrays ({type(out).__name__})")
+    for position, leaf in enumerate(leaves):
+        if not isinstance(leaf, jax.Array):
+            raise TaskError(
+                task.path,
+                f"{fn} output {position} is {type(leaf).__name__}, expected a JAX array "
+                "(non-JAX output)",
+            )
+        if not (np.issubdtype(leaf.dtype, np.number) or leaf.dtype == np.bool_):
+            raise TaskError(task.path, f"{fn} output {position} has dtype {leaf.dtype}")
+    return leaves
+
+
+def _from_module(path: Path, sha: str, module: ModuleType, scales: Sequence[float] | None) -> Task:
+    has = {name: callable(getattr(module, name, None)) for name in
+           ("reference", "make_inputs", "workload", "create_inputs")}
+    if has["workload"] or has["create_inputs"] or hasattr(module, "CONFIG"):
+        return _jaxbench_task(path, sha, module, has, scales)
+    missing = [name for name in ("reference", "make_inputs") if not has[name]]
+    if missing:
+        raise TaskError(
+            path,
+            "missing function " + " and ".join(f"`{m}`" for m in missing)
+            + " (a task defines reference(*inputs) and make_inputs(key, shape_index=0); "
+            "a JAXBench baseline defines CONFIG, create_inputs and workload)",
+        )
+    params = inspect.signature(module.make_inputs).parameters
+    if "shape_index" not in params and not any(
+        p.kind is p.VAR_KEYWORD for p in params.values()
+    ):
+        raise TaskError(path, "make_inputs must accept a `shape_index` keyword argument")
+    name = getattr(module, "NAME", path.stem)
+    if not isinstance(name, str) or not name:
+        raise TaskError(path, f"NAME must be a non-empty string, got {name!r}")
+    shapes = getattr(module, "SHAPES", [None])
+    if not isinstance(shapes, list | tuple) or not shapes:
+        raise TaskError(path, "SHAPES must be a non-empty list (first entry = tuning point)")
+    return Task(
+        name=name,
+        path=path,
+        source_sha256=sha,
+        format="kernelgraph",
+        shapes=tuple(shapes),
+        tolerance=_tolerance(path, module),
+        module=module,
+    )
+
+
+def _jaxbench_task(
+    path: Path,
+    sha: str,
+    module: ModuleType,
+    has: dict[str, bool],
+    scales: Sequence[float] | None,
+) -> Task:
+    missing = [name for name in ("create_inputs", "workload") if not has[name]]
+    if not isinstance(getattr(module, "CONFIG", None), dict):
+        missing.insert(0, "CONFIG (a dict)")
+    if missing:
+        raise TaskError(
+            path, "JAXBench baseline is missing " + " and ".join(f"`{m}`" for m in missing)
+        )
+    scales = tuple(scales if scales is not None else getattr(module, "SCALES",
+                                                             DEFAULT_JAXBENCH_SCALES))
+    if not scales or any(not isinstance(s, int | float) or s <= 0 for s in scales):
+        raise TaskError(path, f"scales must be positive numbers, got {scales!r}")
+    base = dict(module.CONFIG)
+    configs = tuple(_scaled_config(base, s) for s in scales)
+    shapes = tuple(
+        {"scale": s, **{k: v for k, v in c.items() if _is_size(base.get(k))}}
+        for s, c in zip(scales, configs, strict=True)
+    )
+    name = base.get("name", path.parent.name if path.stem == "baseline" else path.stem)
+    return Task(
+        name=str(name),
+        path=path,
+        source_sha256=sha,
+        format="jaxbench",
+        shapes=shapes,
+        tolerance=_tolerance(path, module),
+        module=module,
+        _configs=configs,
+    )
+
+
+def _scaled_config(config: dict[str, Any], scale: float) -> dict[str, Any]:
+    """Scale every size in CONFIG, keeping each size's power-of-two factor (up to 128)."""
+    scaled = dict(config)
+    for key, value in config.items():
+        if _is_size(value):
+            align = math.gcd(value, 128)
+            scaled[key] = max(align, round(value * scale / align) * align)
+    return scaled
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= _MIN_SCALED_SIZE
+
+
+def _tolerance(path: Path, module: ModuleType) -> dict[str, float]:
+    tol = getattr(module, "TOLERANCE", None)
+    if tol is None:
+        return dict(DEFAULT_TOLERANCE)
+    if not isinstance(tol, dict) or not set(tol) <= {"atol", "rtol"}:
+        raise TaskError(path, f"TOLERANCE must be a dict with atol/rtol, got {tol!r}")
+    merged = {**DEFAULT_TOLERANCE, **tol}
+    if any(not isinstance(v, int | float) or v < 0 for v in merged.values()):
+        raise TaskError(path, f"TOLERANCE values must be non-negative numbers, got {tol!r}")
+    return {k: float(v) for k, v in merged.items()}
+
+
+def _import(path: Path, sha: str) -> ModuleType:
+    module_name = f"_kernelgraph_task_{path.stem}_{sha[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise TaskError(
+            path, f"importing raised {type(exc).__name__}: {exc}{_where(exc, path)}"
+        ) from None
+    return module
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """' (line N)' for the deepest frame of the traceback inside the task file."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if Path(f.filename).resolve() == path.resolve()]
+    return f" (line {lines[-1]})" if lines else ""
+
+
+def _is_array(value: Any) -> bool:
+    import jax
+
+    return isinstance(value, jax.Array | np.ndarray)
+
+
+def _hash_arrays(arrays: Sequence[Any]) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        host = np.asarray(a)
+        digest.update(f"{host.dtype.str}{host.shape}".encode())
+        digest.update(np.ascontiguousarray(host).tobytes())
+    return digest.hexdigest()
+
+
+_seed_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _folded_jax_seeds(seed: int) -> Iterator[None]:
+    """Make a JAXBench file's fixed ``jax.random.PRNGKey(42)`` depend on the suite seed.
+
+    Seed 0 leaves the file's keys unchanged, so the tuning inputs are the file's own.
+    """
+    if seed == 0:
+        yield
+        return
+    import jax
+
+    originals = {name: getattr(jax.random, name) for name in ("PRNGKey", "key")}
+
+    def folding(original: Callable[..., Any]) -> Callable[..., Any]:
+        def make(s: Any, *args: Any, **kwargs: Any) -> Any:
+            return original(int(s) + _SEED_STRIDE * seed, *args, **kwargs)
+
+        return make
+
+    with _seed_lock:
+        for name, original in originals.items():
+            setattr(jax.random, name, folding(original))
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(jax.random, name, original)
