@@ -332,6 +332,15 @@ class LlmCalled(Event, frozen=True, kw_only=True, tag="LlmCalled"):
     iteration: int | None = None
 
 
+class PingAnswered(Event, frozen=True, kw_only=True, tag="PingAnswered"):
+    """The echo agent answered a Ping: the bus's health check and load generator."""
+
+    agent: str
+    seq: int = 0
+    index: int = 0
+    echo: str = ""
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     RunRequested,
     TestSuiteFrozen,
@@ -353,6 +362,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MessageDeadLettered,
     HumanFeedbackGiven,
     LlmCalled,
+    PingAnswered,
 )
 
 AnyEvent = (
@@ -376,6 +386,7 @@ AnyEvent = (
     | MessageDeadLettered
     | HumanFeedbackGiven
     | LlmCalled
+    | PingAnswered
 )
 
 EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {
