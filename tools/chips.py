@@ -1,0 +1,125 @@
+"""TPU chip figures the compile check and the roofline model share.
+
+Figures are per TensorCore, because one `pallas_call` runs on one TensorCore (a v7 chip
+shows up as two JAX devices, one per core). Peak bf16 MXU throughput, HBM bandwidth, VMEM
+capacity, lane/sublane counts and the MXU size come from JAX's own table,
+`jax._src.pallas.mosaic.tpu_info.get_tpu_info_for_chip(chip, 1)` (the figures Google
+publishes on cloud.google.com/tpu/docs/{v5e,v6e,tpu7x}), copied below in `_PUBLISHED`
+so the model does not depend on a private module; `tests/test_chips.py` checks that the
+copy still matches JAX.
+
+What JAX does not publish is an assumption, stated here once:
+- scoped VMEM limit (what a kernel may use unless `vmem_limit_bytes` raises it): 16 MiB on
+  v5e and 32 MiB on v6e and v7, the defaults of XLA's `--xla_tpu_scoped_vmem_limit_kib`
+  described in the Pallas TPU docs.
+- f32 matmuls on the MXU run as three bf16 passes (a third of the bf16 peak).
+- the VPU retires 8 sublanes x 128 lanes x 4 ALUs of 32-bit element ops per cycle at the
+  clock below (v5e 1.5 GHz, published; v6e 1.75 GHz and v7 1.9 GHz, assumed); the EUP
+  (exp, log, tanh, ...) retires a quarter of that.
+- a grid step costs ~0.35 us of fixed pipeline overhead (DMA issue, semaphore waits,
+  scalar bookkeeping), the figure the Pallas TPU pipelining guide quotes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+MIB = 1024 * 1024
+
+
+class Chip(msgspec.Struct, frozen=True):
+    """One TensorCore of a TPU generation, as the cost model sees it."""
+
+    name: str
+    generation: int
+    peak_bf16_flops: float
+    peak_f32_flops: float
+    hbm_bytes_per_s: float
+    vmem_bytes: int
+    scoped_vmem_limit_bytes: int
+    per_step_overhead_s: float
+    mxu_dim: int
+    num_lanes: int
+    num_sublanes: int
+    clock_hz: float
+    vpu_ops_per_s: float
+    transcendentals_per_s: float
+    source: str
+
+    def matmul_peak(self, dtype: str) -> float:
+        """Peak MXU flops/s for operands of `dtype` (f32 emulated in three bf16 passes)."""
+        return self.peak_f32_flops if dtype in {"float32", "float64"} else self.peak_bf16_flops
+
+
+@dataclass(frozen=True)
+class _Published:
+    jax_chip_version: str
+    generation: int
+    bf16_ops_per_s: float
+    hbm_bytes_per_s: float
+    vmem_bytes: int
+    mxu_dim: int
+    scoped_vmem_limit_bytes: int
+    clock_hz: float
+
+
+# Per TensorCore; mirrors jax tpu_info._get_tpu_info_impl (jax 0.10.2).
+_PUBLISHED: dict[str, _Published] = {
+    "v5e": _Published("v5e", 5, 1.97e14, 8.20e11, 128 * MIB, 128, 16 * MIB, 1.5e9),
+    "v6e": _Published("v6e", 6, 9.20e14, 1.64e12, 128 * MIB, 256, 32 * MIB, 1.75e9),
+    "v7": _Published("7x", 7, 2.31e15 / 2, 7.40e12 / 2, 64 * MIB, 256, 32 * MIB, 1.9e9),
+}
+
+CHIP_NAMES: tuple[str, ...] = tuple(_PUBLISHED)
+PER_STEP_OVERHEAD_S = 0.35e-6
+F32_MATMUL_PASSES = 3
+VPU_ALUS = 4
+EUP_FRACTION_OF_VPU = 0.25
+
+
+class UnknownChip(ValueError):
+    """A chip name the model has no figures for."""
+
+
+def get_chip(name: str) -> Chip:
+    """Figures for "v5e", "v6e" or "v7" (also accepts "tpu-v6e", "sim-tpu-v6e", "7x")."""
+    key = name.lower().removeprefix("sim-").removeprefix("tpu-").removeprefix("tpu")
+    key = {"v7x": "v7", "7x": "v7", "7": "v7", "v5litepod": "v5e", "v5lite": "v5e"}.get(key, key)
+    if key not in _PUBLISHED:
+        raise UnknownChip(f"unknown chip {name!r}; known: {', '.join(CHIP_NAMES)}")
+    pub = _PUBLISHED[key]
+    vpu_ops = pub.clock_hz * 8 * 128 * VPU_ALUS
+    return Chip(
+        name=key,
+        generation=pub.generation,
+        peak_bf16_flops=pub.bf16_ops_per_s,
+        peak_f32_flops=pub.bf16_ops_per_s / F32_MATMUL_PASSES,
+        hbm_bytes_per_s=pub.hbm_bytes_per_s,
+        vmem_bytes=pub.vmem_bytes,
+        scoped_vmem_limit_bytes=pub.scoped_vmem_limit_bytes,
+        per_step_overhead_s=PER_STEP_OVERHEAD_S,
+        mxu_dim=pub.mxu_dim,
+        num_lanes=128,
+        num_sublanes=8,
+        clock_hz=pub.clock_hz,
+        vpu_ops_per_s=vpu_ops,
+        transcendentals_per_s=vpu_ops * EUP_FRACTION_OF_VPU,
+        source=(
+            f"jax tpu_info.get_tpu_info_for_chip({pub.jax_chip_version!r}, 1) per TensorCore; "
+            "scoped VMEM, clock, VPU/EUP rates and step overhead assumed (see tools/chips.py)"
+        ),
+    )
+
+
+def jax_tpu_info(name: str):  # -> jax._src.pallas.mosaic.tpu_info.TpuInfo
+    """JAX's own record for the chip (used by the lowering and to check `_PUBLISHED`)."""
+    from jax._src.pallas.mosaic import tpu_info
+
+    chip = get_chip(name)
+    version = tpu_info.ChipVersion(_PUBLISHED[chip.name].jax_chip_version)
+    return tpu_info.get_tpu_info_for_chip(version, 1)
+
+
+__all__ = ["CHIP_NAMES", "Chip", "UnknownChip", "get_chip", "jax_tpu_info"]

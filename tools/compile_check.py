@@ -1,0 +1,273 @@
+"""Compile check for TPU targets on any machine: the real Pallas TPU lowering plus a VMEM budget.
+
+`lower_for_tpu` runs in the child that traced the candidate: it cross-lowers the trace for
+TPU (`traced.lower(lowering_platforms=("tpu",))`), which runs the real Mosaic lowering and
+rejects block shapes, index maps and ops it cannot compile. Lowering rules that ask for the
+chip (`get_tpu_info()`) would fail on a CPU host, so the target chip's record is registered
+for the host's device kind while lowering.
+
+`diagnose` turns a lowering or tracing exception into `Diagnostic`s a fix agent can act on:
+the message, the kernel, the line in the candidate file and a hint for common errors.
+
+`check_lowered` runs in the parent on the returned text and adds what the lowering does not
+check: the VMEM budget. Each blocked VMEM operand holds `buffer_count` copies of its block
+(2 by default: the pipeline double-buffers), each padded to the (8 x packing, 128) tile
+layout Mosaic uses in VMEM; VMEM scratch adds once. The sum must fit the scoped limit:
+`vmem_limit_bytes` when the kernel sets it (and it must not exceed physical VMEM), else the
+chip's default. Mosaic's own internal scratch is not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from tools.chips import Chip, get_chip
+from tools.mosaic import MosaicError, MosaicKernel, dtype_bits, parse_lowered
+
+
+class Diagnostic(msgspec.Struct, frozen=True):
+    """One problem found by the compile check, phrased for a fix agent."""
+
+    message: str
+    kernel: str | None = None
+    line: int | None = None
+    hint: str = ""
+    file: str | None = None
+    kind: str = "lowering"  # "lowering" | "tracing" | "vmem" | "parse"
+
+
+class KernelVmem(msgspec.Struct, frozen=True):
+    kernel: str
+    vmem_bytes: int
+    vmem_limit_bytes: int
+    blocks_bytes: int
+    scratch_bytes: int
+
+
+class CompileReport(msgspec.Struct, frozen=True):
+    """Verdict of the compile check for one lowered program on one chip."""
+
+    ok: bool
+    diagnostics: list[Diagnostic]
+    vmem_bytes: int
+    vmem_limit_bytes: int
+    chip: str
+    kernels: list[KernelVmem] = msgspec.field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+@contextlib.contextmanager
+def tpu_info_for(chip: str) -> Iterator[None]:
+    """Make `pltpu.get_tpu_info()` answer with `chip`'s record on a host without a TPU."""
+    from jax._src.pallas.mosaic import tpu_info
+
+    from tools.chips import jax_tpu_info
+
+    info = jax_tpu_info(chip)
+    kind = tpu_info.get_device_kind()
+    if tpu_info.chip_version_from_device_kind(kind) is not None:
+        yield  # a real TPU answers for itself
+        return
+    previous = tpu_info.registry.get(kind)
+    tpu_info.registry[kind] = lambda: info
+    tpu_info.get_tpu_info.cache_clear()
+    try:
+        yield
+    finally:
+        if previous is None:
+            tpu_info.registry.pop(kind, None)
+        else:
+            tpu_info.registry[kind] = previous
+        tpu_info.get_tpu_info.cache_clear()
+
+
+def lower_for_tpu(traced: Any, *, chip: str = "v6e") -> str:
+    """StableHLO text of `jax.jit(f).trace(*args)` lowered for TPU (runs the Mosaic lowering)."""
+    with tpu_info_for(chip):
+        return traced.lower(lowering_platforms=("tpu",)).as_text()
+
+
+_HINTS: tuple[tuple[str, str], ...] = (
+    (r"divisible by 8 and 128",
+     "Make the last two block dims multiples of (8, 128) (16 rows for bf16, 32 for int8) "
+     "or equal to the full array dims; pad the array if its size is not a multiple."),
+    (r"rank 1 block|rank-1 block",
+     "A 1-D block must equal the array length or be a multiple of 1024 (8 x 128) elements; "
+     "reshape to 2-D (rows, 128) instead."),
+    (r"missing \d+ required positional argument|takes \d+ positional arguments? but \d+ were given",
+     "An index map takes one argument per grid dimension (plus one ref per scalar-prefetch "
+     "operand); make its arity match the grid."),
+    (r"must return \d+ values to match block_shape",
+     "An index map returns one block index per block dimension; return as many values as "
+     "the block shape has dims."),
+    (r"same number of dimensions as the array",
+     "The block shape needs one entry per array dimension (use None / pl.Squeezed() to drop one)."),
+    (r"Unimplemented primitive|not implemented|NotImplementedError|Unsupported .*(op|primitive)",
+     "This operation has no Mosaic TPU lowering; rewrite it with supported ops (elementwise, "
+     "jnp.dot / lax.dot_general, reductions over the last axes, broadcasts) or move it outside "
+     "the kernel if it is only layout work."),
+    (r"Invalid shape for `swap`|Expected shape|shape mismatch",
+     "The value stored into a ref must have the ref's block shape; check the out BlockSpec and "
+     "the shape of what the kernel writes."),
+    (r"buffering are supported",
+     "Use pl.Buffered(1) or pl.Buffered(2); deeper pipelines are not supported here."),
+    (r"dimension_semantics",
+     "Give one dimension semantic per grid dimension: 'parallel' only where steps are "
+     "independent, 'arbitrary' for axes that accumulate."),
+    (r"float64|\bf64\b|int64",
+     "TPU kernels have no 64-bit types; compute in float32/int32 inside the kernel."),
+    (r"[Vv][Mm][Ee][Mm]",
+     "Shrink the blocks (VMEM holds two buffers per blocked operand plus scratch) or raise "
+     "vmem_limit_bytes in pltpu.CompilerParams, within the chip's physical VMEM."),
+    (r"index_map|index map",
+     "Check the BlockSpec's index map: it returns block indices (not element offsets), one per "
+     "block dimension, within the array's block grid."),
+)
+
+
+def _hint_for(message: str) -> str:
+    for pattern, hint in _HINTS:
+        if re.search(pattern, message):
+            return hint
+    return "Read the message; the line points at the candidate code that produced it."
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo.extend([e.__context__, e.__cause__])
+    return seen
+
+
+def _message(exc: BaseException) -> str:
+    """The most specific message in the chain, without JAX's stack-trace banner."""
+    for e in _chain(exc):
+        if type(e).__name__ == "JaxStackTraceBeforeTransformation":
+            continue
+        text = str(e).strip()
+        if text:
+            return f"{type(e).__name__}: {text}"
+    return type(exc).__name__
+
+
+def diagnose(exc: BaseException, source_path: str) -> list[Diagnostic]:
+    """Turn a tracing/lowering exception into diagnostics pointing into `source_path`."""
+    target = os.path.realpath(source_path)
+    line: int | None = None
+    for e in _chain(exc):  # an index map named in the message beats the pallas_call frame
+        m = re.search(r"Index map function .*? at (.+?):(\d+)", str(e))
+        if m and os.path.realpath(m.group(1)) == target:
+            line = int(m.group(2))
+            break
+    for e in _chain(exc) if line is None else ():
+        for frame in traceback.extract_tb(e.__traceback__):
+            if os.path.realpath(frame.filename) == target:
+                line = frame.lineno  # deepest frame of the candidate file wins
+        if line is not None:
+            break
+    message = _message(exc)
+    if line is None:
+        pattern = re.escape(source_path) + r":(\d+)|" + re.escape(target) + r":(\d+)"
+        for e in _chain(exc):
+            m = re.search(pattern, str(e))
+            if m:
+                line = int(m.group(1) or m.group(2))
+                break
+    kernel = None
+    m = re.search(r"pallas_call (\w+)", message) or re.search(r"kernel[ =]+'?(\w+)", message)
+    if m:
+        kernel = m.group(1)
+    kind = "lowering" if re.search(r"[Ll]ower|Mosaic|Pallas TPU", message) else "tracing"
+    first = message if len(message) <= 2000 else message[:2000] + " ..."
+    return [Diagnostic(first, kernel, line, _hint_for(message), source_path, kind)]
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+def _tile_padded_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    """Bytes a block occupies in VMEM with the last two dims padded to Mosaic's tiles."""
+    bits = dtype_bits(dtype)
+    dims = list(shape) or [1]
+    if len(dims) == 1:
+        dims = [1, *dims]
+    packing = max(1, 32 // bits)
+    dims[-1] = -(-dims[-1] // 128) * 128
+    dims[-2] = -(-dims[-2] // (8 * packing)) * (8 * packing)
+    return math.ceil(math.prod(dims) * bits / 8)
+
+
+def kernel_vmem(kernel: MosaicKernel, chip: Chip) -> KernelVmem:
+    blocks = sum(
+        w.buffer_count * _tile_padded_bytes(w.block_shape, w.dtype)
+        for w in kernel.windows
+        if w.block_shape is not None and w.memory_space == "vmem"
+    )
+    scratch = sum(
+        _tile_padded_bytes(s.shape, s.dtype)
+        for s in kernel.scratch
+        if s.memory_space == "vmem" and s.nbytes > 0
+    )
+    limit = kernel.vmem_limit_bytes or chip.scoped_vmem_limit_bytes
+    return KernelVmem(kernel.name, blocks + scratch, limit, blocks, scratch)
+
+
+def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e") -> CompileReport:
+    """Check a lowered program's VMEM budget on `chip`; parse failures are diagnostics too."""
+    chip = get_chip(chip) if isinstance(chip, str) else chip
+    try:
+        program = parse_lowered(stablehlo_text)
+    except MosaicError as exc:
+        diag = Diagnostic(str(exc), None, None, "The lowered program could not be read.", None, "parse")
+        return CompileReport(False, [diag], 0, chip.scoped_vmem_limit_bytes, chip.name)
+    diagnostics: list[Diagnostic] = []
+    usage = [kernel_vmem(k, chip) for k in program.kernels]
+    for k, u in zip(program.kernels, usage, strict=True):
+        if u.vmem_limit_bytes > chip.vmem_bytes:
+            diagnostics.append(Diagnostic(
+                f"kernel {k.name}: vmem_limit_bytes={u.vmem_limit_bytes} exceeds the "
+                f"{chip.name} VMEM of {chip.vmem_bytes} bytes",
+                k.name, None,
+                f"Keep vmem_limit_bytes at or below {chip.vmem_bytes}.", None, "vmem",
+            ))
+        if u.vmem_bytes > min(u.vmem_limit_bytes, chip.vmem_bytes):
+            parts = ", ".join(
+                f"{w.role} block {w.block_shape} {w.dtype} x{w.buffer_count}"
+                for w in k.windows if w.block_shape is not None and w.memory_space == "vmem"
+            )
+            diagnostics.append(Diagnostic(
+                f"kernel {k.name}: needs {u.vmem_bytes} bytes of VMEM ({u.blocks_bytes} in "
+                f"pipelined blocks: {parts}; {u.scratch_bytes} in scratch), over the scoped "
+                f"limit of {u.vmem_limit_bytes} bytes on {chip.name}",
+                k.name, None, _hint_for("VMEM"), None, "vmem",
+            ))
+    total = max((u.vmem_bytes for u in usage), default=0)
+    limit = max((u.vmem_limit_bytes for u in usage), default=chip.scoped_vmem_limit_bytes)
+    return CompileReport(not diagnostics, diagnostics, total, limit, chip.name, usage)
+
+
+__all__ = [
+    "CompileReport",
+    "Diagnostic",
+    "KernelVmem",
+    "check_lowered",
+    "diagnose",
+    "kernel_vmem",
+    "lower_for_tpu",
+    "tpu_info_for",
+]
