@@ -1,0 +1,278 @@
+"""The sandboxed side of an evaluation: import, build, trace, lower and run one candidate.
+
+Started by :func:`tools.sandbox.run_sandboxed` as ``python -I -m tools.child_worker BOX``.
+It reads an :class:`~tools.wire.EvalRequest` (inputs and settings, never expected outputs),
+and writes an :class:`~tools.wire.EvalResponse`: per shape, the StableHLO text of the TPU
+lowering and, per case, the outputs of the same trace run under TPU interpret mode.
+
+Everything the candidate could use to influence the verdict lives in the parent. What this
+process can still do is notice when the candidate replaces functions the evaluation relies
+on (comparison helpers, jit, lowering, hashing, the interpreter); those are reported as
+tampering and fail the candidate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tools import interpret, wire
+from tools.sandbox import REQUEST_FILE, RESULT_FILE
+
+CANDIDATE_FILE = "candidate.py"
+
+# Functions a candidate has no business replacing; each is checked by identity.
+GUARDED = (
+    "numpy.allclose", "numpy.isclose", "numpy.array_equal", "numpy.asarray", "numpy.array",
+    "numpy.isfinite", "numpy.abs", "numpy.max", "numpy.mean", "numpy.frombuffer",
+    "numpy.testing.assert_allclose", "numpy.testing.assert_array_equal",
+    "jax.jit", "jax.device_put", "jax.block_until_ready", "jax.numpy.allclose",
+    "jax.numpy.isclose", "jax.numpy.array_equal", "jax.numpy.asarray", "jax.core.eval_jaxpr",
+    "jax.stages.Traced.lower", "jax.stages.Lowered.as_text", "jax.stages.Wrapped.trace",
+    "jax.experimental.pallas.pallas_call", "jax.experimental.pallas.tpu.InterpretParams",
+    "jax.experimental.pallas.tpu.force_tpu_interpret_mode",
+    "jax._src.pallas.pallas_call._pallas_call_lowering",
+    "jax._src.pallas.mosaic.interpret.interpret_pallas_call.interpret_pallas_call",
+    "hashlib.sha256", "msgspec.msgpack.encode", "builtins.open",
+    "tools.wire.WireArray.of", "tools.wire.hash_arrays", "tools.wire.encode",
+    "tools.interpret.interpreted", "tools.interpret._eval", "tools.interpret.RaceLog.races_since",
+    "tools.child_worker.run_group", "tools.child_worker.run_case",
+)
+
+
+def _resolve(dotted: str) -> Any:
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr)
+        return getattr(obj, "__func__", obj)  # a bound classmethod is new on every access
+    raise ImportError(dotted)
+
+
+class IntegrityGuard:
+    """Identity snapshot of :data:`GUARDED`; :meth:`changed` names what was replaced."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        for name in GUARDED:
+            try:
+                self._ids[name] = id(_resolve(name))
+            except (ImportError, AttributeError):
+                continue
+        self._modules = {name: id(sys.modules[name]) for name in
+                         ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.wire",
+                          "tools.interpret", "tools.child_worker") if name in sys.modules}
+
+    def changed(self) -> list[str]:
+        found = []
+        for name, ident in self._ids.items():
+            try:
+                now = id(_resolve(name))
+            except (ImportError, AttributeError):
+                now = -1
+            if now != ident:
+                found.append(name)
+        for name, ident in self._modules.items():
+            if id(sys.modules.get(name)) != ident:
+                found.append(f"sys.modules[{name!r}]")
+        return found
+
+
+def _diagnose(exc: BaseException, source: Path, phase: str) -> list[wire.Diagnostic]:
+    """Structured diagnostics: the toolchain's when available, else message + line."""
+    try:
+        import msgspec
+
+        from tools.compile_check import diagnose  # the compile-check module's reading
+
+        found = [msgspec.to_builtins(d) for d in diagnose(exc, str(source))]
+        return [wire.Diagnostic(message=str(d.get("message", "")), kernel=str(d.get("kernel") or ""),
+                                line=d.get("line"), hint=str(d.get("hint", "")), phase=phase)
+                for d in found]
+    except Exception:  # the module is absent or could not read this exception
+        pass
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).name == source.name:
+            line = frame.lineno
+    return [wire.Diagnostic(message=_one_line(exc), line=line, phase=phase)]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:2000]
+
+
+def _lower(traced: Any, platform: str, chip: str) -> str:
+    if platform == "tpu":
+        try:
+            from tools.compile_check import lower_for_tpu
+        except ImportError:
+            pass
+        else:
+            return lower_for_tpu(traced, chip=chip)
+    return traced.lower(lowering_platforms=(platform,)).as_text()
+
+
+def run_case(
+    fn: Any, case: wire.CaseRequest, races: interpret.RaceLog
+) -> wire.CaseResult:
+    import jax.numpy as jnp
+
+    started = time.perf_counter()
+    host = [a.numpy().copy() for a in case.inputs]
+    before = wire.hash_arrays(host)
+    device = [jnp.asarray(a) for a in host]
+    mark = races.mark()
+    try:
+        outputs = [np.asarray(o) for o in fn(*device)]
+    except Exception as exc:
+        interpret.reset_after_failure()
+        return wire.CaseResult(case_id=case.case_id, inputs_sha256_before=before,
+                               error=_one_line(exc), seconds=time.perf_counter() - started)
+    after_device = wire.hash_arrays([np.asarray(d) for d in device])
+    after_host = wire.hash_arrays(host)
+    return wire.CaseResult(
+        case_id=case.case_id,
+        outputs=wire.wire_arrays(outputs),
+        inputs_sha256_before=before,
+        inputs_sha256_after=after_device if after_device != before else after_host,
+        races_detected=races.races_since(mark),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def run_group(
+    kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest, source: Path,
+    races: interpret.RaceLog, rng: random.Random, guard: IntegrityGuard,
+    tampering: list[str],
+) -> wire.GroupResult:
+    import jax
+
+    first = group.cases[0].inputs
+    specs = [jax.ShapeDtypeStruct(a.shape, wire.numpy_dtype(a.dtype)) for a in first]
+    started = time.perf_counter()
+    try:
+        traced = jax.jit(kernel).trace(*specs)
+    except Exception as exc:
+        return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
+                                diagnostics=tuple(_diagnose(exc, source, "trace")),
+                                trace_seconds=time.perf_counter() - started)
+    traced_at = time.perf_counter()
+    try:
+        text = _lower(traced, request.lowering_platform, request.chip)
+    except Exception as exc:
+        return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
+                                diagnostics=tuple(_diagnose(exc, source, "lower")),
+                                trace_seconds=traced_at - started,
+                                lower_seconds=time.perf_counter() - traced_at)
+    lowered_at = time.perf_counter()
+    _note(tampering, guard)
+    n_pallas = interpret.count_pallas_calls(traced.jaxpr)
+    cases: list[wire.CaseResult] = []
+    if request.run_cases:
+        settings = interpret.InterpretSettings(
+            uninitialized_memory=request.uninitialized_memory,
+            detect_races=request.detect_races,
+            random_seed=group.interpret_seed,
+            num_cores=request.num_cores,
+        )
+        try:
+            fn = interpret.interpreted(traced.jaxpr, settings)
+        except interpret.UnsupportedProgram as exc:
+            return wire.GroupResult(group.shape_index, stablehlo=text,
+                                    pallas_calls_in_trace=n_pallas, trace_error=str(exc),
+                                    diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
+        order = list(group.cases)
+        rng.shuffle(order)
+        for case in order:
+            cases.append(run_case(fn, case, races))
+            _note(tampering, guard)
+    return wire.GroupResult(
+        shape_index=group.shape_index,
+        stablehlo=text,
+        pallas_calls_in_trace=n_pallas,
+        cases=tuple(sorted(cases, key=lambda c: c.case_id)),
+        trace_seconds=traced_at - started,
+        lower_seconds=lowered_at - traced_at,
+    )
+
+
+def _note(tampering: list[str], guard: IntegrityGuard) -> None:
+    for name in guard.changed():
+        if name not in tampering:
+            tampering.append(name)
+
+
+def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
+    import jax
+
+    from tools.candidate import build_in_child, load_in_child
+
+    started = time.perf_counter()
+    races = interpret.RaceLog()
+    races.install()
+    guard = IntegrityGuard()
+    tampering: list[str] = []
+    source = box / request.candidate_file
+    try:
+        module = load_in_child(source)
+        _note(tampering, guard)
+        kernel = build_in_child(module, dict(request.config))
+        _note(tampering, guard)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from candidate code too
+        _note(tampering, guard)
+        return wire.EvalResponse(load_error=_one_line(exc),
+                                 diagnostics=tuple(_diagnose(exc, source, "build")),
+                                 tampering=tuple(tampering), jax_version=jax.__version__,
+                                 seconds=time.perf_counter() - started)
+    rng = random.Random(request.order_seed)
+    groups = list(request.groups)
+    rng.shuffle(groups)
+    results = []
+    for group in groups:
+        try:
+            results.append(run_group(kernel, group, request, source, races, rng, guard,
+                                     tampering))
+        except BaseException as exc:
+            results.append(wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
+                                            diagnostics=tuple(_diagnose(exc, source, "run"))))
+    _note(tampering, guard)
+    return wire.EvalResponse(
+        groups=tuple(sorted(results, key=lambda g: g.shape_index)),
+        tampering=tuple(tampering),
+        jax_version=jax.__version__,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def main(argv: list[str]) -> int:
+    box = Path(argv[1])
+    # Import everything the evaluation uses before any candidate code runs.
+    import jax
+    import jax.experimental.pallas.tpu
+    import msgspec  # noqa: F401
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call  # noqa: F401
+
+    jax.config.update("jax_platforms", "cpu")
+    encode = wire.encode
+    request = wire.decode((box / REQUEST_FILE).read_bytes(), wire.EvalRequest)
+    response = evaluate(box, request)
+    (box / RESULT_FILE).write_bytes(encode(response))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

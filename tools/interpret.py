@@ -1,0 +1,189 @@
+"""Run a traced program under TPU interpret mode without tracing the candidate again.
+
+The candidate's Python runs once, when the child traces it. The jaxpr of that one trace is
+lowered for TPU (the text the parent audits and models) and is also what runs here: this
+evaluator walks the jaxpr, binds every ``pallas_call`` with ``interpret=InterpretParams``
+and inlines the jit/call wrappers around it (their recorded effects predate interpret mode,
+which adds IO effects). So the kernels that ran are exactly the kernels that were lowered.
+
+``InterpretParams`` as of jax 0.10.2 offers ``uninitialized_memory="nan"`` (every buffer the
+kernel allocates, outputs included, starts as NaN), ``detect_races`` (a happens-before race
+detector across simulated cores), ``random_seed`` (grid coordinates along ``parallel``
+dimensions are randomly permuted; ``arbitrary`` dimensions keep their order) and
+``num_cores_or_threads`` (the parallel subgrid is split between simulated cores). Races are
+reported through a module-level ``RaceDetectionState`` that is replaced at every kernel
+start; :class:`RaceLog` keeps all of them so no kernel's finding is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_INLINED = {
+    "pjit": "jaxpr",
+    "jit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat": "jaxpr",
+    "checkpoint": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+}
+
+
+class UnsupportedProgram(ValueError):
+    """A program shape the evaluator cannot run faithfully (e.g. a kernel inside a loop)."""
+
+
+@dataclass(frozen=True)
+class InterpretSettings:
+    uninitialized_memory: str = "nan"
+    detect_races: bool = True
+    random_seed: int = 0
+    num_cores: int = 2
+
+    def params(self) -> Any:
+        from jax.experimental.pallas import tpu as pltpu
+
+        return pltpu.InterpretParams(
+            uninitialized_memory=self.uninitialized_memory,  # type: ignore[arg-type]
+            detect_races=self.detect_races,
+            random_seed=self.random_seed,
+            num_cores_or_threads=self.num_cores,
+        )
+
+
+@dataclass
+class RaceLog:
+    """Every race-detector state created while it is installed (one per kernel run)."""
+
+    states: list[Any] = field(default_factory=list)
+
+    def install(self) -> None:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+
+        original = ipc.RaceDetectionState
+        log = self.states
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            state = original(*args, **kwargs)
+            log.append(state)
+            return state
+
+        ipc.RaceDetectionState = recording  # type: ignore[assignment,misc]
+
+    def mark(self) -> int:
+        return len(self.states)
+
+    def races_since(self, mark: int) -> bool:
+        return any(bool(getattr(s, "races_found", False)) for s in self.states[mark:])
+
+
+def count_pallas_calls(closed_jaxpr: Any) -> int:
+    """How many pallas_call equations the program holds, nested wrappers included."""
+    return sum(1 for _ in _pallas_eqns(closed_jaxpr.jaxpr))
+
+
+def interpreted(closed_jaxpr: Any, settings: InterpretSettings) -> Callable[..., list[Any]]:
+    """A jitted function evaluating ``closed_jaxpr`` with every pallas_call interpreted."""
+    import jax
+
+    params = settings.params()
+    jaxpr, consts = closed_jaxpr.jaxpr, closed_jaxpr.consts
+    _check_supported(jaxpr)
+
+    def run(*args: Any) -> list[Any]:
+        return _eval(jaxpr, consts, args, params)
+
+    return jax.jit(run)
+
+
+def reset_after_failure() -> None:
+    """Interpret mode keeps global state after an exception; clear it before the next run."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], params: Any) -> list[Any]:
+    from jax._src import core, source_info_util
+
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return v.val if isinstance(v, core.Literal) else env[v]
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        invals = [read(v) for v in eqn.invars]
+        if name in _INLINED and _inner(eqn) is not None:
+            inner = _inner(eqn)
+            outs = _eval(inner.jaxpr, inner.consts, invals, params)
+        else:
+            bind_params = eqn.primitive.get_bind_params(eqn.params)
+            if name == "pallas_call":
+                bind_params = {**bind_params, "interpret": params}
+            name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+            with (
+                source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
+                eqn.ctx.manager,
+            ):
+                outs = eqn.primitive.bind(*invals, **bind_params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        for var, value in zip(eqn.outvars, outs, strict=True):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _inner(eqn: Any) -> Any:
+    return eqn.params.get(_INLINED[eqn.primitive.name])
+
+
+def _sub_jaxprs(eqn: Any) -> list[Any]:
+    from jax._src import core
+
+    found: list[Any] = []
+    for value in eqn.params.values():
+        items = value if isinstance(value, tuple | list) else (value,)
+        for item in items:
+            if isinstance(item, core.ClosedJaxpr):
+                found.append(item.jaxpr)
+            elif isinstance(item, core.Jaxpr):
+                found.append(item)
+    return found
+
+
+def _pallas_eqns(jaxpr: Any) -> list[Any]:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            found.append(eqn)
+            continue
+        for sub in _sub_jaxprs(eqn):
+            found.extend(_pallas_eqns(sub))
+    return found
+
+
+def _check_supported(jaxpr: Any) -> None:
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "pallas_call":
+            continue
+        if name in _INLINED and _inner(eqn) is not None:
+            _check_supported(_inner(eqn).jaxpr)
+            continue
+        for sub in _sub_jaxprs(eqn):
+            if _pallas_eqns(sub):
+                raise UnsupportedProgram(
+                    f"a pallas_call inside `{name}` (a loop or branch around a kernel) cannot "
+                    "be run under interpret mode from the lowered trace; call the kernel "
+                    "outside control flow"
+                )

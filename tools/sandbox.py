@@ -1,0 +1,250 @@
+"""Run untrusted code in a child process that returns data only.
+
+The child gets a fresh temporary directory holding its request, a wall-clock limit (the
+whole process tree is killed when it passes), an address-space limit (RLIMIT_AS), a CPU
+limit, a file-size limit and an environment rebuilt from an allowlist with every
+credential-looking variable removed. Where the host allows it (Linux with util-linux
+``unshare``/``setpriv`` and the rights to use namespaces) the child also runs in its own
+PID namespace with a private ``/proc`` (so it cannot read another process's environment),
+without network, with every filesystem except its directory read-only, and with no
+capabilities. What was applied is reported in :attr:`SandboxResult.isolation`; it is
+probed once per process, never assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REQUEST_FILE = "request.bin"
+RESULT_FILE = "result.bin"
+_TAIL = 4000
+
+_ALLOWED_PREFIXES = (
+    "PATH", "LANG", "LC_", "TZ", "XLA_", "JAX_", "TPU_", "LIBTPU", "CUDA_", "NVIDIA_",
+    "LD_LIBRARY_PATH", "OMP_", "MKL_", "OPENBLAS_", "TF_CPP_",
+)
+_SECRET_WORDS = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT", re.IGNORECASE
+)
+_SECRET_PREFIXES = (
+    "GOOGLE_", "GEMINI_", "NATS_", "AWS_", "AZURE_", "OPENAI_", "ANTHROPIC_", "HF_",
+    "HUGGING", "GITHUB_", "GH_", "GCP_", "GCLOUD", "CLOUDSDK_", "QDRANT_",
+)
+# Runs as PID 1 of the new namespaces: make mounts private, keep the sandbox directory
+# writable, make every other writable filesystem read-only, then drop all capabilities.
+_LAUNCHER = r"""
+set -e
+box="$1"; shift
+mount --make-rprivate /
+mount --bind "$box" "$box"
+for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|sysfs|cgroup2?|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
+  [ "$target" = "$box" ] && continue
+  mount -o remount,bind,ro "$target" 2>/dev/null || [ "$target" != "/" ]
+done
+exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 300.0
+    memory_bytes: int = 4 << 30
+    file_bytes: int = 1 << 30
+
+    def describe(self) -> dict[str, float | int]:
+        return {"wall_s": self.wall_s, "memory_bytes": self.memory_bytes,
+                "file_bytes": self.file_bytes}
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int | None
+    timed_out: bool
+    result: bytes | None
+    stdout_tail: str
+    stderr_tail: str
+    wall_s: float
+    limits: Limits
+    isolation: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.result is not None and not self.timed_out
+
+    def failure(self) -> str:
+        """Why no result came back, in words (empty when it did)."""
+        if self.ok:
+            return ""
+        if self.timed_out:
+            return (f"did not finish within the time limit of {self.limits.wall_s:g} s "
+                    "(killed)")
+        gib = self.limits.memory_bytes / (1 << 30)
+        if looks_like_memory_exhaustion(self.stderr_tail):
+            return f"exceeded the memory limit of {gib:g} GiB (killed by the allocator)"
+        if self.returncode is not None and self.returncode < 0:
+            name = signal.Signals(-self.returncode).name
+            return f"child process died from {name} (memory limit {gib:g} GiB)"
+        if self.result is None:
+            return f"child process exited with status {self.returncode} and no result"
+        return f"child process exited with status {self.returncode}"
+
+
+def looks_like_memory_exhaustion(text: str) -> bool:
+    return any(s in text for s in ("MemoryError", "bad_alloc", "RESOURCE_EXHAUSTED",
+                                   "Cannot allocate memory", "Out of memory"))
+
+
+def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: allowlisted names only, and never one that looks secret."""
+    source = os.environ if env is None else env
+    kept = {}
+    for name, value in source.items():
+        if not name.startswith(_ALLOWED_PREFIXES):
+            continue
+        if _SECRET_WORDS.search(name) or name.upper().startswith(_SECRET_PREFIXES):
+            continue
+        kept[name] = value
+    kept.setdefault("PATH", "/usr/bin:/bin")
+    return kept
+
+
+def run_sandboxed(
+    module: str,
+    request: bytes,
+    *,
+    files: Mapping[str, bytes] | None = None,
+    limits: Limits | None = None,
+    isolate: bool = True,
+) -> SandboxResult:
+    """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back."""
+    limits = limits or Limits()
+    box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))
+    try:
+        (box / REQUEST_FILE).write_bytes(request)
+        for name, data in (files or {}).items():
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"{name=} must be a plain file name")
+            (box / name).write_bytes(data)
+        env = scrubbed_env()
+        env.update(HOME=str(box), TMPDIR=str(box), PYTHONDONTWRITEBYTECODE="1",
+                   JAX_PLATFORMS="cpu")
+        command = [sys.executable, "-I", "-m", module, str(box)]
+        isolation = ["env-scrubbed", "rlimits", "own-session"]
+        if isolate and namespaces_available():
+            command = _namespace_prefix(str(box)) + command
+            isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
+                          "no-capabilities"]
+        prlimit = shutil.which("prlimit")
+        if prlimit:
+            command = [prlimit, *_prlimit_args(limits), "--", *command]
+        started = time.monotonic()
+        with open(box / "stdout.txt", "wb") as out, open(box / "stderr.txt", "wb") as err:
+            proc = subprocess.Popen(
+                command, cwd=box, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, close_fds=True,
+                # prlimit applies the limits without running Python between fork and exec
+                # (unsafe in a process with JAX's threads); the hook is the fallback.
+                preexec_fn=None if prlimit else functools.partial(_limit_child, limits),
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=limits.wall_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc)
+            finally:
+                if proc.poll() is None:
+                    _kill_tree(proc)
+        wall = time.monotonic() - started
+        result_path = box / RESULT_FILE
+        result = result_path.read_bytes() if result_path.is_file() and not timed_out else None
+        return SandboxResult(
+            returncode=proc.returncode,
+            timed_out=timed_out,
+            result=result if proc.returncode == 0 else None,
+            stdout_tail=_tail(box / "stdout.txt"),
+            stderr_tail=_tail(box / "stderr.txt"),
+            wall_s=wall,
+            limits=limits,
+            isolation=tuple(isolation),
+        )
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+@functools.cache
+def namespaces_available() -> bool:
+    """Whether the namespace launcher works here (probed once with a no-op)."""
+    if sys.platform != "linux" or not (shutil.which("unshare") and shutil.which("setpriv")):
+        return False
+    box = tempfile.mkdtemp(prefix="kg-probe-")
+    try:
+        probe = subprocess.run(
+            [*_namespace_prefix(box), "/bin/sh", "-c", "touch \"$0/ok\"", box],
+            capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+        )
+        return probe.returncode == 0 and Path(box, "ok").is_file()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+def _namespace_prefix(box: str) -> list[str]:
+    return [
+        "unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
+        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box,
+    ]
+
+
+def _cpu_seconds(limits: Limits) -> int:
+    return int(limits.wall_s * 2) + 10  # two cores' worth of the wall limit, as a backstop
+
+
+def _prlimit_args(limits: Limits) -> list[str]:
+    cpu = _cpu_seconds(limits)
+    return [f"--as={limits.memory_bytes}", f"--cpu={cpu}:{cpu + 5}",
+            f"--fsize={limits.file_bytes}", "--core=0"]
+
+
+def _limit_child(limits: Limits) -> None:
+    """Fallback when `prlimit` is missing: runs in the forked child before exec."""
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    cpu = _cpu_seconds(limits)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

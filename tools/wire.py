@@ -1,0 +1,127 @@
+"""The data that crosses the sandbox boundary, as msgspec structs encoded with msgpack.
+
+The child receives inputs and settings only, never expected outputs or the oracle; it
+sends back arrays, lowered text and diagnostics. Arrays travel as (dtype name, shape,
+raw bytes), which round-trips bfloat16 and other ml_dtypes types exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+
+class WireArray(msgspec.Struct, frozen=True):
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @classmethod
+    def of(cls, array: Any) -> WireArray:
+        host = np.ascontiguousarray(np.asarray(array))
+        return cls(host.dtype.name, tuple(host.shape), host.tobytes())
+
+    def numpy(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=numpy_dtype(self.dtype)).reshape(self.shape)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """np.dtype for a name, including bfloat16 and float8 types from ml_dtypes."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def hash_arrays(arrays: Iterable[Any]) -> str:
+    """sha256 over dtype, shape and bytes of each array, in order."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        host = np.ascontiguousarray(np.asarray(array))
+        digest.update(f"{host.dtype.name}|{host.shape}|".encode())
+        digest.update(host.tobytes())
+    return digest.hexdigest()
+
+
+class CaseRequest(msgspec.Struct, frozen=True):
+    case_id: str
+    inputs: tuple[WireArray, ...]
+
+
+class ShapeGroup(msgspec.Struct, frozen=True):
+    """Cases that share input shapes: traced and lowered once, run once per case."""
+
+    shape_index: int
+    interpret_seed: int  # order of `parallel` grid dimensions under interpret mode
+    cases: tuple[CaseRequest, ...]
+
+
+class EvalRequest(msgspec.Struct, frozen=True):
+    candidate_file: str  # file name inside the sandbox directory
+    config: dict[str, Any]
+    groups: tuple[ShapeGroup, ...]
+    order_seed: int  # shuffles groups and cases, so no case is reliably "the first"
+    uninitialized_memory: str = "nan"
+    detect_races: bool = True
+    num_cores: int = 2
+    lowering_platform: str = "tpu"
+    chip: str = "v6e"  # the TPU generation the lowering asks about (VMEM size, tiling)
+    run_cases: bool = True  # False: trace and lower only (compile check)
+
+
+class Diagnostic(msgspec.Struct, frozen=True):
+    """A problem a fix agent can act on; mirrors tools.compile_check.Diagnostic."""
+
+    message: str
+    kernel: str = ""
+    line: int | None = None
+    hint: str = ""
+    phase: str = ""
+
+
+class CaseResult(msgspec.Struct, frozen=True):
+    case_id: str
+    outputs: tuple[WireArray, ...] = ()
+    inputs_sha256_before: str = ""
+    inputs_sha256_after: str = ""
+    races_detected: bool = False
+    error: str = ""
+    seconds: float = 0.0
+
+
+class GroupResult(msgspec.Struct, frozen=True):
+    shape_index: int
+    stablehlo: str = ""
+    pallas_calls_in_trace: int = 0
+    trace_error: str = ""
+    diagnostics: tuple[Diagnostic, ...] = ()
+    cases: tuple[CaseResult, ...] = ()
+    trace_seconds: float = 0.0
+    lower_seconds: float = 0.0
+
+
+class EvalResponse(msgspec.Struct, frozen=True):
+    load_error: str = ""
+    diagnostics: tuple[Diagnostic, ...] = ()
+    groups: tuple[GroupResult, ...] = ()
+    tampering: tuple[str, ...] = ()
+    jax_version: str = ""
+    seconds: float = 0.0
+
+
+def encode(obj: Any) -> bytes:
+    return msgspec.msgpack.encode(obj)
+
+
+def decode(data: bytes, kind: type[Any]) -> Any:
+    return msgspec.msgpack.decode(data, type=kind)
+
+
+def wire_arrays(arrays: Sequence[Any]) -> tuple[WireArray, ...]:
+    return tuple(WireArray.of(a) for a in arrays)
