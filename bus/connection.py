@@ -1,0 +1,109 @@
+"""Connecting to NATS, with credentials from the environment only.
+
+Secrets never go on a command line (other users can read it in `ps`): a URL with
+`user:password@` is refused, and the token, user/password or creds file come from
+KG_NATS_TOKEN, KG_NATS_USER + KG_NATS_PASSWORD, or KG_NATS_CREDS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import nats
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger("kernelgraph.bus")
+
+URL_ENV = "KG_NATS_URL"
+TOKEN_ENV = "KG_NATS_TOKEN"
+USER_ENV = "KG_NATS_USER"
+PASSWORD_ENV = "KG_NATS_PASSWORD"
+CREDS_ENV = "KG_NATS_CREDS"
+
+
+class BusConfigError(ValueError):
+    """A NATS URL or credential setting that cannot work; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    creds_file: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
+        env = os.environ if env is None else env
+        user, password = env.get(USER_ENV) or None, env.get(PASSWORD_ENV) or None
+        if (user is None) != (password is None):
+            raise BusConfigError(f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
+        creds = env.get(CREDS_ENV) or None
+        if creds is not None and not os.path.isfile(creds):
+            raise BusConfigError(f"{CREDS_ENV}={creds}: no such file")
+        return cls(token=env.get(TOKEN_ENV) or None, user=user, password=password, creds_file=creds)
+
+    def connect_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.token:
+            options["token"] = self.token
+        if self.user:
+            options["user"], options["password"] = self.user, self.password
+        if self.creds_file:
+            options["user_credentials"] = self.creds_file
+        return options
+
+
+def check_url(url: str) -> str:
+    """Refuse URLs that cannot be NATS or that carry a secret."""
+    for part in url.split(","):
+        parts = urlsplit(part.strip())
+        if parts.scheme not in ("nats", "tls", "ws", "wss"):
+            raise BusConfigError(f"--nats {url}: expected nats://host:port (got scheme {parts.scheme!r})")
+        if parts.username or parts.password:
+            raise BusConfigError(
+                f"--nats: credentials in the URL are refused; set {TOKEN_ENV} or "
+                f"{USER_ENV}/{PASSWORD_ENV} in the environment instead"
+            )
+        if not parts.hostname:
+            raise BusConfigError(f"--nats {url}: no host")
+    return url
+
+
+async def connect(
+    url: str,
+    *,
+    name: str,
+    credentials: Credentials | None = None,
+    connect_timeout: float = 5.0,
+) -> NATS:
+    """A client that reconnects forever: a restarting server must not kill the services."""
+    check_url(url)
+    creds = Credentials.from_env() if credentials is None else credentials
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats %s: %s", name, exc)
+
+    async def on_disconnected() -> None:
+        log.info("nats %s: disconnected", name)
+
+    async def on_reconnected() -> None:
+        log.info("nats %s: reconnected", name)
+
+    return await nats.connect(
+        servers=[u.strip() for u in url.split(",")],
+        name=name,
+        connect_timeout=connect_timeout,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        allow_reconnect=True,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+        **creds.connect_options(),
+    )

@@ -1,0 +1,85 @@
+"""Names on the wire: subjects, streams, consumers and headers, in one place.
+
+Commands travel on `kg.cmd.<agent>` (a work-queue stream: each command is taken by one
+worker of its agent kind), events on `kg.evt.<run_id>.<type>` (a stream the recorder
+consumes durably), artifacts on `kg.art.<sha256>` (a content-addressed stream the
+recorder copies into the log and agents read back by hash).
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "kg"
+
+COMMANDS_STREAM = "KG_CMD"
+EVENTS_STREAM = "KG_EVT"
+ARTIFACTS_STREAM = "KG_ART"
+
+COMMANDS_WILDCARD = f"{PREFIX}.cmd.>"
+EVENTS_WILDCARD = f"{PREFIX}.evt.>"
+ARTIFACTS_WILDCARD = f"{PREFIX}.art.>"
+
+RECORDER_EVENTS_CONSUMER = "recorder_events"
+RECORDER_ARTIFACTS_CONSUMER = "recorder_artifacts"
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+"""JetStream drops a second message with the same id inside the stream's duplicate window."""
+
+ARTIFACT_KIND_HEADER = "Kg-Artifact-Kind"
+
+NO_RUN_TOKEN = "_"
+"""Subject token for events that belong to no run (a message nobody could decode)."""
+
+_TOKEN = re.compile(r"[A-Za-z0-9_\-]+")
+_NOT_TOKEN = re.compile(r"[^A-Za-z0-9_\-]")
+_AGENT = re.compile(r"[a-z][a-z0-9_\-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_token(value: str, what: str) -> str:
+    """A subject token may not hold dots, wildcards or spaces: reject them early and by name."""
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(f"{what}={value!r} is not a valid subject token (use letters, digits, _ and -)")
+    return value
+
+
+def check_agent(agent: str) -> str:
+    if not _AGENT.fullmatch(agent):
+        raise ValueError(f"agent={agent!r}: agent names are lower case letters, digits, _ and -")
+    return agent
+
+
+def command_subject(agent: str) -> str:
+    return f"{PREFIX}.cmd.{check_agent(agent)}"
+
+
+def run_token(run_id: str) -> str:
+    """The subject token of a run: the run id, with characters a subject cannot hold replaced.
+
+    Routing only: the exact run id travels inside the event, so a rare collision of two
+    odd run ids on one token costs a subscriber a filter, never a wrong record.
+    """
+    if not run_id:
+        return NO_RUN_TOKEN
+    return run_id if _TOKEN.fullmatch(run_id) else _NOT_TOKEN.sub("_", run_id)
+
+
+def event_subject(run_id: str, type_name: str) -> str:
+    return f"{PREFIX}.evt.{run_token(run_id)}.{check_token(type_name, 'type')}"
+
+
+def run_events_subject(run_id: str) -> str:
+    """Every event of one run, for a caller that waits on results."""
+    return f"{PREFIX}.evt.{run_token(run_id)}.>"
+
+
+def artifact_subject(sha256: str) -> str:
+    if not _SHA256.fullmatch(sha256):
+        raise ValueError(f"sha256={sha256!r} is not a lower-case hex sha256 digest")
+    return f"{PREFIX}.art.{sha256}"
+
+
+def agent_consumer(agent: str) -> str:
+    """The durable pull consumer that every worker of one agent kind shares (its queue group)."""
+    return f"agent_{check_agent(agent)}".replace("-", "_")
