@@ -414,6 +414,7 @@ class LoweredProgram:
     kernels: list[MosaicKernel]
     outside_ops: list[str]
     outside_custom_calls: list[str] = field(default_factory=list)
+    outside_op_bytes: list[tuple[str, int]] = field(default_factory=list)  # operands + results
     input_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
     output_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
 
@@ -473,6 +474,7 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
     kernels: list[MosaicKernel] = []
     outside: list[str] = []
     custom_targets: list[str] = []
+    outside_bytes: list[tuple[str, int]] = []
     inputs: list[tuple[tuple[int, ...], str]] = []
     outputs: list[tuple[tuple[int, ...], str]] = []
     with ctx:
@@ -492,7 +494,17 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                 custom_targets.append(target)
             if name not in _STRUCTURAL:
                 outside.append(name)
-    return LoweredProgram(kernels, outside, custom_targets, inputs, outputs)
+                outside_bytes.append((name, _tensor_bytes(op)))
+    return LoweredProgram(kernels, outside, custom_targets, outside_bytes, inputs, outputs)
+
+
+def _tensor_bytes(op: Any) -> int:
+    total = 0
+    for v in [*op.operation.operands, *op.operation.results]:
+        kind, shape, dtype, _ = _split_shaped(str(v.type))
+        if kind == "tensor" and dtype in _BITS:
+            total += nbytes(shape, dtype)
+    return total
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,112 @@
+"""The roofline model against numbers worked out by hand from the chip figures."""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import pytest
+
+from tests.perf_kernels import good, lower
+from tools.chips import get_chip
+from tools.costmodel import (
+    KERNEL_LAUNCH_S,
+    estimate_baseline,
+    estimate_kernel,
+    estimate_program,
+    reference_cost,
+)
+from tools.mosaic import parse_lowered
+
+V6E_BW = 1.64e12
+V5E_BW = 8.2e11
+STEP = 0.35e-6
+
+
+def _kernel(fn, *args):
+    (k,) = parse_lowered(lower(fn, *args)).kernels
+    return k
+
+
+def test_elementwise_kernel_by_hand() -> None:
+    k = _kernel(good.scale, jnp.ones((1024, 128), jnp.float32))
+    est = estimate_kernel(k, get_chip("v6e"))
+    block = 256 * 128 * 4
+    assert est.grid_steps == 4
+    assert est.fetches == [4, 4]
+    assert est.hbm_bytes == 8 * block
+    assert est.flops == 1024 * 128
+    # Every step's DMA (next input + previous output) outlasts its 32768 VPU ops, so the
+    # time is launch + prologue + 4 steps of DMA/overhead + epilogue = launch + all bytes + 4 steps.
+    want = KERNEL_LAUNCH_S + 8 * block / V6E_BW + 4 * STEP
+    assert est.latency_s == pytest.approx(want, rel=1e-9)
+    assert est.bound == "overhead"  # 1.4 us of step overhead vs 0.64 us of traffic
+
+
+def test_matmul_refetch_over_k() -> None:
+    """grid (i, j, k): A's block (i, k) and B's (k, j) change every step; C's (i, j) every 4."""
+    a = jnp.ones((256, 512), jnp.bfloat16)
+    b = jnp.ones((512, 384), jnp.bfloat16)
+    est = estimate_kernel(_kernel(good.matmul, a, b), get_chip("v6e"))
+    tile = 128 * 128 * 2
+    assert est.grid_steps == 24
+    assert est.fetches == [24, 24, 6]
+    assert est.hbm_bytes == (24 + 24 + 6) * tile
+    assert est.matmul_flops == 24 * 2 * 128**3
+    # v6e's MXU is 256 wide: a 128-wide N and K use a quarter of it.
+    assert est.matmul_padded_flops == 24 * 2 * 128 * 256 * 256
+    v5e = estimate_kernel(_kernel(good.matmul, a, b), get_chip("v5e"))
+    assert v5e.matmul_padded_flops == v5e.matmul_flops
+
+
+def test_matmul_full_k_fetches_a_once_per_row_and_times_by_hand() -> None:
+    """bk = K: grid (2, 3, 1); A's block (i, 0) stays put while j moves: fetched twice."""
+    a = jnp.ones((256, 512), jnp.bfloat16)
+    b = jnp.ones((512, 384), jnp.bfloat16)
+    fn = functools.partial(good.matmul, bk=512)
+    est = estimate_kernel(_kernel(fn, a, b), get_chip("v5e"))
+    a_blk = b_blk = 128 * 512 * 2
+    o_blk = 128 * 128 * 2
+    assert est.fetches == [2, 6, 6]
+    assert est.hbm_bytes == 2 * a_blk + 6 * b_blk + 6 * o_blk
+    # Per step: the 128x128x512 matmul at v5e's bf16 peak vs the DMAs overlapping it.
+    mxu = 2 * 128 * 128 * 512 / 1.97e14
+    overlapped = [b_blk, b_blk + o_blk, a_blk + b_blk + o_blk, b_blk + o_blk, b_blk + o_blk, o_blk]
+    steps = sum(max(mxu, x / V5E_BW) + STEP for x in overlapped)
+    want = KERNEL_LAUNCH_S + (a_blk + b_blk) / V5E_BW + steps + o_blk / V5E_BW
+    assert est.latency_s == pytest.approx(want, rel=1e-9)
+    assert mxu > o_blk / V5E_BW  # the last step is compute-bound, as the sum above assumes
+
+
+def test_data_dependent_index_is_fetched_every_step() -> None:
+    idx = jnp.array([0, 0, 2, 2], jnp.int32)
+    k = _kernel(good.gather_rows, idx, jnp.ones((32, 128), jnp.float32))
+    est = estimate_kernel(k, get_chip("v6e"))
+    assert est.fetches == [4, 4]
+    assert any("depends on data" in c for c in est.caveats)
+
+
+def test_baseline_from_post_fusion_cost() -> None:
+    a = jnp.ones((256, 512), jnp.bfloat16)
+    b = jnp.ones((512, 384), jnp.bfloat16)
+    cost = reference_cost(lambda x, y: jnp.dot(x, y), (a, b))
+    # XLA:CPU widens bf16 to f32 around its dot; the TPU program reads bf16 and writes bf16.
+    assert cost.bytes_accessed == (256 * 512 + 512 * 384 + 256 * 384) * 2
+    assert cost.raw_bytes_accessed > cost.bytes_accessed
+    assert [(d.m, d.n, d.k, d.dtype) for d in cost.dots] == [(256, 384, 512, "bfloat16")]
+    base = estimate_baseline(cost, get_chip("v6e"))
+    mxu = 2 * 256 * 512 * 512 / 9.2e14  # N=384 padded to 512 on the 256-wide MXU
+    memory = cost.bytes_accessed / V6E_BW
+    assert base.latency_s == pytest.approx(max(mxu, memory) + cost.n_kernels * KERNEL_LAUNCH_S)
+    assert cost.n_kernels == 1
+
+
+def test_elementwise_baseline_and_program() -> None:
+    x = jnp.ones((1024, 128), jnp.float32)
+    cost = reference_cost(lambda v: v * 2.0, (x,))
+    assert cost.bytes_accessed == 2 * 1024 * 128 * 4
+    assert cost.flops == 1024 * 128
+    base = estimate_baseline(cost, get_chip("v6e"))
+    assert base.latency_s == pytest.approx(2 * 1024 * 128 * 4 / V6E_BW + KERNEL_LAUNCH_S)
+    program = estimate_program(parse_lowered(lower(good.scale, x)), get_chip("v6e"))
+    assert program.outside_bytes == 0 and len(program.kernels) == 1

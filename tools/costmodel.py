@@ -1,0 +1,479 @@
+"""Analytic roofline model of a Pallas TPU kernel and of the XLA baseline, on one chip.
+
+Every figure here is simulated. The assumptions, all of them:
+
+Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.mosaic`):
+1. Grid steps run in row-major order (last grid dimension fastest), one after another on one
+   TensorCore; `parallel` dimensions are not split across cores (v5e/v6e have one core per
+   chip; on v7 each core is its own device).
+2. Bytes moved: a blocked input is fetched at a step when its block index differs from the
+   previous step's (step 0 always fetches); a blocked output is written back when the next
+   step's index differs, and after the last step. A block whose index depends on data
+   (scalar prefetch) is assumed to change every step. `memory_space=ANY` operands move only
+   through the kernel's own `enqueue_dma` ops, counted each time they run.
+3. Pipelining: the standard Pallas double-buffered pipeline. Step 0's inputs are fetched
+   before any compute (prologue) and the last step's outputs are written after it
+   (epilogue). During step t the DMA engine fetches step t+1's inputs and writes step t-1's
+   outputs; the step takes max(compute, those DMAs at HBM bandwidth) + the per-step overhead.
+   Operands with `pl.Buffered(1)` are not overlapped: their transfers add to their step.
+4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
+   the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
+   third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
+   op per input element) and EUP time (transcendentals); the three units overlap, so the
+   step's compute is the largest of the three. Data movement ops inside VMEM (loads, stores,
+   broadcasts, reshapes, transposes) are free.
+5. `pl.when` branches run on the steps their condition holds (conditions on program ids are
+   evaluated per step); a condition that depends on data counts both branches. `fori_loop`
+   bodies count trip-count times when the bounds are constants, once otherwise.
+6. Each kernel launch costs `KERNEL_LAUNCH_S`; XLA ops outside the kernels (layout work)
+   each cost a launch plus their operand and result bytes at HBM bandwidth, reshapes free.
+
+XLA baseline (`reference_cost` compiles the task's reference on the host):
+7. The host's post-fusion program stands in for XLA:TPU's: flops and transcendentals from
+   its `cost_analysis()`, bytes as each launched fusion's operands + result, except that the
+   host's dtype-legalisation converts (XLA:CPU widens bf16 dot operands to f32 and narrows
+   results in separate convert fusions; TPU fuses or skips them) are transparent; the raw
+   `bytes accessed` is kept beside it. Dots (from the
+   StableHLO) run on the MXU with the same padding and dtype peaks as the kernel; the other
+   flops on the VPU and transcendentals on the EUP, overlapped; memory and compute overlap
+   across the whole program; each top-level fused kernel costs one `KERNEL_LAUNCH_S`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tools.chips import Chip
+from tools.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel
+
+KERNEL_LAUNCH_S = 1.0e-6
+FREE_OUTSIDE_OPS = frozenset({
+    "stablehlo.reshape", "stablehlo.bitcast_convert", "stablehlo.constant",
+    "stablehlo.tuple", "stablehlo.get_tuple_element", "stablehlo.optimization_barrier",
+})
+
+
+def _ceil_to(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def padded_matmul_flops(b: int, m: int, n: int, k: int, mxu: int) -> int:
+    """2*B*M*N*K with M padded to 8 sublanes and N, K to the MXU size (assumption 4)."""
+    return 2 * b * _ceil_to(m, 8) * _ceil_to(n, mxu) * _ceil_to(k, mxu)
+
+
+class KernelEstimate(msgspec.Struct, frozen=True):
+    """One pallas_call's simulated cost, with the figures it was built from."""
+
+    name: str
+    grid: list[int]
+    grid_steps: int
+    latency_s: float
+    compute_s: float  # sum over steps of max(MXU, VPU, EUP)
+    memory_s: float  # all HBM traffic at peak bandwidth
+    overhead_s: float  # per-step overhead x steps + launch
+    exposed_dma_s: float  # prologue + epilogue + unoverlapped transfers
+    hbm_bytes: int
+    input_bytes: int
+    output_bytes: int
+    manual_dma_bytes: int
+    flops: int
+    matmul_flops: int
+    matmul_padded_flops: int
+    transcendentals: int
+    vpu_ops: int
+    fetches: list[int]  # per window: how many times its block moves
+    bound: str  # "memory" | "compute" | "overhead"
+    caveats: list[str]
+
+
+class ProgramEstimate(msgspec.Struct, frozen=True):
+    latency_s: float
+    kernels: list[KernelEstimate]
+    outside_ops_s: float
+    outside_bytes: int
+    chip: str
+
+    @property
+    def hbm_bytes(self) -> int:
+        return sum(k.hbm_bytes for k in self.kernels) + self.outside_bytes
+
+    @property
+    def flops(self) -> int:
+        return sum(k.flops for k in self.kernels)
+
+
+@dataclass
+class _StepWork:
+    mxu_s: np.ndarray
+    vpu: np.ndarray
+    trans: np.ndarray
+    flops: np.ndarray
+    mm_flops: np.ndarray
+    mm_padded: np.ndarray
+    dma: np.ndarray
+
+
+def _accumulate(
+    items: Sequence[Any], weight: np.ndarray, conds: dict[int, np.ndarray | None],
+    work: _StepWork, chip: Chip, caveats: set[str],
+) -> None:
+    for item in items:
+        if isinstance(item, BodyOp):
+            _add_op(item, weight, work, chip)
+        elif isinstance(item, Branch):
+            cond = conds.get(item.cond) if item.cond is not None else None
+            if cond is None:
+                caveats.add("a pl.when condition depends on data: both branches counted")
+                _accumulate(item.then, weight, conds, work, chip, caveats)
+                _accumulate(item.otherwise, weight, conds, work, chip, caveats)
+            else:
+                _accumulate(item.then, weight * cond, conds, work, chip, caveats)
+                _accumulate(item.otherwise, weight * ~cond, conds, work, chip, caveats)
+        elif isinstance(item, Loop):
+            trips = item.trip_count
+            if trips is None:
+                caveats.add("a loop has a data-dependent trip count: its body counted once")
+                trips = 1
+            _accumulate(item.body, weight * trips, conds, work, chip, caveats)
+
+
+def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
+    if op.matmul is not None:
+        b, m, n, k = op.matmul
+        padded = padded_matmul_flops(b, m, n, k, chip.mxu_dim)
+        work.mxu_s += weight * (padded / chip.matmul_peak(op.matmul_dtype))
+        work.mm_flops += weight * op.flops
+        work.mm_padded += weight * padded
+    work.flops += weight * op.flops
+    work.vpu += weight * op.vpu_ops
+    work.trans += weight * op.transcendentals
+    work.dma += weight * op.dma_bytes
+
+
+def _changed(index: list[np.ndarray | None], n: int) -> np.ndarray:
+    """changed[t]: the block index at step t differs from step t-1 (step 0: True)."""
+    out = np.zeros(n, dtype=bool)
+    out[0] = True
+    for dim in index:
+        if dim is None:
+            return np.ones(n, dtype=bool)
+        out[1:] |= dim[1:] != dim[:-1]
+    return out
+
+
+def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
+    """Simulated latency of one pallas_call on `chip` (assumptions 1-6 of the module doc)."""
+    steps = kernel.steps()
+    n = steps.shape[1]
+    caveats: set[str] = set()
+    bw = chip.hbm_bytes_per_s
+
+    in_pipe = np.zeros(n)
+    out_pipe = np.zeros(n)
+    sync_in = np.zeros(n)
+    sync_out = np.zeros(n)
+    fetches: list[int] = []
+    for w in kernel.windows:
+        if w.block_shape is None or w.index_map is None:
+            fetches.append(0)
+            continue
+        index = w.index_map.over(steps)
+        if any(v is None for v in index):
+            caveats.add(f"{w.role} {w.position} block index depends on data: fetched every step")
+        changed = _changed(index, n)
+        moves = changed if w.role == "input" else np.append(changed[1:], True)
+        fetches.append(int(moves.sum()))
+        bytes_per = moves * float(w.block_bytes)
+        if w.buffer_count < 2:
+            (sync_in if w.role == "input" else sync_out)[:] += bytes_per
+        elif w.role == "input":
+            in_pipe += bytes_per
+        else:
+            out_pipe += bytes_per
+
+    work = _StepWork(*(np.zeros(n) for _ in range(7)))
+    conds = kernel.branch_conditions(steps)
+    _accumulate(kernel.body, np.ones(n), conds, work, chip, caveats)
+    if kernel.unmodelled_ops:
+        caveats.add(f"ops with no cost rule (counted free): {', '.join(kernel.unmodelled_ops)}")
+
+    compute = np.maximum.reduce([
+        work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
+    ])
+    overlapped = np.zeros(n)
+    overlapped[:-1] += in_pipe[1:]
+    overlapped[1:] += out_pipe[:-1]
+    overlapped += work.dma
+    sync = sync_in + sync_out
+    step_s = np.maximum(compute, overlapped / bw) + sync / bw + chip.per_step_overhead_s
+    prologue = in_pipe[0] / bw
+    epilogue = out_pipe[-1] / bw
+    latency = KERNEL_LAUNCH_S + prologue + float(step_s.sum()) + epilogue
+
+    total_bytes = float(in_pipe.sum() + out_pipe.sum() + sync.sum() + work.dma.sum())
+    input_bytes = int(in_pipe.sum() + sync_in.sum())
+    memory_s = total_bytes / bw
+    compute_s = float(compute.sum())
+    overhead_s = KERNEL_LAUNCH_S + n * chip.per_step_overhead_s
+    exposed = prologue + epilogue + float(sync.sum()) / bw + float(
+        np.maximum(overlapped / bw - compute, 0).sum()
+    )
+    bound = max(
+        (("memory", memory_s), ("compute", compute_s), ("overhead", overhead_s)),
+        key=lambda kv: kv[1],
+    )[0]
+    return KernelEstimate(
+        name=kernel.name,
+        grid=list(kernel.grid),
+        grid_steps=n if kernel.grid else 1,
+        latency_s=float(latency),
+        compute_s=compute_s,
+        memory_s=memory_s,
+        overhead_s=overhead_s,
+        exposed_dma_s=float(exposed),
+        hbm_bytes=round(float(total_bytes)),
+        input_bytes=input_bytes,
+        output_bytes=int(out_pipe.sum() + sync_out.sum()),
+        manual_dma_bytes=int(work.dma.sum()),
+        flops=round(float(work.flops.sum())),
+        matmul_flops=round(float(work.mm_flops.sum())),
+        matmul_padded_flops=round(float(work.mm_padded.sum())),
+        transcendentals=round(float(work.trans.sum())),
+        vpu_ops=round(float(work.vpu.sum())),
+        fetches=fetches,
+        bound=bound,
+        caveats=sorted(caveats),
+    )
+
+
+def estimate_program(program: LoweredProgram, chip: Chip) -> ProgramEstimate:
+    """Kernels one after another, plus the XLA layout ops around them (assumption 6)."""
+    kernels = [estimate_kernel(k, chip) for k in program.kernels]
+    costly = [(name, b) for name, b in program.outside_op_bytes if name not in FREE_OUTSIDE_OPS]
+    outside_bytes = sum(b for _, b in costly)
+    outside_s = len(costly) * KERNEL_LAUNCH_S + outside_bytes / chip.hbm_bytes_per_s
+    latency = sum(k.latency_s for k in kernels) + outside_s
+    return ProgramEstimate(float(latency), kernels, float(outside_s), outside_bytes, chip.name)
+
+
+# ------------------------------------------------------------------------ XLA baseline
+
+
+class DotShape(msgspec.Struct, frozen=True):
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+
+
+class ReferenceCost(msgspec.Struct, frozen=True):
+    """The reference's post-fusion cost (assumption 7), chip-independent."""
+
+    flops: float
+    bytes_accessed: float  # launched fusions' operands + results, host-only converts removed
+    transcendentals: float
+    raw_bytes_accessed: float  # as the host's cost_analysis() reported it
+    n_kernels: int
+    dots: list[DotShape]
+    source: str = "XLA:CPU post-fusion cost_analysis()"
+
+    @property
+    def dot_flops(self) -> float:
+        return float(sum(2 * d.batch * d.m * d.n * d.k for d in self.dots))
+
+
+def reference_cost(reference_fn: Callable[..., Any], args: Sequence[Any]) -> ReferenceCost:
+    """Compile the trusted reference on the host and read its post-fusion cost."""
+    import jax
+
+    lowered = jax.jit(reference_fn).lower(*args)
+    compiled = lowered.compile()
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older jax returned one dict per computation
+        analysis = analysis[0] if analysis else {}
+    analysis = analysis or {}
+    hlo = compiled.as_text() or ""
+    entry_bytes, n_kernels = _entry_bytes(hlo)
+    raw = float(analysis.get("bytes accessed", 0.0))
+    return ReferenceCost(
+        flops=float(analysis.get("flops", 0.0)),
+        bytes_accessed=float(entry_bytes) if n_kernels else raw,
+        transcendentals=float(analysis.get("transcendentals", 0.0)),
+        raw_bytes_accessed=raw,
+        n_kernels=max(n_kernels, 1),
+        dots=_dots(lowered.as_text()),
+    )
+
+
+_HLO_BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "s64": 64, "s32": 32, "s16": 16,
+             "s8": 8, "u64": 64, "u32": 32, "u16": 16, "u8": 8, "pred": 8, "s4": 4, "u4": 4,
+             "f8e4m3fn": 8, "f8e5m2": 8}
+_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def _hlo_bytes(type_text: str) -> int:
+    total = 0
+    for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", type_text):
+        if dtype in _HLO_BITS:
+            count = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+            total += math.ceil(count * _HLO_BITS[dtype] / 8)
+    return total
+
+
+def _computation_ops(hlo: str) -> dict[str, set[str]]:
+    computations: dict[str, set[str]] = {}
+    current = None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+)\s.*\{\s*$", line)
+        if head and not line.startswith(" "):
+            current = head.group(1)
+            computations[current] = set()
+            continue
+        m = re.match(r"\s+(?:ROOT )?%?[\w.\-]+ = .*? ([\w\-]+)\(", line)
+        if current is not None and m:
+            computations[current].add(m.group(1))
+    return computations
+
+
+_INSTR = re.compile(r"\s+(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(([^)]*)\)(.*)$")
+
+
+def _entry_bytes(hlo: str) -> tuple[int, int]:
+    """(HBM bytes, launched kernels) of the ENTRY computation, host-only converts removed.
+
+    Each launched op reads its operands and writes its result. A fusion of nothing but
+    converts (XLA:CPU's dtype legalisation) is transparent: its readers read its input
+    instead, and a convert after a kernel narrows that kernel's output (TPU fuses both).
+    """
+    computations = _computation_ops(hlo)
+    entry = hlo[hlo.find("ENTRY"):] if "ENTRY" in hlo else ""
+    size: dict[str, int] = {}
+    source: dict[str, str] = {}  # transparent convert -> what it reads
+    kernels: dict[str, list[str]] = {}
+    for line in entry.splitlines()[1:]:
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        name, type_text, opcode, operand_text, rest = m.groups()
+        operands = re.findall(r"%([\w.\-]+)", operand_text)
+        size[name] = _hlo_bytes(type_text)
+        if opcode in _NOT_KERNELS:
+            continue
+        calls = re.search(r"calls=%?([\w.\-]+)", rest)
+        body = computations.get(calls.group(1), set()) if calls and opcode == "fusion" else set()
+        only_converts = opcode == "convert" or (
+            bool(body) and body <= {"parameter", "convert", "bitcast", "copy"} and "convert" in body
+        )
+        if only_converts and len(operands) == 1:
+            src = source.get(operands[0], operands[0])
+            if src in kernels:
+                size[src] = min(size[src], size[name])
+            source[name] = src
+            continue
+        kernels[name] = [source.get(o, o) for o in operands]
+    total = sum(size[k] + sum(size.get(o, 0) for o in ops) for k, ops in kernels.items())
+    return total, len(kernels)
+
+
+def _dots(stablehlo_text: str) -> list[DotShape]:
+    from tools.mosaic import _split_shaped
+
+    dots: list[DotShape] = []
+    for line in stablehlo_text.splitlines():
+        if "stablehlo.dot_general" not in line and "stablehlo.dot " not in line:
+            continue
+        sig = re.search(r":\s*\((tensor<[^>]*>),\s*(tensor<[^>]*>)\)\s*->", line)
+        if not sig:
+            continue
+        _, lhs, ldt, _ = _split_shaped(sig.group(1))
+        _, rhs, rdt, _ = _split_shaped(sig.group(2))
+
+        def dims(name: str, line: str = line) -> list[int]:
+            m = re.search(name + r"\s*=\s*\[([\d,\s]*)\]", line)
+            return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+
+        lb, rb = dims("batching_dims") or dims("lhs_batching_dimensions"), []
+        lc = dims("contracting_dims") or dims("lhs_contracting_dimensions")
+        pair = re.search(r"batching_dims = \[([\d, ]*)\] x \[([\d, ]*)\]", line)
+        if pair:
+            lb = [int(x) for x in pair.group(1).split(",") if x.strip()]
+            rb = [int(x) for x in pair.group(2).split(",") if x.strip()]
+        cpair = re.search(r"contracting_dims = \[([\d, ]*)\] x \[([\d, ]*)\]", line)
+        rc: list[int] = []
+        if cpair:
+            lc = [int(x) for x in cpair.group(1).split(",") if x.strip()]
+            rc = [int(x) for x in cpair.group(2).split(",") if x.strip()]
+        if not lc and len(lhs) >= 1:
+            lc, rc = [len(lhs) - 1], [0]
+        rb = rb or dims("rhs_batching_dimensions")
+        rc = rc or dims("rhs_contracting_dimensions") or [0]
+        k = math.prod(lhs[i] for i in lc)
+        batch = math.prod(lhs[i] for i in lb) if lb else 1
+        m = math.prod(s for i, s in enumerate(lhs) if i not in lc and i not in lb)
+        n = math.prod(s for i, s in enumerate(rhs) if i not in rc and i not in rb)
+        wider = ldt if _HLO_BITS.get(_short(ldt), 32) >= _HLO_BITS.get(_short(rdt), 32) else rdt
+        dots.append(DotShape(batch, m, n, k, wider))
+    return dots
+
+
+def _short(dtype: str) -> str:
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64",
+            "int8": "s8", "int32": "s32"}.get(dtype, dtype)
+
+
+class BaselineEstimate(msgspec.Struct, frozen=True):
+    latency_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    flops: float
+    bytes_accessed: float
+    matmul_padded_flops: float
+    bound: str
+
+
+def estimate_baseline(cost: ReferenceCost, chip: Chip) -> BaselineEstimate:
+    """Simulated XLA latency of the reference on `chip` (assumption 7)."""
+    mxu_s = 0.0
+    padded = 0.0
+    for d in cost.dots:
+        p = padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
+        padded += p
+        mxu_s += p / chip.matmul_peak(d.dtype)
+    other = max(cost.flops - cost.dot_flops, 0.0)
+    compute = max(mxu_s, other / chip.vpu_ops_per_s, cost.transcendentals / chip.transcendentals_per_s)
+    memory = cost.bytes_accessed / chip.hbm_bytes_per_s
+    overhead = cost.n_kernels * KERNEL_LAUNCH_S
+    latency = max(compute, memory) + overhead
+    bound = max((("memory", memory), ("compute", compute), ("overhead", overhead)), key=lambda kv: kv[1])[0]
+    return BaselineEstimate(latency, compute, memory, overhead, cost.flops, cost.bytes_accessed, padded, bound)
+
+
+def roofline_floor_s(flops: float, hbm_bytes: float, chip: Chip) -> float:
+    """The least time any kernel could take for this work on `chip` (bf16 peak, full bandwidth)."""
+    return max(flops / chip.peak_bf16_flops, hbm_bytes / chip.hbm_bytes_per_s)
+
+
+__all__ = [
+    "KERNEL_LAUNCH_S",
+    "BaselineEstimate",
+    "DotShape",
+    "KernelEstimate",
+    "ProgramEstimate",
+    "ReferenceCost",
+    "estimate_baseline",
+    "estimate_kernel",
+    "estimate_program",
+    "padded_matmul_flops",
+    "reference_cost",
+    "roofline_floor_s",
+]

@@ -1,0 +1,444 @@
+"""Executors: how fast a candidate is, on one target, behind one interface.
+
+- `sim-tpu-v6e` (default), `sim-tpu-v5e`, `sim-tpu-v7`: the analytic model of
+  `tools.costmodel` on the lowered program the compile check produced. Every figure is
+  labelled `measured_on="simulated"`.
+- `tpu`, `gpu`: the candidate and the task's reference are timed on the device in a fresh
+  sandboxed child (`tools.sandbox`), interleaved in both orders after warm-ups, each call
+  ended by `block_until_ready`; the median of many runs is kept. Device time comes from an
+  XProf trace of extra interleaved runs (the trace bytes come back and are read here, in the
+  parent), wall time otherwise. A candidate faster than the roofline allows for the task's
+  minimal work (its inputs read and outputs written once at peak bandwidth, its flops at
+  peak compute) is rejected as invalid. Without the device these raise `TargetUnavailable`
+  naming what is missing; they never fall back to another target.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from tools.chips import get_chip
+from tools.costmodel import (
+    ReferenceCost,
+    estimate_baseline,
+    estimate_program,
+    reference_cost,
+    roofline_floor_s,
+)
+from tools.mosaic import LoweredProgram
+
+SIM_TARGETS = {"sim-tpu-v6e": "v6e", "sim-tpu-v5e": "v5e", "sim-tpu-v7": "v7"}
+REAL_TARGETS = ("tpu", "gpu")
+TARGETS = (*SIM_TARGETS, *REAL_TARGETS)
+DEFAULT_TARGET = "sim-tpu-v6e"
+# A measured time may undercut the roofline floor by this much (clock boost, figure rounding)
+# before it is called impossible.
+ROOFLINE_SLACK = 0.9
+
+
+class TargetUnavailable(RuntimeError):
+    """The target's hardware or runtime is not on this machine; the message says what."""
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+class Measurement(msgspec.Struct, frozen=True):
+    """How fast a candidate ran (or would run) against the XLA baseline on one target."""
+
+    target: str
+    measured_on: str  # "simulated" | "real"
+    latency_s: float
+    baseline_s: float
+    speedup: float
+    breakdown: dict[str, Any]
+    valid: bool = True
+    reasons: list[str] = msgspec.field(default_factory=list)
+
+
+class Executor(Protocol):
+    target: str
+    measured_on: str
+
+
+# ------------------------------------------------------------------------------- simulated
+
+
+class SimExecutor:
+    """The analytic roofline model of one TPU generation (see tools/costmodel.py)."""
+
+    measured_on = "simulated"
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.chip = get_chip(SIM_TARGETS[target])
+
+    def reference_cost(self, reference_fn: Callable[..., Any], args: Sequence[Any]) -> ReferenceCost:
+        return reference_cost(reference_fn, args)
+
+    def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost) -> Measurement:
+        program = estimate_program(lowered, self.chip)
+        baseline = estimate_baseline(reference_cost, self.chip)
+        latency = program.latency_s
+        breakdown = {
+            "chip": self.chip.name,
+            "kernels": [msgspec.to_builtins(k) for k in program.kernels],
+            "outside_ops_s": program.outside_ops_s,
+            "outside_bytes": program.outside_bytes,
+            "hbm_bytes": program.hbm_bytes,
+            "flops": program.flops,
+            "baseline": msgspec.to_builtins(baseline),
+            "reference_cost": msgspec.to_builtins(reference_cost),
+            "chip_figures": msgspec.to_builtins(self.chip),
+        }
+        reasons: list[str] = []
+        if not lowered.kernels:
+            reasons.append("no pallas_call in the lowered program: nothing to simulate")
+        return Measurement(
+            target=self.target,
+            measured_on="simulated",
+            latency_s=float(latency),
+            baseline_s=float(baseline.latency_s),
+            speedup=float(baseline.latency_s / latency) if latency > 0 else 0.0,
+            breakdown=breakdown,
+            valid=not reasons,
+            reasons=reasons,
+        )
+
+
+# ------------------------------------------------------------------------------------ real
+
+_GPU_FIGURES: tuple[tuple[str, float, float], ...] = (
+    # (device_kind substring, HBM bytes/s, dense bf16 flops/s), vendor datasheets
+    ("H200", 4.8e12, 989e12),
+    ("H100", 3.35e12, 989e12),
+    ("B200", 8.0e12, 2.25e15),
+    ("A100-SXM4-80GB", 2.039e12, 312e12),
+    ("A100", 1.555e12, 312e12),
+    ("L40S", 864e9, 362e12),
+    ("L4", 300e9, 121e12),
+)
+_GPU_UNKNOWN = (20e12, 1e16)  # looser than any shipping part, so the check stays sound
+
+
+class TimingRequest(msgspec.Struct, frozen=True):
+    platform: str
+    task_path: str
+    candidate_path: str
+    config: dict[str, Any]
+    warmup: int
+    runs: int
+    trace_runs: int
+    shape_index: int = 0
+    seed: int = 0
+
+
+class TimingResult(msgspec.Struct, frozen=True):
+    platform: str
+    device_kind: str
+    candidate_wall_s: list[float]
+    baseline_wall_s: list[float]
+    xplane: bytes = b""
+    error: str = ""
+
+
+def _real_hardware_problem(platform: str) -> str:
+    """Empty if the platform's runtime and device are present, else what is missing."""
+    if platform == "tpu":
+        missing = []
+        if importlib.util.find_spec("libtpu") is None:
+            missing.append("the libtpu package is not installed")
+        if not (glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")):
+            missing.append("no TPU device node (/dev/accel* or /dev/vfio/N)")
+        return "; ".join(missing)
+    if platform == "gpu":
+        missing = []
+        plugins = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")
+        if not any(importlib.util.find_spec(p) for p in plugins):
+            missing.append("no JAX GPU plugin (pip install 'jax[cuda12]')")
+        if not (glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/kfd")):
+            missing.append("no GPU device node (/dev/nvidiaN or /dev/kfd)")
+        return "; ".join(missing)
+    raise UnknownTarget(platform)
+
+
+class RealExecutor:
+    """Times candidate and baseline on the real device, in a fresh sandboxed child."""
+
+    measured_on = "real"
+
+    def __init__(self, platform: str) -> None:
+        self.target = platform
+        self.platform = platform
+
+    def require_available(self) -> None:
+        problem = _real_hardware_problem(self.platform)
+        if problem:
+            raise TargetUnavailable(f"target {self.platform!r} is not available here: {problem}")
+
+    def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost) -> Measurement:
+        raise TargetUnavailable(
+            f"target {self.platform!r} measures on the device; use time_candidate(), not the model"
+        )
+
+    def time_candidate(
+        self,
+        task_path: str | Path,
+        candidate_path: str | Path,
+        config: dict[str, Any] | None = None,
+        *,
+        warmup: int = 5,
+        runs: int = 50,
+        trace_runs: int = 10,
+        wall_s: float = 600.0,
+    ) -> Measurement:
+        """Median device (or wall) time of candidate and baseline, interleaved both orders."""
+        self.require_available()
+        from tools.sandbox import Limits, run_sandboxed
+        from tools.tasks import load_task
+
+        task = load_task(task_path)
+        request = TimingRequest(
+            self.platform, str(Path(task_path).resolve()), str(Path(candidate_path).resolve()),
+            dict(config or {}), warmup, runs, trace_runs,
+        )
+        # Device runtimes reserve far more address space than they use: no RLIMIT_AS here.
+        limits = Limits(wall_s=wall_s, memory_bytes=resource.RLIM_INFINITY)
+        out = run_sandboxed("tools.executors", msgspec.msgpack.encode(request), limits=limits)
+        if not out.ok:
+            raise RuntimeError(f"timing child failed: {out.failure()}\n{out.stderr_tail}")
+        result = msgspec.msgpack.decode(out.result, type=TimingResult)
+        if result.error:
+            return Measurement(self.target, "real", 0.0, 0.0, 0.0, {"error": result.error},
+                               valid=False, reasons=[result.error])
+        return self._judge(task, result)
+
+    def _judge(self, task: Any, result: TimingResult) -> Measurement:
+        import jax
+
+        cand_wall = statistics.median(result.candidate_wall_s)
+        base_wall = statistics.median(result.baseline_wall_s)
+        device = device_times(result.xplane, ("jit_kg_candidate", "jit_kg_baseline"))
+        cand_dev = statistics.median(device["jit_kg_candidate"]) if device["jit_kg_candidate"] else None
+        base_dev = statistics.median(device["jit_kg_baseline"]) if device["jit_kg_baseline"] else None
+        use_device = cand_dev is not None and base_dev is not None
+        latency = cand_dev if use_device else cand_wall
+        baseline = base_dev if use_device else base_wall
+
+        args = task.make_inputs(0, 0)
+        outs = jax.tree.leaves(jax.eval_shape(task.reference, *args))
+        min_bytes = sum(a.size * a.dtype.itemsize for a in args) + sum(
+            o.size * o.dtype.itemsize for o in outs
+        )
+        flops = task.flops(0, args)
+        if flops is None:
+            flops = reference_cost(task.reference, args).flops
+        bw, peak = _device_figures(result.platform, result.device_kind)
+        floor = max(flops / peak, min_bytes / bw)
+        reasons = []
+        if latency < floor * ROOFLINE_SLACK:
+            reasons.append(
+                f"measured {latency:.3e} s is faster than the roofline allows "
+                f"({floor:.3e} s for {min_bytes} bytes and {flops:.3e} flops on "
+                f"{result.device_kind}): the timing is invalid"
+            )
+        breakdown = {
+            "device_kind": result.device_kind,
+            "timing_source": "xprof device time" if use_device else "wall clock (no device trace)",
+            "candidate_wall_median_s": cand_wall,
+            "baseline_wall_median_s": base_wall,
+            "candidate_device_median_s": cand_dev,
+            "baseline_device_median_s": base_dev,
+            "runs": len(result.candidate_wall_s),
+            "roofline_floor_s": floor,
+            "min_bytes": min_bytes,
+            "flops": flops,
+            "hbm_bytes_per_s": bw,
+            "peak_flops": peak,
+        }
+        return Measurement(
+            target=self.target,
+            measured_on="real",
+            latency_s=latency,
+            baseline_s=baseline,
+            speedup=baseline / latency if latency > 0 else 0.0,
+            breakdown=breakdown,
+            valid=not reasons,
+            reasons=reasons,
+        )
+
+
+def _device_figures(platform: str, device_kind: str) -> tuple[float, float]:
+    """(HBM bytes/s, peak flops/s) of the device the child ran on."""
+    if platform == "tpu":
+        from jax._src.pallas.mosaic import tpu_info
+
+        version = tpu_info.chip_version_from_device_kind(device_kind)
+        if version is None:
+            return _GPU_UNKNOWN
+        info = tpu_info.get_tpu_info_for_chip(version, 1)
+        return float(info.mem_bw_bytes_per_second), float(info.bf16_ops_per_second)
+    for key, bw, peak in _GPU_FIGURES:
+        if key in device_kind:
+            return bw, peak
+    return _GPU_UNKNOWN
+
+
+def device_times(
+    xplane: bytes, modules: Sequence[str], *, plane_prefix: str = "/device:"
+) -> dict[str, list[float]]:
+    """Per-execution device seconds of each jitted module, from an XProf trace.
+
+    TPU traces have an "XLA Modules" line per device with one event per execution; other
+    traces are grouped by the `hlo_module` and `run_id` stats of each op event.
+    """
+    out: dict[str, list[float]] = {m: [] for m in modules}
+    if not xplane:
+        return out
+    from jax.profiler import ProfileData
+
+    data = ProfileData.from_serialized_xspace(xplane)
+    for plane in data.planes:
+        if not plane.name.startswith(plane_prefix):
+            continue
+        lines = {line.name: line for line in plane.lines}
+        if "XLA Modules" in lines:
+            for event in lines["XLA Modules"].events:
+                for m in modules:
+                    if event.name.startswith(m):
+                        out[m].append(event.duration_ns * 1e-9)
+            continue
+        runs: dict[tuple[str, Any], float] = {}
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                module = str(stats.get("hlo_module", ""))
+                for m in modules:
+                    if module.startswith(m):
+                        key = (m, stats.get("run_id"))
+                        runs[key] = runs.get(key, 0.0) + event.duration_ns * 1e-9
+        for (m, _), seconds in runs.items():
+            out[m].append(seconds)
+    return out
+
+
+def _child_main(box: Path) -> None:
+    """Runs in the sandboxed child: time candidate and baseline on the device."""
+    from tools.sandbox import REQUEST_FILE, RESULT_FILE
+
+    request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=TimingRequest)
+    os.environ["JAX_PLATFORMS"] = {"tpu": "tpu", "gpu": "cuda,rocm"}.get(request.platform, "")
+    result = _time_in_child(request, box)
+    (box / RESULT_FILE).write_bytes(msgspec.msgpack.encode(result))
+
+
+def _time_in_child(request: TimingRequest, box: Path) -> TimingResult:
+    import jax
+
+    from tools.candidate import build_in_child, load_in_child
+    from tools.tasks import load_task
+
+    device = jax.devices()[0]
+    if device.platform not in {"tpu", "gpu", "cuda", "rocm"}:
+        return TimingResult(request.platform, device.device_kind, [], [],
+                            error=f"the child's JAX backend is {device.platform!r}, not {request.platform!r}")
+    task = load_task(request.task_path)
+    args = jax.device_put(task.make_inputs(request.seed, request.shape_index), device)
+    try:
+        kernel = build_in_child(load_in_child(request.candidate_path), request.config)
+    except Exception as exc:
+        return TimingResult(request.platform, device.device_kind, [], [],
+                            error=f"building the candidate failed: {type(exc).__name__}: {exc}")
+    reference = task.reference
+
+    def kg_candidate(*a: Any) -> Any:
+        return kernel(*a)
+
+    def kg_baseline(*a: Any) -> Any:
+        return reference(*a)
+
+    cand, base = jax.jit(kg_candidate), jax.jit(kg_baseline)
+
+    def timed(fn: Callable[..., Any]) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        return time.perf_counter() - start
+
+    try:
+        for _ in range(max(request.warmup, 1)):
+            timed(cand)
+            timed(base)
+        cand_s: list[float] = []
+        base_s: list[float] = []
+        for r in range(request.runs):
+            first, second = ((cand, cand_s), (base, base_s)) if r % 2 == 0 else ((base, base_s), (cand, cand_s))
+            first[1].append(timed(first[0]))
+            second[1].append(timed(second[0]))
+        trace_dir = box / "trace"
+        with jax.profiler.trace(str(trace_dir)):
+            for r in range(request.trace_runs):
+                order = (cand, base) if r % 2 == 0 else (base, cand)
+                for fn in order:
+                    jax.block_until_ready(fn(*args))
+        planes = sorted(trace_dir.glob("**/*.xplane.pb"))
+        xplane = planes[-1].read_bytes() if planes else b""
+    except Exception as exc:
+        return TimingResult(request.platform, device.device_kind, [], [],
+                            error=f"running on the device failed: {type(exc).__name__}: {exc}")
+    return TimingResult(request.platform, device.device_kind, cand_s, base_s, xplane)
+
+
+# ------------------------------------------------------------------------------- registry
+
+
+def get_executor(target: str = DEFAULT_TARGET) -> SimExecutor | RealExecutor:
+    """The executor for a target name; real targets are returned even when absent
+    (they raise `TargetUnavailable` when used), so callers can report why."""
+    if target in SIM_TARGETS:
+        return SimExecutor(target)
+    if target in REAL_TARGETS:
+        return RealExecutor(target)
+    raise UnknownTarget(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+
+
+def chip_for_target(target: str) -> str:
+    """The chip whose TPU lowering a target's compile check uses ("v6e" for real targets
+    other than TPU, whose own chip is only known on the device)."""
+    return SIM_TARGETS.get(target, "v6e")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m tools.executors BOXDIR (run by the sandbox)")
+    _child_main(Path(sys.argv[1]))
+
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "REAL_TARGETS",
+    "SIM_TARGETS",
+    "TARGETS",
+    "Measurement",
+    "RealExecutor",
+    "ReferenceCost",
+    "SimExecutor",
+    "TargetUnavailable",
+    "UnknownTarget",
+    "chip_for_target",
+    "device_times",
+    "get_executor",
+    "reference_cost",
+    "roofline_floor_s",
+]
