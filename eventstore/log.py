@@ -21,15 +21,15 @@ from pathlib import Path
 import duckdb
 import msgspec
 
-from eventstore.codec import EventDecodeError, decode_stored, encode_event
-from eventstore.events import Event
+from eventstore.codec import EventDecodeError, decode_event, decode_events
+from eventstore.events import EVENT_TYPES_BY_NAME, Event
 
 FORMAT_NAME = "kernelgraph-log"
 SCHEMA_VERSION = 1
 GENESIS_HASH = b"\x00" * 32
 _FETCH_ROWS = 8192
 
-_EVENT_COLUMNS = "seq, event_id, run_id, node_id, type, v, ts, body, hash"
+_EVENT_COLUMNS = "seq, event_id, run_id, type, body, hash"
 
 _SCHEMA = """
 CREATE TABLE kg_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
@@ -37,12 +37,9 @@ CREATE TABLE events (
     seq BIGINT NOT NULL,
     event_id VARCHAR NOT NULL PRIMARY KEY,
     run_id VARCHAR NOT NULL,
-    node_id VARCHAR,
     type VARCHAR NOT NULL,
-    v INTEGER NOT NULL,
-    ts DOUBLE NOT NULL,
-    body VARCHAR NOT NULL,
-    hash BLOB NOT NULL
+    body VARCHAR NOT NULL USING COMPRESSION uncompressed,
+    hash BLOB NOT NULL USING COMPRESSION uncompressed
 );
 CREATE TABLE artifacts (
     sha256 VARCHAR PRIMARY KEY,
@@ -54,9 +51,14 @@ CREATE TABLE artifacts (
 """
 
 # Views for analysis with plain SQL or from a notebook (documented in README.md).
+# The table keeps only what filters need as columns (every column costs append
+# throughput); the rest of the envelope lives in the JSON body.
 _VIEWS = """
 CREATE OR REPLACE VIEW events_json AS
-SELECT seq, event_id, run_id, node_id, type, v, to_timestamp(ts) AS ts,
+SELECT seq, event_id, run_id,
+       json_extract_string(body, '$.node_id') AS node_id, type,
+       CAST(json_extract(body, '$.v') AS INTEGER) AS v,
+       to_timestamp(CAST(json_extract(body, '$.ts') AS DOUBLE)) AS ts,
        json_extract_string(body, '$.producer') AS producer,
        json_extract_string(body, '$.causation_id') AS causation_id,
        body::JSON AS payload
@@ -64,15 +66,15 @@ FROM events;
 
 CREATE OR REPLACE VIEW nodes AS
 WITH requested AS (
-    SELECT run_id, node_id, seq,
+    SELECT run_id, json_extract_string(body, '$.node_id') AS node_id, seq,
            json_extract_string(body, '$.parent_id') AS parent_id,
            json_extract_string(body, '$.strategy') AS strategy,
            json_extract_string(body, '$.policy') AS policy
     FROM events WHERE type = 'ExpansionRequested'
 ), evaluated AS (
-    SELECT run_id, node_id,
+    SELECT run_id, json_extract_string(body, '$.node_id') AS node_id,
            arg_max(body, seq) AS body
-    FROM events WHERE type = 'NodeEvaluated' GROUP BY run_id, node_id
+    FROM events WHERE type = 'NodeEvaluated' GROUP BY ALL
 )
 SELECT r.run_id, r.node_id, r.parent_id, r.strategy, r.policy,
        CAST(json_extract(e.body, '$.compiled') AS BOOLEAN) AS compiled,
@@ -185,7 +187,12 @@ def _holder_description(message: str) -> str:
 
 
 def _chain(prev: bytes, seq: int, body: bytes) -> bytes:
+    """The row hash; `append` inlines the same expression."""
     return hashlib.sha256(prev + seq.to_bytes(8, "big") + body).digest()
+
+
+_ENCODER = msgspec.json.Encoder()
+_TAGS: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES_BY_NAME.items()}
 
 
 class EventLog:
@@ -306,14 +313,15 @@ class EventLog:
         if not fresh:
             return AppendResult(0, duplicates, self._last_seq)
 
+        # The hot loop of the recorder: inlined on purpose (see benchmarks/eventstore.py).
         rows = []
         seq, prev = self._last_seq, self._last_hash
+        encode, sha256, tags = _ENCODER.encode, hashlib.sha256, _TAGS
         for event in fresh:
             seq += 1
-            body = encode_event(event)
-            prev = _chain(prev, seq, body)
-            rows.append((seq, event.event_id, event.run_id, event.node_id,
-                         event.type_name, event.v, event.ts, body.decode(), prev))
+            body = encode(event)
+            prev = sha256(prev + seq.to_bytes(8, "big") + body).digest()
+            rows.append((seq, event.event_id, event.run_id, tags[type(event)], body.decode(), prev))
         con = self._con
         con.begin()
         try:
@@ -408,20 +416,27 @@ class EventLog:
         if types is not None:
             where.append("type IN (SELECT unnest(?::VARCHAR[]))")
             params.append(list(types))
-        sql = f"SELECT seq, type, v, body FROM events WHERE {' AND '.join(where)} ORDER BY seq"
+        sql = f"SELECT seq, body FROM events WHERE {' AND '.join(where)} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         cursor = self._con.cursor()
         try:
             cursor.execute(sql, params)
             while chunk := cursor.fetchmany(_FETCH_ROWS):
-                for seq, type_name, version, body in chunk:
-                    try:
-                        yield seq, decode_stored(type_name, version, body)
-                    except EventDecodeError as exc:
-                        raise CorruptLog(f"{self.path} row seq={seq}: {exc}") from None
+                seqs, bodies = zip(*chunk, strict=True)
+                try:
+                    decoded = decode_events(list(bodies))
+                except EventDecodeError:
+                    decoded = [self._decode_row(seq, body) for seq, body in chunk]
+                yield from zip(seqs, decoded, strict=True)
         finally:
             cursor.close()
+
+    def _decode_row(self, seq: int, body: str) -> Event:
+        try:
+            return decode_event(body)
+        except EventDecodeError as exc:
+            raise CorruptLog(f"{self.path} row seq={seq}: {exc}") from None
 
     def events(self, **filters: object) -> Iterator[Event]:
         for _, event in self.read(**filters):  # type: ignore[arg-type]
@@ -434,7 +449,9 @@ class EventLog:
         """One row per run: its request, its end (if any), and event counts."""
         rows = self._con.execute(
             """
-            SELECT run_id, count(*), min(ts), max(ts),
+            SELECT run_id, count(*),
+                   min(CAST(json_extract(body, '$.ts') AS DOUBLE)),
+                   max(CAST(json_extract(body, '$.ts') AS DOUBLE)),
                    any_value(json_extract_string(body, '$.task_name')) FILTER (WHERE type = 'RunRequested'),
                    any_value(json_extract_string(body, '$.policy')) FILTER (WHERE type = 'RunRequested'),
                    any_value(json_extract_string(body, '$.target')) FILTER (WHERE type = 'RunRequested'),
@@ -453,7 +470,7 @@ class EventLog:
         try:
             cursor.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY seq")
             while chunk := cursor.fetchmany(_FETCH_ROWS):
-                for seq, event_id, run_id, node_id, type_name, version, ts, body, stored in chunk:
+                for seq, event_id, run_id, type_name, body, stored in chunk:
                     if seq != expected_seq:
                         return VerifyReport(False, checked, expected_seq,
                                             f"row seq={expected_seq} is missing (next row is seq={seq})")
@@ -463,12 +480,10 @@ class EventLog:
                         return VerifyReport(False, checked, seq,
                                             f"row seq={seq} ({event_id}) does not match the hash chain")
                     try:
-                        event = decode_stored(type_name, version, body_bytes)
+                        event = decode_event(body_bytes)
                     except EventDecodeError as exc:
                         return VerifyReport(False, checked, seq, f"row seq={seq} body: {exc}")
-                    if (event.event_id, event.run_id, event.node_id, event.type_name, event.ts) != (
-                        event_id, run_id, node_id, type_name, ts
-                    ):
+                    if (event.event_id, event.run_id, event.type_name) != (event_id, run_id, type_name):
                         return VerifyReport(False, checked, seq,
                                             f"row seq={seq} columns disagree with its body")
                     checked += 1

@@ -1,0 +1,216 @@
+"""The paper's metrics, folded from the log.
+
+Definitions (each figure is kept per `measured_on` label; simulated and real figures
+are never averaged together):
+
+- A *kernel* is one candidate written in one iteration (`IterationFinished`).
+  compile_rate = compiled kernels / kernels; correctness_rate = correct kernels / kernels.
+  node_compile_rate / node_correctness_rate are the same over trajectories
+  (`NodeEvaluated`: a trajectory compiled or was correct if any iteration was).
+- A run's speedup is the verified winner's (`RunFinished.speedup`) once the run has
+  finished, otherwise the best valid trajectory's so far. A run with no correct kernel
+  falls back to the baseline: speedup 1.0.
+- geomean_speedup is the geometric mean over runs of max(speedup, 1.0): a regression
+  is floored at 1.0, because a user would keep the XLA baseline.
+- fast_p is the fraction of runs whose result is correct and whose speedup is strictly
+  greater than p, for p in FAST_P.
+- Tokens are LLM tokens in + out; per_correct_kernel divides by correct kernels.
+- Phase wall time sums `wall_s` of the events that end each agent phase.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from eventstore.events import (
+    EVENT_TYPES,
+    BaselineMeasured,
+    Event,
+    IterationFinished,
+    LlmCalled,
+    NodeEvaluated,
+    RunFinished,
+    RunRequested,
+)
+from projections.base import Projection, handles
+
+FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    kernels: int = 0
+    compiled: int = 0
+    correct: int = 0
+
+
+class RunStats(msgspec.Struct, kw_only=True):
+    run_id: str
+    task_name: str | None = None
+    label: str | None = None
+    nodes: Counts = msgspec.field(default_factory=Counts)
+    best_speedup: float | None = None
+    finished: bool = False
+    final_speedup: float | None = None
+
+    @property
+    def result(self) -> float | None:
+        """The run's speedup if it has a correct kernel, else None."""
+        return self.final_speedup if self.finished else self.best_speedup
+
+    @property
+    def counted(self) -> bool:
+        return self.label is not None and (self.finished or self.nodes.kernels > 0)
+
+
+class PhaseWall(msgspec.Struct, kw_only=True):
+    total_s: float = 0.0
+    count: int = 0
+
+
+class MetricsState(msgspec.Struct, kw_only=True):
+    runs: dict[str, RunStats] = {}
+    kernels: dict[str, Counts] = {}
+    tokens: int = 0
+    llm_calls: int = 0
+    phases: dict[str, PhaseWall] = {}
+
+
+class Metrics(Projection[MetricsState]):
+    """Over every run in the stream, or one run with `Metrics(run_id)`."""
+
+    state_type = MetricsState
+
+    def __init__(self, run_id: str | None = None) -> None:
+        super().__init__()
+        self._run_id = run_id
+
+    def accepts(self, event: Event) -> bool:
+        return self._run_id is None or event.run_id == self._run_id
+
+    @handles(*(t for t in EVENT_TYPES if t.phase is not None and t is not BaselineMeasured))
+    def _wall(self, e: Event) -> None:
+        phase: str = e.phase  # type: ignore[assignment]
+        wall = self.state.phases.get(phase)
+        if wall is None:
+            wall = self.state.phases[phase] = PhaseWall()
+        wall.total_s += e.wall_s  # type: ignore[attr-defined]
+        wall.count += 1
+
+    def _run(self, run_id: str) -> RunStats:
+        stats = self.state.runs.get(run_id)
+        if stats is None:
+            stats = self.state.runs[run_id] = RunStats(run_id=run_id)
+        return stats
+
+    @handles(RunRequested)
+    def _requested(self, e: RunRequested) -> None:
+        self._run(e.run_id).task_name = e.task_name
+
+    @handles(BaselineMeasured)
+    def _baseline(self, e: BaselineMeasured) -> None:
+        self._run(e.run_id).label = e.measured_on
+        self._wall(e)
+
+    @handles(IterationFinished)
+    def _iteration(self, e: IterationFinished) -> None:
+        counts = self.state.kernels.get(e.measured_on)
+        if counts is None:
+            counts = self.state.kernels[e.measured_on] = Counts()
+        counts.kernels += 1
+        counts.compiled += e.compiled
+        counts.correct += e.valid
+
+    @handles(NodeEvaluated)
+    def _evaluated(self, e: NodeEvaluated) -> None:
+        run = self._run(e.run_id)
+        if run.label is None:
+            run.label = e.measured_on
+        run.nodes.kernels += 1
+        run.nodes.compiled += e.compiled
+        run.nodes.correct += e.valid
+        if e.valid and e.speedup is not None and e.measured_on == run.label and (
+            run.best_speedup is None or e.speedup > run.best_speedup
+        ):
+            run.best_speedup = e.speedup
+
+    @handles(RunFinished)
+    def _finished(self, e: RunFinished) -> None:
+        run = self._run(e.run_id)
+        run.finished = True
+        if run.label is None:
+            run.label = e.measured_on
+        run.final_speedup = e.speedup if e.measured_on == run.label else None
+
+    @handles(LlmCalled)
+    def _llm(self, e: LlmCalled) -> None:
+        self.state.tokens += e.tokens_in + e.tokens_out
+        self.state.llm_calls += 1
+
+    # --- figures ----------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """Every figure, grouped by measured_on label; JSON-ready."""
+        labels = sorted(
+            {r.label for r in self.state.runs.values() if r.label} | set(self.state.kernels)
+        )
+        by_label = {label: self._label_summary(label) for label in labels}
+        correct_kernels = sum(c.correct for c in self.state.kernels.values())
+        n_runs = len(self.state.runs)
+        return {
+            "runs": n_runs,
+            "by_measured_on": by_label,
+            "tokens": {
+                "total": self.state.tokens,
+                "llm_calls": self.state.llm_calls,
+                "per_run": self.state.tokens / n_runs if n_runs else None,
+                "per_correct_kernel": self.state.tokens / correct_kernels if correct_kernels else None,
+            },
+            "phase_wall_s": {
+                phase: {"total": w.total_s, "count": w.count,
+                        "mean": w.total_s / w.count if w.count else None}
+                for phase, w in sorted(self.state.phases.items())
+            },
+        }
+
+    def _label_summary(self, label: str) -> dict[str, Any]:
+        runs = [r for r in self.state.runs.values() if r.label == label and r.counted]
+        kernels = self.state.kernels.get(label, Counts())
+        nodes = Counts()
+        for r in runs:
+            nodes.kernels += r.nodes.kernels
+            nodes.compiled += r.nodes.compiled
+            nodes.correct += r.nodes.correct
+        results = [r.result for r in runs]
+        return {
+            "runs": len(runs),
+            "kernels": kernels.kernels,
+            "compile_rate": _ratio(kernels.compiled, kernels.kernels),
+            "correctness_rate": _ratio(kernels.correct, kernels.kernels),
+            "nodes": nodes.kernels,
+            "node_compile_rate": _ratio(nodes.compiled, nodes.kernels),
+            "node_correctness_rate": _ratio(nodes.correct, nodes.kernels),
+            "geomean_speedup": geomean_floored(results) if runs else None,
+            "fast_p": {_p_key(p): fast_p(results, p) if runs else None for p in FAST_P},
+        }
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _p_key(p: float) -> str:
+    return f"{p:g}"
+
+
+def geomean_floored(results: list[float | None]) -> float:
+    """Geometric mean of max(speedup, 1.0); a run with no correct kernel counts as 1.0."""
+    logs = [math.log(max(s, 1.0)) if s is not None else 0.0 for s in results]
+    return math.exp(sum(logs) / len(logs))
+
+
+def fast_p(results: list[float | None], p: float) -> float:
+    """Fraction of runs that are correct with speedup strictly above p."""
+    return sum(1 for s in results if s is not None and s > p) / len(results)

@@ -1,0 +1,112 @@
+"""Fold a whole log (or one run of it) into every projection a user looks at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from eventstore.events import Event
+from projections.bestofn import BestOfN
+from projections.metrics import Metrics
+from projections.searchgraph import Node, SearchGraph
+
+
+class LogView:
+    """Search graph per run, best-of-N history and metrics, kept in step."""
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        self.graphs: dict[str, SearchGraph] = {}
+        self.best_of_n = BestOfN(run_id)
+        self.metrics = Metrics(run_id)
+        self.position = 0
+        self.events = 0
+
+    def apply(self, event: Event, seq: int | None = None) -> None:
+        run_id = event.run_id
+        if self.run_id is not None and run_id != self.run_id:
+            return
+        graph = self.graphs.get(run_id)
+        if graph is None:
+            graph = self.graphs[run_id] = SearchGraph(run_id)
+        graph.apply(event, seq)
+        self.best_of_n.apply(event, seq)
+        self.metrics.apply(event, seq)
+        self.events += 1
+        if seq is not None:
+            self.position = seq
+
+    def apply_records(self, records: Iterable[tuple[int, Event]]) -> LogView:
+        """The replay hot loop: the same folds as `apply`, dispatched once per event."""
+        graph_handlers = SearchGraph._handlers
+        best_handlers, best = BestOfN._handlers, self.best_of_n
+        metric_handlers, metrics = Metrics._handlers, self.metrics
+        graphs, only_run = self.graphs, self.run_id
+        seq, count = self.position, 0
+        for seq, event in records:  # noqa: B007 (the last seq is the new position)
+            run_id = event.run_id
+            if only_run is not None and run_id != only_run:
+                continue
+            count += 1
+            cls = type(event)
+            handler = graph_handlers.get(cls)
+            graph = graphs.get(run_id)
+            if graph is None:
+                graph = graphs[run_id] = SearchGraph(run_id)
+            if handler is not None:
+                handler(graph, event)
+            handler = best_handlers.get(cls)
+            if handler is not None:
+                handler(best, event)
+            handler = metric_handlers.get(cls)
+            if handler is not None:
+                handler(metrics, event)
+        self.events += count
+        self.position = best.position = metrics.position = seq
+        for graph in graphs.values():
+            graph.position = seq
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "events": self.events,
+            "runs": {run_id: graph_json(graph) for run_id, graph in self.graphs.items()},
+            "metrics": self.metrics.summary(),
+        }
+
+
+def node_json(node: Node) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "parent_id": node.parent_id,
+        "depth": node.depth,
+        "status": node.status,
+        "strategy": node.strategy,
+        "iterations": node.iterations_done,
+        "compiled": node.compiled,
+        "correct": node.correct,
+        "latency_s": node.latency_s,
+        "speedup": node.speedup,
+        "measured_on": node.measured_on,
+        "code_sha256": node.code_sha256,
+        "tunables": node.tunables,
+    }
+
+
+def graph_json(graph: SearchGraph) -> dict[str, Any]:
+    s = graph.state
+    best = graph.best
+    return {
+        "task": s.task_name,
+        "policy": s.policy,
+        "target": s.target,
+        "baseline_latency_s": s.baseline_latency_s,
+        "baseline_measured_on": s.baseline_measured_on,
+        "best_node": best.node_id if best else None,
+        "best_speedup": best.speedup if best else None,
+        "frontier": [n.node_id for n in graph.frontier],
+        "stopped": s.stopped,
+        "finished": s.finished,
+        "nodes": [node_json(n) for n in graph.nodes],
+    }
