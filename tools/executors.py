@@ -95,6 +95,7 @@ class SimExecutor:
         breakdown = {
             "chip": self.chip.name,
             "kernels": [msgspec.to_builtins(k) for k in program.kernels],
+            "kernel_structure": [k.summary() for k in lowered.kernels],
             "outside_ops_s": program.outside_ops_s,
             "outside_bytes": program.outside_bytes,
             "hbm_bytes": program.hbm_bytes,
