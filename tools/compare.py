@@ -1,0 +1,206 @@
+"""Compare a candidate's outputs with the frozen suite, in the parent process.
+
+A case passes when every output has the reference's shape and dtype, is finite wherever the
+oracle is, and is at least as accurate as the data allows:
+
+* max-abs error <= ``floor_factor`` x the reference's own max-abs error + ``eps_max``,
+* mean-abs error <= ``floor_factor`` x the reference's own mean-abs error + ``eps_mean``,
+* every element within the task's ``TOLERANCE`` ceiling: |c - o| <= atol + rtol |o|.
+
+``eps_max``/``eps_mean`` are a few units in the last place of the output dtype at the
+output's magnitude: the slack an exact operation (a copy, a transpose, an integer op, whose
+floor is zero) or a reduction summed in another order needs. The candidate's process never
+sees any of this; it only returned arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from tools.testsuite import SuiteCase
+from tools.wire import numpy_dtype
+
+FLOOR_FACTOR = 2.0
+EPS_ULPS_MAX = 16.0
+EPS_ULPS_MEAN = 4.0
+NOT_COMPUTED = -1.0  # an error that could not be measured (wrong shape); fails the case
+_UNWRITTEN_FRACTION = 0.01  # this share of NaN where the oracle is finite: memory never written
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    floor_factor: float = FLOOR_FACTOR
+    eps_ulps_max: float = EPS_ULPS_MAX
+    eps_ulps_mean: float = EPS_ULPS_MEAN
+
+
+class OutputCheck(msgspec.Struct, frozen=True):
+    """Every number the verdict on one output follows from (re-checked from receipts)."""
+
+    index: int
+    shape_ok: bool
+    dtype_ok: bool
+    nonfinite: int  # elements not finite where the oracle is finite (or differing specials)
+    max_abs: float  # over the elements finite in both; NOT_COMPUTED when shapes differ
+    mean_abs: float
+    floor_max_abs: float
+    floor_mean_abs: float
+    eps_max: float
+    eps_mean: float
+    floor_factor: float
+    atol: float
+    rtol: float
+    tolerance_violations: int
+    elements: int
+    problems: tuple[str, ...] = ()
+
+    @property
+    def max_threshold(self) -> float:
+        return self.floor_factor * self.floor_max_abs + self.eps_max
+
+    @property
+    def mean_threshold(self) -> float:
+        return self.floor_factor * self.floor_mean_abs + self.eps_mean
+
+    @property
+    def passed(self) -> bool:
+        return output_passes(self)
+
+
+def output_passes(c: OutputCheck) -> bool:
+    """The rule, in one place: receipts are re-checked with this same function."""
+    return (
+        c.shape_ok and c.dtype_ok and c.nonfinite == 0 and c.tolerance_violations == 0
+        and c.max_abs >= 0.0 and c.mean_abs >= 0.0
+        and c.max_abs <= c.floor_factor * c.floor_max_abs + c.eps_max
+        and c.mean_abs <= c.floor_factor * c.floor_mean_abs + c.eps_mean
+    )
+
+
+class CaseCheck(msgspec.Struct, frozen=True):
+    case_id: str
+    kind: str
+    shape_index: int
+    outputs: tuple[OutputCheck, ...]
+    error: str = ""  # the candidate raised (or was not run) on this case
+    problems: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return case_passes(self)
+
+
+def case_passes(c: CaseCheck) -> bool:
+    return not c.error and bool(c.outputs) and all(output_passes(o) for o in c.outputs) \
+        and not c.problems
+
+
+def compare_case(
+    case: SuiteCase,
+    outputs: Sequence[np.ndarray],
+    tolerance: dict[str, float],
+    thresholds: Thresholds | None = None,
+) -> CaseCheck:
+    thresholds = thresholds or Thresholds()
+    problems: list[str] = []
+    if len(outputs) != len(case.oracle):
+        problems.append(f"returned {len(outputs)} outputs, the reference returns "
+                        f"{len(case.oracle)}")
+    checks = tuple(
+        _compare_output(i, np.asarray(out), case, tolerance, thresholds)
+        for i, out in enumerate(outputs[: len(case.oracle)])
+    )
+    return CaseCheck(case_id=case.case_id, kind=case.kind, shape_index=case.shape_index,
+                     outputs=checks, problems=tuple(problems))
+
+
+def failed_case(case: SuiteCase, error: str) -> CaseCheck:
+    return CaseCheck(case_id=case.case_id, kind=case.kind, shape_index=case.shape_index,
+                     outputs=(), error=error or "no output")
+
+
+def _compare_output(
+    index: int, out: np.ndarray, case: SuiteCase, tolerance: dict[str, float],
+    thresholds: Thresholds,
+) -> OutputCheck:
+    oracle = case.oracle[index].numpy()
+    want_dtype = case.out_dtypes[index]
+    want_shape = tuple(case.out_shapes[index])
+    atol, rtol = float(tolerance["atol"]), float(tolerance["rtol"])
+    problems: list[str] = []
+    shape_ok = tuple(out.shape) == want_shape
+    dtype_ok = out.dtype.name == want_dtype
+    common = dict(index=index, floor_max_abs=case.floor_max_abs[index],
+                  floor_mean_abs=case.floor_mean_abs[index], floor_factor=thresholds.floor_factor,
+                  atol=atol, rtol=rtol, elements=int(np.prod(want_shape, dtype=np.int64)))
+    if not shape_ok:
+        problems.append(f"output {index} has shape {tuple(out.shape)}, the reference's is "
+                        f"{want_shape}")
+        return OutputCheck(shape_ok=False, dtype_ok=dtype_ok, nonfinite=0, max_abs=NOT_COMPUTED,
+                           mean_abs=NOT_COMPUTED, eps_max=0.0, eps_mean=0.0, tolerance_violations=0,
+                           problems=tuple(problems), **common)
+    if not dtype_ok:
+        problems.append(f"output {index} has dtype {out.dtype.name}, the reference's is "
+                        f"{want_dtype}")
+    got = out.astype(np.float64)
+    want = oracle.astype(np.float64)
+    oracle_finite = np.isfinite(want)
+    got_finite = np.isfinite(got)
+    special_mismatch = ~oracle_finite & ~((got == want) | (np.isnan(got) & np.isnan(want)))
+    nonfinite = int(np.count_nonzero(oracle_finite & ~got_finite)
+                    + np.count_nonzero(special_mismatch))
+    mask = oracle_finite & got_finite
+    diff = np.abs(got - want)[mask]
+    max_abs = float(diff.max()) if diff.size else 0.0
+    mean_abs = float(diff.mean()) if diff.size else 0.0
+    ulp = _ulp(want_dtype)
+    magnitude = np.abs(want[oracle_finite])
+    eps_max = thresholds.eps_ulps_max * ulp * max(1.0, float(magnitude.max()) if magnitude.size
+                                                  else 1.0)
+    eps_mean = thresholds.eps_ulps_mean * ulp * max(float(magnitude.mean()) if magnitude.size
+                                                    else 1.0, 1e-30)
+    limit = atol + rtol * np.abs(want)
+    violations = int(np.count_nonzero((np.abs(got - want) > limit) & mask))
+    if nonfinite:
+        nan_where_finite = int(np.count_nonzero(oracle_finite & np.isnan(got)))
+        share = nan_where_finite / max(1, int(oracle_finite.sum()))
+        problem = (f"output {index} has {nonfinite} non-finite element(s) where the reference "
+                   "is finite")
+        if share >= _UNWRITTEN_FRACTION:
+            problem += (f"; {share:.0%} of it is NaN, the poison interpret mode puts in memory "
+                        "that was never written: the grid or the output BlockSpec does not "
+                        "cover the whole output")
+        problems.append(problem)
+    else:
+        if max_abs > thresholds.floor_factor * common["floor_max_abs"] + eps_max:
+            problems.append(
+                f"output {index} max-abs error {max_abs:.3g} exceeds "
+                f"{thresholds.floor_factor:g}x the reference's own error "
+                f"{common['floor_max_abs']:.3g} (+{eps_max:.2g})")
+        if mean_abs > thresholds.floor_factor * common["floor_mean_abs"] + eps_mean:
+            problems.append(
+                f"output {index} mean-abs error {mean_abs:.3g} exceeds "
+                f"{thresholds.floor_factor:g}x the reference's own error "
+                f"{common['floor_mean_abs']:.3g} (+{eps_mean:.2g})")
+        if violations:
+            problems.append(f"output {index}: {violations} element(s) outside the task "
+                            f"tolerance atol={atol:g}, rtol={rtol:g}")
+    return OutputCheck(shape_ok=True, dtype_ok=dtype_ok, nonfinite=nonfinite, max_abs=max_abs,
+                       mean_abs=mean_abs, eps_max=eps_max, eps_mean=eps_mean,
+                       tolerance_violations=violations, problems=tuple(problems), **common)
+
+
+def _ulp(dtype_name: str) -> float:
+    dtype = numpy_dtype(dtype_name)
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return 0.0
+    try:
+        return float(np.finfo(dtype).eps)
+    except ValueError:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)

@@ -1,0 +1,265 @@
+"""The frozen test suite: inputs, float64 oracle and error floor, built before any kernel.
+
+Cases: several PRNG seeds at the tuning point, every unseen shape, and numerics probes (the
+tuning inputs scaled to large and to small magnitudes). For each case the reference runs
+twice in this process: as written (its own dtypes) and, with 64-bit types enabled only for
+that call, on float64 copies of the inputs: the oracle. The reference's own error against
+the oracle is the floor a candidate is held to.
+
+The suite is data (msgpack, sorted keys) with a sha256 over that canonical encoding, so it
+can be stored as an artifact and re-checked. A suite that cannot tell a right answer from
+a wrong one is refused: constant or all-zero reference output, or output that does not
+change when an input is perturbed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tools.tasks import Task, TaskError, check_reference_output
+from tools.wire import WireArray, hash_arrays, wire_arrays
+
+FORMAT_VERSION = 1
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
+# Factors applied to every floating input of the tuning case; a task may set PROBE_SCALES.
+DEFAULT_PROBE_SCALES: dict[str, float] = {"large": 1e3, "small": 1e-3}
+_PERTURB_SEED = 20240917
+
+_ENCODER = msgspec.msgpack.Encoder(order="sorted")
+
+
+class SuiteError(ValueError):
+    """The task cannot be tested as it stands (a vacuous suite); the message says why."""
+
+
+class SuiteCase(msgspec.Struct, frozen=True):
+    case_id: str
+    shape_index: int
+    seed: int
+    kind: str  # "seed" (tuning point) | "unseen" | "probe-large" | "probe-small" | ...
+    inputs: tuple[WireArray, ...]
+    inputs_sha256: str
+    oracle: tuple[WireArray, ...]  # float64 for floating outputs, else the reference's dtype
+    out_dtypes: tuple[str, ...]  # what the reference returns; a candidate must match
+    out_shapes: tuple[tuple[int, ...], ...]
+    floor_max_abs: tuple[float, ...]  # the reference's own error against the oracle
+    floor_mean_abs: tuple[float, ...]
+
+
+class FrozenSuite(msgspec.Struct, frozen=True):
+    task_name: str
+    task_sha256: str
+    tolerance: dict[str, float]
+    cases: tuple[SuiteCase, ...]
+    notes: tuple[str, ...] = ()
+    built_with: dict[str, str] = msgspec.field(default_factory=dict)
+    format: int = FORMAT_VERSION
+    sha256: str = ""
+
+    def to_bytes(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FrozenSuite:
+        """Decode a stored suite and check its hash; a changed byte is an error."""
+        suite = msgspec.msgpack.decode(data, type=cls)
+        if suite.format != FORMAT_VERSION:
+            raise SuiteError(f"suite format {suite.format} is not {FORMAT_VERSION}")
+        if suite_hash(suite) != suite.sha256:
+            raise SuiteError("suite hash does not match its contents (the suite was altered)")
+        return suite
+
+    def case(self, case_id: str) -> SuiteCase:
+        for c in self.cases:
+            if c.case_id == case_id:
+                return c
+        raise KeyError(case_id)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "task": self.task_name,
+            "cases": [
+                {"id": c.case_id, "kind": c.kind, "shape_index": c.shape_index, "seed": c.seed,
+                 "input_shapes": [list(a.shape) for a in c.inputs]}
+                for c in self.cases
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def suite_hash(suite: FrozenSuite) -> str:
+    """sha256 of the canonical encoding with the hash field empty."""
+    return hashlib.sha256(_ENCODER.encode(msgspec.structs.replace(suite, sha256=""))).hexdigest()
+
+
+def build_suite(
+    task: Task,
+    *,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    unseen: bool = True,
+    probes: bool = True,
+) -> FrozenSuite:
+    """Build and hash the suite for ``task``; raises :class:`SuiteError` if it is vacuous."""
+    import jax
+
+    if not seeds:
+        raise ValueError(f"{seeds=} must name at least one seed")
+    references = {i: jax.jit(task.reference_at(i)) for i in range(len(task.shapes))}
+    oracles: dict[int, Any] = {}
+    cases: list[SuiteCase] = []
+    notes: list[str] = []
+
+    def make(case_id: str, shape_index: int, seed: int, kind: str,
+             inputs: Sequence[Any]) -> SuiteCase | None:
+        host = [np.asarray(x) for x in inputs]
+        ref = [np.asarray(o) for o in check_reference_output(
+            task, references[shape_index](*inputs))]
+        if shape_index not in oracles:
+            oracles[shape_index] = _oracle_fn(task, shape_index)
+        oracle = oracles[shape_index](host)
+        if len(oracle) != len(ref):
+            raise TaskError(task.path, "reference returns a different number of outputs "
+                            "under float64")
+        floors_max, floors_mean = [], []
+        for r, o in zip(ref, oracle, strict=True):
+            finite = np.isfinite(o) if _is_float(o) else np.ones(o.shape, bool)
+            if kind.startswith("probe") and not finite.all():
+                notes.append(f"{case_id} dropped: the oracle is not finite at this magnitude")
+                return None
+            err = np.abs(r.astype(np.float64) - o.astype(np.float64))[finite]
+            floors_max.append(float(err.max()) if err.size else 0.0)
+            floors_mean.append(float(err.mean()) if err.size else 0.0)
+        return SuiteCase(
+            case_id=case_id, shape_index=shape_index, seed=seed, kind=kind,
+            inputs=wire_arrays(host), inputs_sha256=hash_arrays(host),
+            oracle=wire_arrays(oracle),
+            out_dtypes=tuple(r.dtype.name for r in ref),
+            out_shapes=tuple(tuple(r.shape) for r in ref),
+            floor_max_abs=tuple(floors_max), floor_mean_abs=tuple(floors_mean),
+        )
+
+    tuning_inputs = None
+    for seed in seeds:
+        inputs = task.make_inputs(seed, 0)
+        tuning_inputs = tuning_inputs or inputs
+        case = make(f"shape0-seed{seed}", 0, seed, "seed", inputs)
+        assert case is not None
+        cases.append(case)
+    if unseen:
+        for index in task.unseen_shape_indices:
+            case = make(f"shape{index}-seed{seeds[0]}", index, seeds[0], "unseen",
+                        task.make_inputs(seeds[0], index))
+            assert case is not None
+            cases.append(case)
+    if len(task.shapes) == 1:
+        notes.append("the task declares no unseen shapes (SHAPES has one entry)")
+    _refuse_vacuous(task, cases, references[0], tuning_inputs)
+    if probes:
+        scales = getattr(task.module, "PROBE_SCALES", DEFAULT_PROBE_SCALES)
+        for name, factor in scales.items():
+            scaled = _scale_floats(tuning_inputs, float(factor))
+            if scaled is None:
+                notes.append("no floating inputs: numerics probes skipped")
+                break
+            case = make(f"shape0-seed{seeds[0]}-{name}", 0, seeds[0], f"probe-{name}", scaled)
+            if case is not None:
+                cases.append(case)
+    suite = FrozenSuite(
+        task_name=task.name, task_sha256=task.source_sha256, tolerance=dict(task.tolerance),
+        cases=tuple(cases), notes=tuple(notes), built_with={"jax": jax.__version__},
+    )
+    return msgspec.structs.replace(suite, sha256=suite_hash(suite))
+
+
+def _oracle_fn(task: Task, shape_index: int) -> Any:
+    """The reference on float64 copies of the inputs, with x64 enabled for this call only."""
+    import jax
+
+    reference = jax.jit(task.reference_at(shape_index))
+
+    def oracle(host: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with jax.enable_x64(True):
+            wide = [x.astype(np.float64) if _is_float(x) else x for x in host]
+            try:
+                outs = jax.tree.leaves(reference(*wide))
+            except Exception as exc:
+                raise TaskError(
+                    task.path, f"the reference fails on float64 inputs (the oracle): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+            return [np.asarray(o).astype(np.float64) if _is_float(np.asarray(o))
+                    else np.asarray(o) for o in outs]
+
+    return oracle
+
+
+def _refuse_vacuous(task: Task, cases: Sequence[SuiteCase], reference: Any,
+                    tuning_inputs: Sequence[Any] | None) -> None:
+    import jax
+
+    where = f"{task.path}"
+    for case in cases:
+        for k, wa in enumerate(case.oracle):
+            out = wa.numpy()
+            if out.size == 0:
+                raise SuiteError(f"{where}: reference output {k} is empty in {case.case_id}")
+            if not np.any(out):
+                raise SuiteError(
+                    f"{where}: reference output {k} is all zero in {case.case_id}; a suite "
+                    "built on it cannot tell a right kernel from one that writes nothing")
+            finite = out[np.isfinite(out)] if _is_float(out) else out
+            if out.size > 1 and finite.size and np.all(finite == finite.flat[0]):
+                raise SuiteError(
+                    f"{where}: reference output {k} is constant ({finite.flat[0]!r}) in "
+                    f"{case.case_id}; it does not depend on the inputs")
+    seed_cases = [c for c in cases if c.kind == "seed"]
+    for a, b in itertools.pairwise(seed_cases):
+        if a.inputs_sha256 != b.inputs_sha256 and all(
+            np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a.oracle, b.oracle, strict=True)
+        ):
+            raise SuiteError(
+                f"{where}: reference output is identical for {a.case_id} and {b.case_id} "
+                "although their inputs differ; the output does not depend on the inputs")
+    if tuning_inputs is None:
+        return
+    base = [np.asarray(o) for o in jax.tree.leaves(reference(*tuning_inputs))]
+    rng = np.random.default_rng(_PERTURB_SEED)
+    for i, x in enumerate(tuning_inputs):
+        host = np.asarray(x)
+        if not _is_float(host) or host.size == 0:
+            continue
+        wide = host.astype(np.float64)
+        spread = float(np.std(wide)) or 1.0
+        noisy = (wide + 0.5 * spread * rng.standard_normal(wide.shape)).astype(host.dtype)
+        changed = list(tuning_inputs)
+        changed[i] = noisy
+        outs = [np.asarray(o) for o in jax.tree.leaves(reference(*changed))]
+        if all(np.array_equal(p, q, equal_nan=True) for p, q in zip(base, outs, strict=True)):
+            raise SuiteError(
+                f"{where}: reference output does not change when input {i} is perturbed; "
+                "a suite cannot check that a kernel uses it")
+
+
+def _scale_floats(inputs: Sequence[Any] | None, factor: float) -> list[Any] | None:
+    if inputs is None:
+        return None
+    scaled, any_float = [], False
+    for x in inputs:
+        host = np.asarray(x)
+        if _is_float(host):
+            any_float = True
+            scaled.append((host.astype(np.float64) * factor).astype(host.dtype))
+        else:
+            scaled.append(host)
+    return scaled if any_float else None
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return np.issubdtype(x.dtype, np.floating) or x.dtype.name.startswith(("bfloat", "float"))
