@@ -1,0 +1,173 @@
+"""Sweep a candidate's TUNABLES: every configuration compiled and checked before it is timed.
+
+The grid is the cartesian product of `TUNABLES` (read statically from the file, the default
+configuration first). The test suite is frozen once for the whole sweep and handed to every
+evaluation, so all configurations face the same cases. Each configuration goes through the
+full evaluator (`tools.verify.evaluate`: sandboxed build, TPU lowering and compile check,
+correctness under interpret mode, then the target's timing) in a pool of worker processes.
+A budget caps the number of configurations and/or the seconds spent; configurations not
+started within it are listed as skipped. The best configuration is the fastest one that
+passed; figures from simulated and real targets are never mixed (one target per sweep).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tools.executors import DEFAULT_TARGET, get_executor
+
+
+class TuneRow(msgspec.Struct, frozen=True):
+    config: dict[str, Any]
+    status: str  # "pass" | "fail" | "error" | "skipped"
+    speedup: float | None = None
+    latency_s: float | None = None
+    baseline_s: float | None = None
+    reasons: list[str] = msgspec.field(default_factory=list)
+    wall_s: float = 0.0
+    receipt_sha256: str | None = None
+
+
+class TuneResult(msgspec.Struct, frozen=True):
+    task: str
+    candidate: str
+    target: str
+    measured_on: str
+    suite_sha256: str
+    rows: list[TuneRow]
+    best_config: dict[str, Any] | None
+    best_speedup: float | None
+    configs_total: int
+    configs_evaluated: int
+    budget_exhausted: bool
+    wall_s: float
+    workers: int
+
+
+def _evaluate_config(
+    task_path: str, candidate_path: str, config: dict[str, Any], target: str, suite_bytes: bytes
+) -> TuneRow:
+    """Runs in a worker process: one full evaluation of one configuration."""
+    from tools.testsuite import FrozenSuite
+    from tools.verify import evaluate
+
+    started = time.monotonic()
+    suite = FrozenSuite.from_bytes(suite_bytes)
+    try:
+        verdict = evaluate(task_path, candidate_path, config=config, target=target, suite=suite)
+    except Exception as exc:  # the evaluator itself failed: report, keep sweeping
+        return TuneRow(config, "error", reasons=[f"{type(exc).__name__}: {exc}"],
+                       wall_s=time.monotonic() - started)
+    measurement = getattr(verdict, "measurement", None)
+    receipt = getattr(verdict, "receipt", None)
+    receipt_sha = getattr(verdict, "receipt_sha256", None) or (
+        receipt.get("sha256") if isinstance(receipt, dict) else getattr(receipt, "sha256", None)
+    )
+    return TuneRow(
+        config=config,
+        status="pass" if verdict.verdict == "pass" else "fail",
+        speedup=getattr(measurement, "speedup", None),
+        latency_s=getattr(measurement, "latency_s", None),
+        baseline_s=getattr(measurement, "baseline_s", None),
+        reasons=list(getattr(verdict, "reasons", []) or []),
+        wall_s=time.monotonic() - started,
+        receipt_sha256=receipt_sha,
+    )
+
+
+def autotune(
+    task_path: str | Path,
+    candidate_path: str | Path,
+    *,
+    target: str = DEFAULT_TARGET,
+    budget_configs: int | None = None,
+    budget_s: float | None = None,
+    workers: int = 2,
+    suite: Any = None,
+    on_row: Callable[[TuneRow, int, int], None] | None = None,
+) -> TuneResult:
+    """Sweep the candidate's TUNABLES on `target` within the budget; return table and best."""
+    from tools.candidate import read_candidate
+    from tools.tasks import load_task
+    from tools.testsuite import build_suite
+
+    if workers < 1:
+        raise ValueError(f"{workers=} must be at least 1")
+    if budget_configs is not None and budget_configs < 1:
+        raise ValueError(f"{budget_configs=} must be at least 1")
+    executor = get_executor(target)
+    if executor.measured_on == "real":
+        executor.require_available()  # type: ignore[union-attr]
+    started = time.monotonic()
+    task = load_task(task_path)
+    source = read_candidate(candidate_path)
+    configs = list(source.configs())
+    total = len(configs)
+    planned = configs[:budget_configs] if budget_configs else configs
+    frozen = suite if suite is not None else build_suite(task)
+    suite_bytes = frozen.to_bytes()
+    deadline = started + budget_s if budget_s else None
+
+    rows: dict[int, TuneRow] = {}
+    pending: dict[cf.Future[TuneRow], int] = {}
+    queue = list(enumerate(planned))
+    budget_exhausted = len(planned) < total
+    context = multiprocessing.get_context("spawn")  # a clean interpreter per worker
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        def submit_next() -> None:
+            nonlocal budget_exhausted
+            while queue and len(pending) < workers:
+                if deadline is not None and time.monotonic() >= deadline:
+                    budget_exhausted = True
+                    return
+                index, config = queue.pop(0)
+                future = pool.submit(
+                    _evaluate_config, str(task_path), str(candidate_path), config, target, suite_bytes
+                )
+                pending[future] = index
+
+        submit_next()
+        while pending:
+            done, _ = cf.wait(list(pending), return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                try:
+                    row = future.result()
+                except Exception as exc:  # the worker process died
+                    row = TuneRow(planned[index], "error", reasons=[f"worker failed: {exc}"])
+                rows[index] = row
+                if on_row is not None:
+                    on_row(row, len(rows), len(planned))
+            submit_next()
+    for index, config in queue:
+        rows[index] = TuneRow(config, "skipped", reasons=["budget exhausted before it started"])
+    for config in configs[len(planned):]:
+        rows[len(rows)] = TuneRow(config, "skipped", reasons=["over the configuration budget"])
+    table = [rows[i] for i in sorted(rows)]
+    passed = [r for r in table if r.status == "pass" and r.speedup is not None]
+    best = max(passed, key=lambda r: r.speedup or 0.0) if passed else None
+    return TuneResult(
+        task=str(task_path),
+        candidate=str(candidate_path),
+        target=target,
+        measured_on=executor.measured_on,
+        suite_sha256=frozen.sha256,
+        rows=table,
+        best_config=best.config if best else None,
+        best_speedup=best.speedup if best else None,
+        configs_total=total,
+        configs_evaluated=sum(1 for r in table if r.status != "skipped"),
+        budget_exhausted=budget_exhausted,
+        wall_s=time.monotonic() - started,
+        workers=workers,
+    )
+
+
+__all__ = ["TuneResult", "TuneRow", "autotune"]
