@@ -9,6 +9,8 @@ from kernelgraph.cli.app import app
 # Each module attaches its commands to `app` when imported.
 COMMAND_MODULES = (
     "kernelgraph.cli.logcmds",
+    "kernelgraph.cli.buscmds",
+    "kernelgraph.cli.perfcmds",
 )
 
 
