@@ -86,16 +86,23 @@ async def connect(
     check_url(url)
     creds = Credentials.from_env() if credentials is None else credentials
 
+    client: list[NATS] = []
+
+    def closing() -> bool:
+        return bool(client) and (client[0].is_closed or client[0].is_draining)
+
     async def on_error(exc: Exception) -> None:
-        log.warning("nats %s: %s", name, exc)
+        if not closing():
+            log.warning("nats %s: %s", name, exc)
 
     async def on_disconnected() -> None:
-        log.info("nats %s: disconnected", name)
+        if not closing():
+            log.warning("nats %s: disconnected; reconnecting", name)
 
     async def on_reconnected() -> None:
         log.info("nats %s: reconnected", name)
 
-    return await nats.connect(
+    nc = await nats.connect(
         servers=[u.strip() for u in url.split(",")],
         name=name,
         connect_timeout=connect_timeout,
@@ -107,3 +114,5 @@ async def connect(
         reconnected_cb=on_reconnected,
         **creds.connect_options(),
     )
+    client.append(nc)
+    return nc

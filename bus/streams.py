@@ -14,7 +14,11 @@ or consumer in place.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -29,6 +33,7 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError, NotFoundError
 
 from bus import subjects
+from bus.connection import BusConfigError
 
 _STREAM_NAME_IN_USE = 10058
 DAY_S = 24 * 3600.0
@@ -55,6 +60,27 @@ class BusSettings:
             raise ValueError(f"ack_wait_s={self.ack_wait_s} must be > 0")
         if self.max_deliver < 1:
             raise ValueError(f"max_deliver={self.max_deliver} must be >= 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BusSettings:
+        """Settings from KG_BUS_<FIELD> variables (e.g. KG_BUS_ACK_WAIT_S=5), then `overrides`.
+
+        Every process on one bus must agree (the last to start rewrites the consumers), so
+        compose passes the same environment to all of them.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get(f"KG_BUS_{field.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            kind = type(field.default)
+            try:
+                values[field.name] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+            except ValueError:
+                raise BusConfigError(f"KG_BUS_{field.name.upper()}={raw!r} is not a {kind.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
 
     @property
     def backoff_s(self) -> list[float]:
