@@ -15,6 +15,7 @@ from tools.executors import (
     UnknownTarget,
     device_times,
     get_executor,
+    interleaved_times,
 )
 from tools.mosaic import parse_lowered
 
@@ -75,3 +76,28 @@ def test_device_times_reads_a_real_trace(tmp_path: Path) -> None:
     assert len(times["jit_kg_candidate"]) == 3
     assert all(t > 0 for t in times["jit_kg_candidate"])
     assert times["jit_kg_baseline"] == []
+
+
+def test_interleaving_alternates_order_and_waits_for_results() -> None:
+    cand = jax.jit(lambda v: v * 2.0)
+    base = jax.jit(lambda v: v + v)
+    x = jnp.ones((64, 128), jnp.float32)
+    c, b, order = interleaved_times(cand, base, (x,), warmup=2, runs=5)
+    assert len(c) == len(b) == 5 and all(t > 0 for t in c + b)
+    assert order[:4] == ["candidate", "baseline", "baseline", "candidate"]
+
+
+def test_faster_than_roofline_is_rejected() -> None:
+    """The parent's judgement of a device timing: 1 ns for a 1M-element RMSNorm is impossible."""
+    from tools.executors import TimingResult
+    from tools.tasks import load_task
+
+    task = load_task(ROOT / "tasks" / "rmsnorm.py")
+    ex = RealExecutor("tpu")
+    fake_fast = TimingResult("tpu", "TPU v6 lite", [1e-9] * 5, [2e-5] * 5)
+    m = ex._judge(task, fake_fast)
+    assert not m.valid and "faster than the roofline allows" in m.reasons[0]
+    assert m.measured_on == "real" and m.breakdown["timing_source"].startswith("wall clock")
+    plausible = TimingResult("tpu", "TPU v6 lite", [1e-4] * 5, [2e-4] * 5)
+    ok = ex._judge(task, plausible)
+    assert ok.valid and ok.speedup == pytest.approx(2.0)

@@ -335,6 +335,35 @@ def device_times(
     return out
 
 
+def interleaved_times(
+    candidate: Callable[..., Any], baseline: Callable[..., Any], args: Sequence[Any],
+    *, warmup: int, runs: int,
+) -> tuple[list[float], list[float], list[str]]:
+    """Wall seconds of each call, candidate and baseline alternating which goes first.
+
+    Warm-up rounds (compilation, caches) are run and discarded; every call waits for its
+    result with `block_until_ready`. Returns (candidate times, baseline times, call order).
+    """
+    import jax
+
+    def timed(fn: Callable[..., Any]) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        timed(candidate)
+        timed(baseline)
+    times: dict[str, list[float]] = {"candidate": [], "baseline": []}
+    order: list[str] = []
+    fns = {"candidate": candidate, "baseline": baseline}
+    for r in range(runs):
+        for name in (("candidate", "baseline") if r % 2 == 0 else ("baseline", "candidate")):
+            times[name].append(timed(fns[name]))
+            order.append(name)
+    return times["candidate"], times["baseline"], order
+
+
 def _child_main(box: Path) -> None:
     """Runs in the sandboxed child: time candidate and baseline on the device."""
     from tools.sandbox import REQUEST_FILE, RESULT_FILE
@@ -372,27 +401,13 @@ def _time_in_child(request: TimingRequest, box: Path) -> TimingResult:
 
     cand, base = jax.jit(kg_candidate), jax.jit(kg_baseline)
 
-    def timed(fn: Callable[..., Any]) -> float:
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        return time.perf_counter() - start
-
     try:
-        for _ in range(max(request.warmup, 1)):
-            timed(cand)
-            timed(base)
-        cand_s: list[float] = []
-        base_s: list[float] = []
-        for r in range(request.runs):
-            first, second = ((cand, cand_s), (base, base_s)) if r % 2 == 0 else ((base, base_s), (cand, cand_s))
-            first[1].append(timed(first[0]))
-            second[1].append(timed(second[0]))
+        cand_s, base_s, _ = interleaved_times(
+            cand, base, args, warmup=max(request.warmup, 1), runs=request.runs
+        )
         trace_dir = box / "trace"
         with jax.profiler.trace(str(trace_dir)):
-            for r in range(request.trace_runs):
-                order = (cand, base) if r % 2 == 0 else (base, cand)
-                for fn in order:
-                    jax.block_until_ready(fn(*args))
+            interleaved_times(cand, base, args, warmup=0, runs=request.trace_runs)
         planes = sorted(trace_dir.glob("**/*.xplane.pb"))
         xplane = planes[-1].read_bytes() if planes else b""
     except Exception as exc:
@@ -440,6 +455,7 @@ __all__ = [
     "chip_for_target",
     "device_times",
     "get_executor",
+    "interleaved_times",
     "reference_cost",
     "roofline_floor_s",
 ]

@@ -1,0 +1,95 @@
+"""Autotuning throughput and cost-model speed, printed as JSON.
+
+- `tune_configs_per_min`: an 8-configuration sweep of kernels/matmul.py on tasks/matmul.py
+  (sim-tpu-v6e, 2 workers, one frozen suite), each configuration compiled, checked for
+  correctness and simulated; configurations completed per minute of wall time, suite
+  freezing included.
+- `sim_estimate_ms`: parsing one lowered kernel's StableHLO text and estimating it on the
+  cost model (median of repeated runs; the lowering itself is done once, beforehand).
+
+Usage: python benchmarks/tune.py [--json] [--configs 8] [--workers 2] [--skip-tune]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def sim_estimate_ms(repeats: int = 20) -> dict[str, float]:
+    import jax
+
+    from tools.chips import get_chip
+    from tools.compile_check import lower_for_tpu
+    from tools.costmodel import estimate_program
+    from tools.mosaic import parse_lowered
+    from tools.tasks import load_task
+
+    task = load_task(ROOT / "tasks" / "matmul.py")
+    args = task.make_inputs(0, 0)
+    sys.path.insert(0, str(ROOT / "kernels"))
+    import matmul as kernel_module
+
+    text = lower_for_tpu(jax.jit(kernel_module.build()).trace(*args))
+    chip = get_chip("v6e")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        program = parse_lowered(text)
+        estimate_program(program, chip)
+        times.append(time.perf_counter() - start)
+    return {
+        "sim_estimate_ms": statistics.median(times) * 1e3,
+        "sim_estimate_grid_steps": float(program.kernels[0].grid_steps),
+    }
+
+
+def tune_figure(configs: int, workers: int) -> dict[str, object]:
+    from tools.autotune import autotune
+
+    start = time.perf_counter()
+    result = autotune(ROOT / "tasks" / "matmul.py", ROOT / "kernels" / "matmul.py",
+                      target="sim-tpu-v6e", budget_configs=configs, workers=workers)
+    wall = time.perf_counter() - start
+    evaluated = result.configs_evaluated
+    return {
+        "tune_configs_per_min": evaluated / wall * 60.0,
+        "tune_wall_s": wall,
+        "tune_configs": evaluated,
+        "tune_passed": sum(1 for r in result.rows if r.status == "pass"),
+        "tune_best_config": result.best_config,
+        "tune_best_speedup_simulated": result.best_speedup,
+        "tune_workers": workers,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--configs", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skip-tune", action="store_true", help="only the cost-model figure")
+    opts = parser.parse_args()
+    figures: dict[str, object] = {"measured_on": "this machine (figures of the simulator itself)",
+                                  "cpus": os.cpu_count(), "python": platform.python_version()}
+    figures.update(sim_estimate_ms())
+    if not opts.skip_tune:
+        figures.update(tune_figure(opts.configs, opts.workers))
+    if opts.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
