@@ -110,3 +110,18 @@ def test_elementwise_baseline_and_program() -> None:
     assert base.latency_s == pytest.approx(2 * 1024 * 128 * 4 / V6E_BW + KERNEL_LAUNCH_S)
     program = estimate_program(parse_lowered(lower(good.scale, x)), get_chip("v6e"))
     assert program.outside_bytes == 0 and len(program.kernels) == 1
+
+
+def test_loop_trips_gridless_kernel_and_outside_ops() -> None:
+    x = jnp.ones((4, 8, 128), jnp.float32)
+    chip = get_chip("v6e")
+    program = estimate_program(parse_lowered(lower(good.looped_then_whole, x)), chip)
+    looped, whole = program.kernels
+    assert looped.transcendentals == 4 * 3 * 8 * 128  # 4 steps x 3 trips x one (8, 128) exp
+    assert whole.grid_steps == 1 and whole.fetches == [1, 1]
+    nbytes = 4 * 8 * 128 * 4
+    # No grid: copy in, compute, copy out, one step of overhead, one launch; nothing overlaps.
+    compute = nbytes / 4 / chip.vpu_ops_per_s
+    assert whole.latency_s == pytest.approx(KERNEL_LAUNCH_S + 2 * nbytes / V6E_BW + compute + STEP)
+    assert program.outside_bytes == 2 * nbytes
+    assert program.outside_ops_s == pytest.approx(KERNEL_LAUNCH_S + 2 * nbytes / V6E_BW)

@@ -108,3 +108,18 @@ def test_unknown_index_map_op_fails_closed() -> None:
 def test_garbage_text_is_a_clear_error() -> None:
     with pytest.raises(MosaicError, match="not a readable StableHLO module"):
         parse_lowered("this is not mlir")
+
+
+def test_loops_squeezed_blocks_gridless_kernels_and_outside_ops() -> None:
+    program = parse_lowered(lower(good.looped_then_whole, jnp.ones((4, 8, 128), jnp.float32)))
+    assert program.outside_ops == ["stablehlo.transpose"]
+    assert program.outside_op_bytes == [("stablehlo.transpose", 2 * 4 * 8 * 128 * 4)]
+    looped, whole = program.kernels
+    assert looped.windows[0].block_shape == (1, 8, 128)  # the squeezed dim stays as 1
+    (loop,) = looped.body
+    trips = loop.trips(looped.scalar_env(looped.steps()), looped.grid_steps)
+    assert trips is not None and trips.tolist() == [3, 3, 3, 3]
+    assert whole.grid == () and whole.grid_steps == 1
+    assert [(w.block_shape, w.buffer_count, w.index_map) for w in whole.windows] == [
+        ((8, 4, 128), 1, None), ((8, 4, 128), 1, None)
+    ]

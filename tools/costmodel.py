@@ -122,27 +122,29 @@ class _StepWork:
 
 
 def _accumulate(
-    items: Sequence[Any], weight: np.ndarray, conds: dict[int, np.ndarray | None],
+    items: Sequence[Any], weight: np.ndarray, env: dict[int, Any],
     work: _StepWork, chip: Chip, caveats: set[str],
 ) -> None:
+    n = weight.shape[0]
     for item in items:
         if isinstance(item, BodyOp):
             _add_op(item, weight, work, chip)
         elif isinstance(item, Branch):
-            cond = conds.get(item.cond) if item.cond is not None else None
-            if cond is None:
+            value = env.get(item.cond) if item.cond is not None else None
+            if value is None:
                 caveats.add("a pl.when condition depends on data: both branches counted")
-                _accumulate(item.then, weight, conds, work, chip, caveats)
-                _accumulate(item.otherwise, weight, conds, work, chip, caveats)
+                _accumulate(item.then, weight, env, work, chip, caveats)
+                _accumulate(item.otherwise, weight, env, work, chip, caveats)
             else:
-                _accumulate(item.then, weight * cond, conds, work, chip, caveats)
-                _accumulate(item.otherwise, weight * ~cond, conds, work, chip, caveats)
+                cond = np.broadcast_to(np.asarray(value, dtype=bool), (n,))
+                _accumulate(item.then, weight * cond, env, work, chip, caveats)
+                _accumulate(item.otherwise, weight * ~cond, env, work, chip, caveats)
         elif isinstance(item, Loop):
-            trips = item.trip_count
+            trips = item.trips(env, n)
             if trips is None:
                 caveats.add("a loop has a data-dependent trip count: its body counted once")
-                trips = 1
-            _accumulate(item.body, weight * trips, conds, work, chip, caveats)
+                trips = np.ones(n, dtype=np.int64)
+            _accumulate(item.body, weight * trips, env, work, chip, caveats)
 
 
 def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
@@ -182,10 +184,10 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
     sync_out = np.zeros(n)
     fetches: list[int] = []
     for w in kernel.windows:
-        if w.block_shape is None or w.index_map is None:
+        if w.block_shape is None:  # left in HBM: moved only by the kernel's own DMAs
             fetches.append(0)
             continue
-        index = w.index_map.over(steps)
+        index = w.index_map.over(steps) if w.index_map is not None else []
         if any(v is None for v in index):
             caveats.add(f"{w.role} {w.position} block index depends on data: fetched every step")
         changed = _changed(index, n)
@@ -200,8 +202,8 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
             out_pipe += bytes_per
 
     work = _StepWork(*(np.zeros(n) for _ in range(7)))
-    conds = kernel.branch_conditions(steps)
-    _accumulate(kernel.body, np.ones(n), conds, work, chip, caveats)
+    env = kernel.scalar_env(steps)
+    _accumulate(kernel.body, np.ones(n), env, work, chip, caveats)
     if kernel.unmodelled_ops:
         caveats.add(f"ops with no cost rule (counted free): {', '.join(kernel.unmodelled_ops)}")
 

@@ -268,7 +268,7 @@ class Window:
     memory_space: str  # "vmem" | "smem" | "any" | ...
     array_shape: tuple[int, ...]
     buffer_count: int  # 2 (double-buffered, the default) or 1 (pl.Buffered(1))
-    index_map: IndexMap | None
+    index_map: IndexMap | None  # None with a block_shape: one whole-array block (no grid)
 
     @property
     def block_bytes(self) -> int:
@@ -318,10 +318,25 @@ class Branch:
 
 @dataclass(frozen=True)
 class Loop:
-    """`scf.for` / `scf.while`: the trip count when its bounds are constants, else None."""
+    """`scf.for` / `scf.while`: a constant trip count, or the slots of (lower, upper, step)
+    in the body's scalar program when the bounds are computed, or neither (data-dependent)."""
 
     trip_count: int | None
     body: tuple[Any, ...]
+    bounds: tuple[int, int, int] | None = None
+
+    def trips(self, env: dict[int, Any], n: int) -> np.ndarray | None:
+        """Trip count at each of `n` steps, or None when it depends on data."""
+        if self.trip_count is not None:
+            return np.full(n, self.trip_count, dtype=np.int64)
+        if self.bounds is None:
+            return None
+        lb, ub, step = (env.get(slot, UNKNOWN) for slot in self.bounds)
+        if lb is UNKNOWN or ub is UNKNOWN or step is UNKNOWN:
+            return None
+        step = np.where(np.asarray(step) == 0, 1, step)
+        trips = np.maximum(0, -((np.asarray(lb) - np.asarray(ub)) // step))
+        return np.broadcast_to(trips.astype(np.int64), (n,))
 
 
 @dataclass(frozen=True)
@@ -357,10 +372,14 @@ class MosaicKernel:
     def body_ops(self) -> Iterator[BodyOp]:
         yield from _flatten(self.body)
 
+    def scalar_env(self, steps: np.ndarray) -> dict[int, Any]:
+        """The body's scalar values (program-id arithmetic) at every step; UNKNOWN = data."""
+        slots = {i: steps[i] for i in range(min(self.n_grid_slots, steps.shape[0]))}
+        return _run(self.scalar_program, slots)
+
     def branch_conditions(self, steps: np.ndarray) -> dict[int, np.ndarray | None]:
         """Each `pl.when` condition's value at every step (None where it depends on data)."""
-        slots = {i: steps[i] for i in range(min(self.n_grid_slots, steps.shape[0]))}
-        env = _run(self.scalar_program, slots)
+        env = self.scalar_env(steps)
         n = steps.shape[1]
         out: dict[int, np.ndarray | None] = {}
         for item in _walk(self.body):
@@ -580,8 +599,11 @@ def _parse_mosaic(
                 continue
             sym = (_attr_str(fop, "sym_name") or "").strip('"')
             funcs[sym] = fop
-            if "window_params" in fop.operation.attributes or "iteration_bounds" in fop.operation.attributes:
+            attrs = fop.operation.attributes
+            if "window_params" in attrs or "iteration_bounds" in attrs or "dimension_semantics" in attrs:
                 main = fop
+        if main is None and len(funcs) == 1:
+            main = next(iter(funcs.values()))
         if main is None:
             raise MosaicError(f"kernel {kernel_name}: no kernel func in the Mosaic module")
         return _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_limit, aliases)
@@ -599,7 +621,11 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
     block = main.operation.regions[0].blocks[0]
     arg_types = [_split_shaped(str(a.type)) for a in block.arguments]
     n_grid = len(grid)
-    wparams = list(ir.ArrayAttr(attrs["window_params"])) if "window_params" in attrs else []
+    if "window_params" in attrs:
+        wparams = list(ir.ArrayAttr(attrs["window_params"]))
+    else:  # no grid, no BlockSpecs: every operand is one whole block
+        n_operands = len(arg_types) - n_grid - n_prefetch - n_scratch
+        wparams = [None] * n_operands
     n_windows = len(wparams)
     expected = n_grid + n_prefetch + n_windows + n_scratch
     if len(arg_types) != expected:
@@ -615,16 +641,20 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
         )
     windows: list[Window] = []
     for pos, wattr in enumerate(wparams):
-        d = ir.DictAttr(wattr)
-        _, _, mem_dtype, space = arg_types[n_grid + n_prefetch + pos]
-        bounds = tuple(ir.DenseI64ArrayAttr(d["window_bounds"])) if "window_bounds" in d else None
+        _, mem_shape, mem_dtype, space = arg_types[n_grid + n_prefetch + pos]
+        if wattr is None:
+            d: Any = {}
+            bounds = mem_shape if space in {"", "vmem", "smem"} else None
+        else:
+            d = ir.DictAttr(wattr)
+            bounds = tuple(ir.DenseI64ArrayAttr(d["window_bounds"])) if "window_bounds" in d else None
         index_map = None
         if "transform_indices" in d:
             sym = ir.FlatSymbolRefAttr(d["transform_indices"]).value
             if sym not in funcs:
                 raise MosaicError(f"kernel {kernel_name}: index map @{sym} is missing")
             index_map = _compile_index_map(funcs[sym], sym, n_grid, kernel_name)
-        buffers = 2
+        buffers = 2 if wattr is not None else 1  # no grid: nothing to pipeline
         if "pipeline_mode" in d:
             mode = str(d["pipeline_mode"])
             if "synchronous" in mode:
@@ -817,11 +847,13 @@ class _BodyReader:
             otherwise = self._blocks(regions[1]) if len(regions) > 1 else ()
             return Branch(cond, then, otherwise)
         if name == "scf.for":
-            lb, ub, step = (self._const_of(v) for v in list(op.operation.operands)[:3])
+            operands = list(op.operation.operands)[:3]
+            lb, ub, step = (self._const_of(v) for v in operands)
             trips = None
             if lb is not None and ub is not None and step:
                 trips = max(0, -(-(ub - lb) // step))
-            return Loop(trips, self._blocks(op.operation.regions[0]))
+            bounds = tuple(self.slot(v) for v in operands)
+            return Loop(trips, self._blocks(op.operation.regions[0]), bounds)  # type: ignore[arg-type]
         if name == "scf.while":
             body: list[Any] = []
             for region in op.operation.regions:

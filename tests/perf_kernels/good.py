@@ -104,3 +104,25 @@ def index_arith(x: jax.Array) -> jax.Array:
         )],
         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
     )(x)
+
+
+def _looped_exp_kernel(x_ref, o_ref):
+    def body(_, acc):
+        return acc + jnp.exp(x_ref[...])
+
+    o_ref[...] = jax.lax.fori_loop(0, 3, body, jnp.zeros_like(o_ref))
+
+
+def _add_one_kernel(a_ref, o_ref):
+    o_ref[...] = a_ref[...] + 1.0
+
+
+@jax.jit
+def looped_then_whole(x: jax.Array) -> jax.Array:
+    """A squeezed-block kernel with a 3-trip fori_loop, a transpose, then a grid-less kernel."""
+    n = x.shape[0]
+    spec = pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0))
+    y = pl.pallas_call(_looped_exp_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       grid=(n,), in_specs=[spec], out_specs=spec)(x)
+    y = jnp.transpose(y, (1, 0, 2))
+    return pl.pallas_call(_add_one_kernel, out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype))(y)
