@@ -108,3 +108,26 @@ def test_the_installed_command_has_help() -> None:
     assert result.returncode == 0
     for command in ("runs", "events", "replay", "log"):
         assert command in result.stdout
+
+
+def test_events_follow_prints_events_recorded_later(tmp_path: Path) -> None:
+    path = tmp_path / "follow.duckdb"
+    events = list(synthetic_log(30, seed=13))
+    with EventLog(path) as log:
+        log.append(events[:10])
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "kernelgraph", "events", str(path), "--follow", "--json",
+         "--interval", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        seen = [msgspec.json.decode(follower.stdout.readline()) for _ in range(10)]
+        with EventLog(path) as log:  # the follower waits while a writer holds the file
+            log.append(events[10:])
+        seen += [msgspec.json.decode(follower.stdout.readline()) for _ in range(20)]
+    finally:
+        follower.terminate()
+        follower.wait(timeout=30)
+    assert [e["seq"] for e in seen] == list(range(1, 31))
+    assert [e["event_id"] for e in seen] == [e.event_id for e in events]
