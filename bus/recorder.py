@@ -26,8 +26,9 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -43,6 +44,8 @@ from eventstore.log import EventLog
 log = logging.getLogger("kernelgraph.recorder")
 
 PRODUCER = "recorder@1"
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -128,6 +131,10 @@ class Recorder:
             await self.stop()
         if self._task is not None and not self._task.cancelled() and self._task.exception():
             raise self._task.exception()  # type: ignore[misc]
+
+    async def read(self, query: Callable[[EventLog], T]) -> T:
+        """Run `query(log)` on the recorder's own thread: the one safe way to read a log it is writing."""
+        return await asyncio.get_running_loop().run_in_executor(self._db, query, self.log)
 
     @property
     def failed(self) -> BaseException | None:

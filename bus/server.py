@@ -107,6 +107,8 @@ class EmbeddedNats:
         self.data_dir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.start_s: float | None = None
+        self.name = f"kg-{os.getpid()}-{secrets.token_hex(4)}"
+        """Readiness checks that the answering server carries this name, not another on the port."""
 
     @property
     def url(self) -> str:
@@ -150,7 +152,7 @@ class EmbeddedNats:
             with open(self.log_path, "ab") as log_file:
                 self.process = subprocess.Popen(
                     [str(binary), "-c", str(config), "-js", "-a", self.host, "-p", str(port),
-                     "-sd", str(self.data_dir / "jetstream")],
+                     "-sd", str(self.data_dir / "jetstream"), "-n", self.name],
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -181,7 +183,7 @@ class EmbeddedNats:
                     f"exited with code {self.process.returncode}; log {self.log_path}:\n{self._log_tail()}"
                 )
             try:
-                jetstream_info(self.host, self.port, token=self.token, timeout=1.0)
+                jetstream_info(self.host, self.port, token=self.token, timeout=1.0, server_name=self.name)
                 return
             except OSError as exc:
                 last = str(exc) or type(exc).__name__
@@ -234,13 +236,22 @@ class EmbeddedNats:
         self.stop()
 
 
-def jetstream_info(host: str, port: int, *, token: str | None = None, timeout: float = 1.0) -> dict[str, object]:
-    """Ask `$JS.API.INFO` over a raw socket: no event loop needed, and it proves JetStream is up."""
+def jetstream_info(
+    host: str, port: int, *, token: str | None = None, timeout: float = 1.0, server_name: str | None = None
+) -> dict[str, object]:
+    """Ask `$JS.API.INFO` over a raw socket: no event loop needed, and it proves JetStream is up.
+
+    With `server_name`, a different server answering on the port is an error, not readiness.
+    """
     with socket.create_connection((host, port), timeout=timeout) as sock:
         reader = sock.makefile("rb")
         info = reader.readline()
         if not info.startswith(b"INFO "):
             raise ConnectionError(f"unexpected greeting {info[:40]!r}")
+        if server_name is not None:
+            greeting = json.loads(info[5:])
+            if greeting.get("server_name") != server_name:
+                raise ConnectionError(f"another server ({greeting.get('server_name')}) answers on port {port}")
         connect: dict[str, object] = {
             "verbose": False, "pedantic": False, "headers": True, "no_responders": True,
             "protocol": 1, "name": "kg-readiness",
