@@ -183,22 +183,29 @@ def run_group(
     n_pallas = interpret.count_pallas_calls(traced.jaxpr)
     cases: list[wire.CaseResult] = []
     if request.run_cases:
-        settings = interpret.InterpretSettings(
-            uninitialized_memory=request.uninitialized_memory,
-            detect_races=request.detect_races,
-            random_seed=group.interpret_seed,
-            num_cores=request.num_cores,
-        )
-        try:
-            fn = interpret.interpreted(traced.jaxpr, settings)
-        except interpret.UnsupportedProgram as exc:
-            return wire.GroupResult(group.shape_index, stablehlo=text,
-                                    pallas_calls_in_trace=n_pallas, trace_error=str(exc),
-                                    diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
+        # Two simulated cores split the parallel grid between threads (the race detector
+        # then sees cross-core conflicts) but cost about a second per call; one tuning-point
+        # case gets them, every case gets NaN-poisoned memory and a randomised grid order.
+        multicore = request.multicore_cases if group.shape_index == 0 else 0
+        runners: dict[int, Any] = {}
         order = list(group.cases)
         rng.shuffle(order)
-        for case in order:
-            cases.append(run_case(fn, case, races))
+        for position, case in enumerate(order):
+            cores = request.num_cores if position < multicore else 1
+            if cores not in runners:
+                settings = interpret.InterpretSettings(
+                    uninitialized_memory=request.uninitialized_memory,
+                    detect_races=request.detect_races,
+                    random_seed=group.interpret_seed,
+                    num_cores=cores,
+                )
+                try:
+                    runners[cores] = interpret.interpreted(traced.jaxpr, settings)
+                except interpret.UnsupportedProgram as exc:
+                    return wire.GroupResult(
+                        group.shape_index, stablehlo=text, pallas_calls_in_trace=n_pallas,
+                        trace_error=str(exc), diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
+            cases.append(run_case(runners[cores], case, races))
             _note(tampering, guard)
     return wire.GroupResult(
         shape_index=group.shape_index,

@@ -69,7 +69,8 @@ class EvalRequest(msgspec.Struct, frozen=True):
     order_seed: int  # shuffles groups and cases, so no case is reliably "the first"
     uninitialized_memory: str = "nan"
     detect_races: bool = True
-    num_cores: int = 2
+    num_cores: int = 2  # simulated cores for the cross-core race check...
+    multicore_cases: int = 1  # ...on this many tuning-point cases; the rest run on one core
     lowering_platform: str = "tpu"
     chip: str = "v6e"  # the TPU generation the lowering asks about (VMEM size, tiling)
     run_cases: bool = True  # False: trace and lower only (compile check)

@@ -1,0 +1,449 @@
+"""The independent verifier: one candidate, one task, one target -> a verdict and a receipt.
+
+Order of work, all decisions in this (parent) process:
+
+1. Load the task (trusted) and read the candidate statically (never imported here).
+2. Freeze the test suite (or take the one given): inputs, float64 oracle, error floor.
+3. Run the candidate in a sandboxed child (:mod:`tools.child_worker`): it gets inputs only,
+   traces once per shape, lowers that trace for TPU and runs it under TPU interpret mode
+   (NaN-poisoned memory, race detection, randomised ``parallel`` grid order).
+4. Check, from the data the child returned: the compile check and VMEM budget
+   (:mod:`tools.compile_check`), the firing audit (:mod:`tools.audit`), input integrity,
+   races, tampering, every case against the oracle (:mod:`tools.compare`), and patterns
+   across cases (memoised results, shapes hard-coded to the tuning point).
+5. Only a correct candidate is timed, by the target's executor (:mod:`tools.executors`).
+6. Seal a receipt (:mod:`tools.receipts`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tools import wire
+from tools.audit import AuditReport, audit_text
+from tools.candidate import CandidateError, CandidateSource, read_candidate
+from tools.compare import FLOOR_FACTOR, CaseCheck, compare_case, failed_case
+from tools.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
+from tools.sandbox import Limits, SandboxResult, run_sandboxed
+from tools.tasks import Task, load_task
+from tools.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, build_suite
+
+DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
+_MAX_CASE_REASONS = 6
+_DEFAULT_REQUEST = wire.EvalRequest(candidate_file="", config={}, groups=(), order_seed=0)
+
+
+class Verdict(msgspec.Struct):
+    verdict: str  # "pass" | "fail"
+    reasons: list[str]
+    task: str
+    candidate: str
+    config: dict[str, Any]
+    target: str
+    suite_sha256: str
+    cases: list[CaseCheck]
+    audit: AuditReport | None
+    compile_report: Any  # tools.compile_check.CompileReport | None
+    measurement: Any  # tools.executors.Measurement | None
+    diagnostics: list[wire.Diagnostic]
+    timings: dict[str, float]
+    receipt: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def speedup(self) -> float | None:
+        return None if self.measurement is None else float(self.measurement.speedup)
+
+    @property
+    def measured_on(self) -> str | None:
+        return None if self.measurement is None else str(self.measurement.measured_on)
+
+    @property
+    def receipt_sha256(self) -> str:
+        return str(self.receipt["sha256"])
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON object `kernelgraph verify --json` prints."""
+        return {
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "speedup": self.speedup,
+            "measured_on": self.measured_on,
+            "receipt_sha256": self.receipt_sha256,
+            "task": self.task,
+            "candidate": self.candidate,
+            "config": self.config,
+            "target": self.target,
+            "suite_sha256": self.suite_sha256,
+            "cases": [{"id": c.case_id, "kind": c.kind, "passed": c.passed,
+                       "max_abs": [o.max_abs for o in c.outputs],
+                       "floor_max_abs": [o.floor_max_abs for o in c.outputs],
+                       "problems": [*c.problems, *(p for o in c.outputs for p in o.problems)],
+                       "error": c.error} for c in self.cases],
+            "diagnostics": [msgspec.to_builtins(d) for d in self.diagnostics],
+            "timings": self.timings,
+        }
+
+
+def evaluate(
+    task_path: str | Path,
+    candidate_path: str | Path,
+    *,
+    config: dict[str, Any] | None = None,
+    target: str = "sim-tpu-v6e",
+    suite: FrozenSuite | None = None,
+    limits: Limits | None = None,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    order_seed: int | None = None,
+) -> Verdict:
+    """Verify ``candidate_path`` against ``task_path`` on ``target``.
+
+    Raises ``TaskError`` for an unusable task, ``ValueError`` for a bad config or target,
+    ``TargetUnavailable`` when a real target's device is absent. Everything wrong with the
+    candidate itself is a "fail" verdict with reasons.
+    """
+    from tools.executors import chip_for_target, get_executor
+
+    started = time.perf_counter()
+    limits = limits or DEFAULT_LIMITS
+    executor = get_executor(target)
+    if executor.measured_on == "real":
+        executor.require_available()  # type: ignore[union-attr]
+    task = load_task(task_path)
+    timings: dict[str, float] = {}
+    try:
+        source: CandidateSource | None = read_candidate(candidate_path)
+    except CandidateError as exc:
+        source = None
+        candidate_problem = str(exc)
+    full_config = source.check_config(dict(config or {})) if source else dict(config or {})
+    t = time.perf_counter()
+    if suite is None:
+        suite = build_suite(task, seeds=seeds)
+    elif suite.task_sha256 != task.source_sha256:
+        raise ValueError(f"the suite was frozen for another version of {task.path} "
+                         f"(task sha256 {suite.task_sha256[:12]} != {task.source_sha256[:12]})")
+    timings["suite_s"] = time.perf_counter() - t
+    order_seed = order_seed if order_seed is not None else random.SystemRandom().getrandbits(31)
+    chip = chip_for_target(target)
+    context = _Context(task, suite, target, chip, full_config, order_seed, limits)
+    if source is None:
+        context.fail(f"candidate: {candidate_problem}")
+        return context.finish(Path(candidate_path), None, timings, started)
+
+    request = _request(source, suite, full_config, order_seed, chip)
+    t = time.perf_counter()
+    box = run_sandboxed("tools.child_worker", wire.encode(request),
+                        files={"candidate.py": source.text.encode()}, limits=limits)
+    timings["sandbox_s"] = time.perf_counter() - t
+    context.sandbox = box
+    t = time.perf_counter()
+    response = context.read_response(box)
+    if response is not None:
+        context.judge(response)
+    timings["judge_s"] = time.perf_counter() - t
+    if context.all_correct():
+        t = time.perf_counter()
+        context.measure(executor, candidate_path)
+        timings["measure_s"] = time.perf_counter() - t
+    return context.finish(source.path, source, timings, started)
+
+
+def _request(source: CandidateSource, suite: FrozenSuite, config: dict[str, Any],
+             order_seed: int, chip: str) -> wire.EvalRequest:
+    rng = random.Random(order_seed)
+    by_shape: dict[int, list[wire.CaseRequest]] = {}
+    for case in suite.cases:
+        by_shape.setdefault(case.shape_index, []).append(
+            wire.CaseRequest(case.case_id, case.inputs))
+    groups = tuple(
+        wire.ShapeGroup(shape_index=index, interpret_seed=rng.getrandbits(31),
+                        cases=tuple(cases))
+        for index, cases in sorted(by_shape.items())
+    )
+    return wire.EvalRequest(candidate_file="candidate.py", config=config, groups=groups,
+                            order_seed=order_seed, chip=chip)
+
+
+class _Context:
+    """Accumulates the facts of one evaluation and turns them into a verdict."""
+
+    def __init__(self, task: Task, suite: FrozenSuite, target: str, chip: str,
+                 config: dict[str, Any], order_seed: int, limits: Limits) -> None:
+        self.task, self.suite, self.target, self.chip = task, suite, target, chip
+        self.config, self.order_seed, self.limits = config, order_seed, limits
+        self.reasons: list[str] = []
+        self.diagnostics: list[wire.Diagnostic] = []
+        self.cases: dict[str, CaseCheck] = {}
+        self.audits: dict[int, AuditReport] = {}
+        self.compile_reports: dict[int, Any] = {}
+        self.candidate_loaded = False
+        self.sandbox_ok = False
+        self.tampering: tuple[str, ...] = ()
+        self.inputs_unmodified = True
+        self.inputs_as_sent = True
+        self.races_in: list[str] = []
+        self.cross_case: list[str] = []
+        self.measurement: Any = None
+        self.sandbox: SandboxResult | None = None
+        self.response: wire.EvalResponse | None = None
+        self.tuning_text = ""
+
+    def fail(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    # ------------------------------------------------------------------ reading the child
+    def read_response(self, box: SandboxResult) -> wire.EvalResponse | None:
+        if not box.ok:
+            self.fail(f"candidate {box.failure()}")
+            if box.stderr_tail.strip():
+                last = box.stderr_tail.strip().splitlines()[-1][:300]
+                self.diagnostics.append(wire.Diagnostic(message=last, phase="sandbox"))
+            return None
+        try:
+            response = wire.decode(box.result or b"", wire.EvalResponse)
+        except msgspec.DecodeError as exc:
+            self.fail(f"the child's result could not be read ({exc})")
+            return None
+        self.sandbox_ok = True
+        self.response = response
+        return response
+
+    def judge(self, response: wire.EvalResponse) -> None:
+        self.diagnostics.extend(response.diagnostics)
+        if response.tampering:
+            self.tampering = response.tampering
+            self.fail("candidate tampered with the evaluation process: replaced "
+                      + ", ".join(response.tampering))
+        if response.load_error:
+            self.fail(f"candidate could not be built: {response.load_error}")
+            return
+        self.candidate_loaded = True
+        groups = {g.shape_index: g for g in response.groups}
+        for case in self.suite.cases:
+            group = groups.get(case.shape_index)
+            if group is None:
+                self.cases[case.case_id] = failed_case(case, "the child did not run this shape")
+                continue
+            self._judge_group_once(group)
+            if group.trace_error:
+                self.cases[case.case_id] = failed_case(case, group.trace_error)
+                continue
+            result = next((c for c in group.cases if c.case_id == case.case_id), None)
+            self.cases[case.case_id] = self._judge_case(case, result)
+        self._cross_case()
+        self._case_reasons()
+
+    def _judge_group_once(self, group: wire.GroupResult) -> None:
+        index = group.shape_index
+        if index in self.audits or (group.trace_error and not group.stablehlo):
+            if group.trace_error and index not in self.audits:
+                self.diagnostics.extend(group.diagnostics)
+                self.audits[index] = AuditReport(False, 0, {}, {}, (), ())
+            return
+        self.diagnostics.extend(group.diagnostics)
+        if index == 0:
+            self.tuning_text = group.stablehlo
+        audit = audit_text(group.stablehlo)
+        self.audits[index] = audit
+        for problem in audit.problems:
+            self.fail(problem)
+        if audit.kernels != group.pallas_calls_in_trace and not audit.problems:
+            self.fail(f"the program that ran has {group.pallas_calls_in_trace} pallas_call(s) "
+                      f"but the lowered one has {audit.kernels} kernel(s)")
+        from tools.compile_check import check_lowered
+
+        report = check_lowered(group.stablehlo, chip=self.chip)
+        self.compile_reports[index] = report
+        if not report.ok:
+            for d in report.diagnostics:
+                self.fail(f"compile check ({self.task.describe_shape(index)}): {d.message}")
+                self.diagnostics.append(wire.Diagnostic(
+                    message=d.message, kernel=d.kernel or "", line=d.line, hint=d.hint,
+                    phase="compile"))
+
+    def _judge_case(self, case: SuiteCase, result: wire.CaseResult | None) -> CaseCheck:
+        if result is None:
+            return failed_case(case, "the child returned no result for this case")
+        if result.inputs_sha256_before and result.inputs_sha256_before != case.inputs_sha256:
+            self.inputs_as_sent = False
+            self.fail(f"{case.case_id}: the inputs the kernel received differ from the suite's")
+        if result.error:
+            return failed_case(case, result.error)
+        if result.inputs_sha256_after != result.inputs_sha256_before:
+            self.inputs_unmodified = False
+            self.fail(f"{case.case_id}: the kernel modified its inputs")
+        if result.races_detected:
+            self.races_in.append(case.case_id)
+            self.fail(f"{case.case_id}: the interpreter's race detector found a data race "
+                      "(two grid steps or cores touch the same memory without ordering)")
+        outputs = [a.numpy() for a in result.outputs]
+        return compare_case(case, outputs, self.suite.tolerance)
+
+    def _cross_case(self) -> None:
+        responses = {c.case_id: c for g in (self.response.groups if self.response else ())
+                     for c in g.cases}
+        by_shape: dict[int, list[SuiteCase]] = {}
+        for case in self.suite.cases:
+            by_shape.setdefault(case.shape_index, []).append(case)
+        for cases in by_shape.values():
+            for i, a in enumerate(cases):
+                for b in cases[i + 1:]:
+                    ra, rb = responses.get(a.case_id), responses.get(b.case_id)
+                    if not (ra and rb and ra.outputs and rb.outputs):
+                        continue
+                    if a.inputs_sha256 == b.inputs_sha256 or _same(a.oracle, b.oracle):
+                        continue
+                    if _same(ra.outputs, rb.outputs):
+                        self.cross_case.append(
+                            f"results memoised across calls: {a.case_id} and {b.case_id} have "
+                            "different inputs (and different expected outputs) but returned "
+                            "identical outputs")
+        tuning = [c for c in self.cases.values() if c.shape_index == 0]
+        unseen = [c for c in self.cases.values() if c.kind == "unseen"]
+        if tuning and unseen and all(c.passed for c in tuning) and not any(
+            c.passed for c in unseen
+        ):
+            shapes = ", ".join(self.task.describe_shape(c.shape_index) for c in unseen)
+            self.cross_case.append(
+                f"shapes hard-coded to the tuning point: correct at "
+                f"{self.task.describe_shape(0)} but wrong or failing at every unseen shape "
+                f"({shapes})")
+        for problem in self.cross_case:
+            self.fail(problem)
+
+    def _case_reasons(self) -> None:
+        failing = [c for c in self.cases.values() if not c.passed]
+        for case in failing[:_MAX_CASE_REASONS]:
+            details = [case.error] if case.error else []
+            details += list(case.problems) + [p for o in case.outputs for p in o.problems]
+            self.fail(f"{case.case_id} ({case.kind}): " + "; ".join(details or ["failed"]))
+        if len(failing) > _MAX_CASE_REASONS:
+            self.fail(f"... and {len(failing) - _MAX_CASE_REASONS} more failing case(s)")
+
+    def all_correct(self) -> bool:
+        return derive_verdict(self.checks()) == "pass"
+
+    # ------------------------------------------------------------------------- timing
+    def measure(self, executor: Any, candidate_path: str | Path) -> None:
+        from tools.mosaic import parse_lowered
+
+        try:
+            if executor.measured_on == "real":
+                self.measurement = executor.time_candidate(self.task.path, candidate_path,
+                                                           self.config)
+            else:
+                inputs = [a.numpy() for a in self.suite.cases[0].inputs]
+                cost = executor.reference_cost(self.task.reference, inputs)
+                self.measurement = executor.estimate(parse_lowered(self.tuning_text), cost)
+        except Exception as exc:  # timing must not turn a correct kernel into a crash
+            self.diagnostics.append(wire.Diagnostic(
+                message=f"timing failed: {type(exc).__name__}: {exc}", phase="timing"))
+            return
+        if not getattr(self.measurement, "valid", True):
+            for reason in getattr(self.measurement, "reasons", []):
+                self.fail(f"timing: {reason}")
+
+    # ------------------------------------------------------------------------- verdict
+    def checks(self) -> Checks:
+        return Checks(
+            candidate_loaded=self.candidate_loaded,
+            sandbox_ok=self.sandbox_ok,
+            compile_ok=bool(self.compile_reports) and all(
+                r.ok for r in self.compile_reports.values()),
+            audit_ok=bool(self.audits) and all(a.ok for a in self.audits.values()),
+            tampering=self.tampering,
+            inputs_unmodified=self.inputs_unmodified,
+            inputs_as_sent=self.inputs_as_sent,
+            races_in=tuple(self.races_in),
+            cross_case_problems=tuple(self.cross_case),
+            timing_valid=self.measurement is None or bool(getattr(self.measurement, "valid",
+                                                                    True)),
+            floor_factor=FLOOR_FACTOR,
+            tolerance=dict(self.suite.tolerance),
+            cases=tuple(self.cases[c.case_id] for c in self.suite.cases
+                        if c.case_id in self.cases),
+        )
+
+    def finish(self, candidate_path: Path, source: CandidateSource | None,
+               timings: dict[str, float], started: float) -> Verdict:
+        checks = self.checks()
+        verdict = derive_verdict(checks)
+        if verdict == "fail" and not self.reasons:
+            self.fail("no case passed" if not checks.cases else "a check failed")
+        timings["total_s"] = time.perf_counter() - started
+        if self.response is not None:
+            timings["child_s"] = self.response.seconds
+        compile_report = self.compile_reports.get(0)
+        measurement = self.measurement
+        body = {
+            "kind": RECEIPT_KIND,
+            "version": RECEIPT_VERSION,
+            "verdict": verdict,
+            "reasons": self.reasons,
+            "task": {"name": self.task.name, "path": str(self.task.path),
+                     "sha256": self.task.source_sha256, "format": self.task.format},
+            "candidate": {"path": str(candidate_path),
+                          "sha256": source.sha256 if source else None,
+                          "config": self.config},
+            "suite": {"sha256": self.suite.sha256, "cases": len(self.suite.cases),
+                      "notes": list(self.suite.notes)},
+            "target": self.target,
+            "checks": checks,
+            "audit": {str(k): v for k, v in self.audits.items()},
+            "compile": {str(k): v for k, v in self.compile_reports.items()},
+            "measurement": None if measurement is None else {
+                "measured_on": measurement.measured_on, "speedup": measurement.speedup,
+                "latency_s": measurement.latency_s, "baseline_s": measurement.baseline_s,
+                "valid": getattr(measurement, "valid", True)},
+            "timings": timings,
+            "environment": self._environment(),
+        }
+        receipt = seal(body)
+        return Verdict(
+            verdict=verdict, reasons=list(self.reasons), task=str(self.task.path),
+            candidate=str(candidate_path), config=self.config, target=self.target,
+            suite_sha256=self.suite.sha256, cases=list(checks.cases),
+            audit=self.audits.get(0), compile_report=compile_report, measurement=measurement,
+            diagnostics=self.diagnostics, timings=timings, receipt=receipt,
+        )
+
+    def _environment(self) -> dict[str, Any]:
+        import jax
+
+        return {
+            "python": sys.version.split()[0],
+            "jax": jax.__version__,
+            "child_jax": self.response.jax_version if self.response else None,
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "isolation": list(self.sandbox.isolation) if self.sandbox else [],
+            "limits": self.limits.describe(),
+            "interpret": {"uninitialized_memory": _DEFAULT_REQUEST.uninitialized_memory,
+                          "detect_races": _DEFAULT_REQUEST.detect_races,
+                          "randomised_parallel_grid_order": True,
+                          "num_cores": _DEFAULT_REQUEST.num_cores,
+                          "multicore_cases": _DEFAULT_REQUEST.multicore_cases,
+                          "order_seed": self.order_seed},
+            "chip": self.chip,
+        }
+
+
+def _same(a: Sequence[wire.WireArray], b: Sequence[wire.WireArray]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x.numpy(), y.numpy())
+        for x, y in zip(a, b, strict=True))
