@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import msgspec
 
-from eventstore.codec import EventDecodeError, decode_event, decode_events
+from eventstore.codec import EventDecodeError, decode_event
 from eventstore.events import EVENT_TYPES_BY_NAME, Event
 
 FORMAT_NAME = "kernelgraph-log"
@@ -422,21 +422,15 @@ class EventLog:
         cursor = self._con.cursor()
         try:
             cursor.execute(sql, params)
+            decode = decode_event
             while chunk := cursor.fetchmany(_FETCH_ROWS):
-                seqs, bodies = zip(*chunk, strict=True)
-                try:
-                    decoded = decode_events(list(bodies))
-                except EventDecodeError:
-                    decoded = [self._decode_row(seq, body) for seq, body in chunk]
-                yield from zip(seqs, decoded, strict=True)
+                for seq, body in chunk:
+                    try:
+                        yield seq, decode(body)
+                    except EventDecodeError as exc:
+                        raise CorruptLog(f"{self.path} row seq={seq}: {exc}") from None
         finally:
             cursor.close()
-
-    def _decode_row(self, seq: int, body: str) -> Event:
-        try:
-            return decode_event(body)
-        except EventDecodeError as exc:
-            raise CorruptLog(f"{self.path} row seq={seq}: {exc}") from None
 
     def events(self, **filters: object) -> Iterator[Event]:
         for _, event in self.read(**filters):  # type: ignore[arg-type]

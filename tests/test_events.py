@@ -3,7 +3,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from eventstore.codec import EventDecodeError, decode_event, decode_events, encode_event
+from eventstore.codec import EventDecodeError, decode_event, encode_event
 from eventstore.events import (
     EVENT_TYPES,
     EVENT_TYPES_BY_NAME,
@@ -48,7 +48,7 @@ def test_synthetic_events_round_trip_through_the_codec() -> None:
                                              "LlmCalled", "FixAttempted"}
     bodies = [encode_event(e) for e in events]
     assert [decode_event(b) for b in bodies] == events
-    assert decode_events([b.decode() for b in bodies]) == events
+    assert [decode_event(b.decode()) for b in bodies] == events
 
 
 def test_garbage_and_unknown_types_are_refused_clearly() -> None:
@@ -82,8 +82,6 @@ def test_an_old_event_is_upcast_on_the_way_out() -> None:
         assert isinstance(event, TestsRun)
         assert event.passed is True
         assert event.v == current_version("TestsRun")
-        # The batch path falls back to the same lifting.
-        assert decode_events([old.decode()]) == [event]
     finally:
         unregister("TestsRun", from_version=0)
 
@@ -100,8 +98,6 @@ def test_an_event_from_a_newer_schema_is_refused() -> None:
     body["v"] = 99
     with pytest.raises(EventDecodeError, match="newer than this kernelgraph"):
         decode_event(msgspec.json.encode(body))
-    with pytest.raises(EventDecodeError, match="newer"):
-        decode_events([msgspec.json.encode(body).decode()])
 
 
 def test_upcaster_registry_refuses_a_second_step_for_the_same_version() -> None:
