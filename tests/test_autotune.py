@@ -1,0 +1,49 @@
+"""A real sweep through the evaluator (sandboxed child, TPU lowering, interpret mode, model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.autotune import autotune
+from tools.executors import TargetUnavailable
+
+HERE = Path(__file__).resolve().parent / "perf_kernels"
+TASK = HERE / "scale_task.py"
+CANDIDATE = HERE / "scale_candidate.py"
+
+
+@pytest.mark.slow
+def test_sweep_checks_each_config_and_picks_the_fastest_that_passed() -> None:
+    seen: list[int] = []
+    result = autotune(TASK, CANDIDATE, workers=2, on_row=lambda row, done, of: seen.append(done))
+    assert result.measured_on == "simulated" and result.target == "sim-tpu-v6e"
+    assert [r.config["block_rows"] for r in result.rows] == [8, 32, 7]
+    by_rows = {r.config["block_rows"]: r for r in result.rows}
+    assert by_rows[8].status == "pass" and by_rows[32].status == "pass"
+    assert by_rows[7].status == "fail"  # not a multiple of 8: the TPU lowering rejects it
+    assert any("8 and 128" in reason or "lower" in reason for reason in by_rows[7].reasons)
+    # Fewer, larger blocks win on the model (per-step overhead dominates this tiny task).
+    assert result.best_config == {"block_rows": 32}
+    assert result.best_speedup == max(r.speedup for r in result.rows if r.status == "pass")
+    assert by_rows[32].latency_s < by_rows[8].latency_s
+    assert sorted(seen) == [1, 2, 3] and result.configs_evaluated == 3
+    assert len(result.suite_sha256) == 64
+
+
+@pytest.mark.slow
+def test_configuration_budget_skips_the_rest() -> None:
+    result = autotune(TASK, CANDIDATE, workers=1, budget_configs=1)
+    assert [r.status for r in result.rows][1:] == ["skipped", "skipped"]
+    assert result.rows[0].status == "pass" and result.best_config == {"block_rows": 8}
+    assert result.budget_exhausted and result.configs_evaluated == 1
+
+
+def test_real_target_without_device_is_refused_before_any_work() -> None:
+    from tools.executors import _real_hardware_problem
+
+    if not _real_hardware_problem("tpu"):
+        pytest.skip("this machine has a TPU")
+    with pytest.raises(TargetUnavailable, match=r"libtpu|device node"):
+        autotune(TASK, CANDIDATE, target="tpu")
