@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.logcmds",
     "kernelgraph.cli.buscmds",
     "kernelgraph.cli.perfcmds",
+    "kernelgraph.cli.verifycmds",
 )
 
 

@@ -1,0 +1,158 @@
+"""Commands of the independent verifier: `verify` and `verify-receipt`."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.table import Table
+
+from kernelgraph.cli.app import app, console, emit_json, fail
+
+_TaskArg = Annotated[Path, typer.Argument(
+    help="Task file: a kernelgraph task (reference, make_inputs, SHAPES) or a JAXBench "
+         "baseline.py (CONFIG, create_inputs, workload).", show_default=False)]
+_CandidateArg = Annotated[Path, typer.Argument(
+    help="Candidate kernel file: defines build(**knobs) and optionally TUNABLES.",
+    show_default=False)]
+_JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+
+
+def _parse_config(items: list[str]) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.isidentifier():
+            fail(f"--config takes NAME=VALUE, got {item!r}")
+        try:
+            config[name] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            config[name] = raw
+    return config
+
+
+@app.command()
+def verify(
+    task: _TaskArg,
+    candidate: _CandidateArg,
+    target: Annotated[str, typer.Option(
+        "--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7 (simulated timing) or "
+        "tpu | gpu (timed on the device).")] = "sim-tpu-v6e",
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", help="A tunable as NAME=VALUE (repeat); default: the first value of "
+        "each TUNABLES entry.")] = None,
+    receipt_out: Annotated[Path | None, typer.Option(
+        "--receipt-out", help="Write the self-hashed receipt (JSON) to this file.")] = None,
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", min=5.0, help="Seconds the sandboxed candidate may run in all.")] = 300.0,
+    memory_gb: Annotated[float, typer.Option(
+        "--memory-gb", min=0.5, help="Address-space limit of the sandboxed candidate.")] = 4.0,
+    json: _JsonOpt = False,
+) -> None:
+    """Verify a candidate kernel against a task, independently of whoever wrote it.
+
+    Freezes a test suite (seeds, unseen shapes, magnitude probes; float64 oracle and the
+    reference's own error as the floor), runs the candidate in a sandboxed child under TPU
+    interpret mode (NaN-poisoned memory, race detection, randomised parallel grid order),
+    checks the TPU lowering, VMEM budget and that the work happens inside pallas_call, and
+    times only a correct candidate. Exit status 0 only on a pass; 1 on a fail; 2 on a usage
+    error. The receipt's sha256 covers every number the verdict follows from.
+    """
+    for label, path in (("task", task), ("candidate", candidate)):
+        if not path.is_file():
+            fail(f"{path}: no such {label} file")
+    from tools.executors import TARGETS, TargetUnavailable
+    from tools.receipts import write_receipt
+    from tools.sandbox import Limits
+    from tools.tasks import TaskError
+    from tools.testsuite import SuiteError
+    from tools.verify import evaluate
+
+    if target not in TARGETS:
+        fail(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    limits = Limits(wall_s=time_limit, memory_bytes=int(memory_gb * (1 << 30)))
+    status = (console.status(f"verifying {candidate.name} on {target}", spinner="dots")
+              if not json else contextlib.nullcontext())
+    with status:
+        try:
+            verdict = evaluate(task, candidate, config=_parse_config(config or []),
+                               target=target, limits=limits)
+        except (TaskError, SuiteError, TargetUnavailable, ValueError) as exc:
+            fail(str(exc))
+    if receipt_out is not None:
+        write_receipt(verdict.receipt, receipt_out)
+    if json:
+        emit_json(verdict.summary())
+    else:
+        _render(verdict, receipt_out)
+    raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _render(verdict: Any, receipt_out: Path | None) -> None:
+    table = Table(title=f"{Path(verdict.candidate).name} vs {Path(verdict.task).name} "
+                        f"({verdict.target})")
+    table.add_column("case", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    for column in ("max-abs err", "limit", "mean-abs err", "limit"):
+        table.add_column(column, justify="right")
+    table.add_column("result")
+    for case in verdict.cases:
+        if not case.outputs:
+            table.add_row(case.case_id, case.kind, "-", "-", "-", "-",
+                          f"[red]{case.error[:60] or 'failed'}[/]")
+            continue
+        for out in case.outputs:
+            table.add_row(
+                case.case_id if out.index == 0 else "", case.kind if out.index == 0 else "",
+                f"{out.max_abs:.3g}", f"{out.max_threshold:.3g}",
+                f"{out.mean_abs:.3g}", f"{out.mean_threshold:.3g}",
+                "[green]ok[/]" if out.passed else "[red]fail[/]",
+            )
+    console.print(table)
+    console.print("limit = 2 x the reference's own error against the float64 oracle + a few "
+                  "ulps; every element also within the task tolerance", style="dim")
+    if verdict.measurement is not None:
+        m = verdict.measurement
+        label = "speedup (simulated)" if m.measured_on == "simulated" else "speedup (measured)"
+        console.print(f"{label}: [bold]{m.speedup:.2f}x[/]  latency {m.latency_s:.3e} s vs "
+                      f"XLA baseline {m.baseline_s:.3e} s")
+    colour = "green" if verdict.passed else "red"
+    console.print(f"verdict: [bold {colour}]{verdict.verdict}[/]")
+    for reason in verdict.reasons:
+        console.print(f"  - {reason}", highlight=False)
+    for d in verdict.diagnostics[:5]:
+        where = f" (line {d.line})" if d.line else ""
+        hint = f" hint: {d.hint}" if d.hint else ""
+        console.print(f"  diagnostic [{d.phase}]{where}: {d.message}{hint}", highlight=False,
+                      markup=False)
+    console.print(f"receipt sha256: {verdict.receipt_sha256}"
+                  + (f" (written to {receipt_out})" if receipt_out else ""))
+
+
+@app.command("verify-receipt")
+def verify_receipt(
+    file: Annotated[Path, typer.Argument(help="A receipt written by `kernelgraph verify "
+                                              "--receipt-out`.", show_default=False)],
+    json: _JsonOpt = False,
+) -> None:
+    """Re-check a receipt: its own sha256 matches its contents and its verdict follows from
+    the numbers in it (the same rule the verifier applies). Exit status 0 when both hold."""
+    from tools.receipts import ReceiptError, check_receipt, load_receipt
+
+    try:
+        result = check_receipt(load_receipt(file))
+    except ReceiptError as exc:
+        fail(str(exc))
+    if json:
+        emit_json(msgspec.to_builtins(result))
+    else:
+        mark = "[green]ok[/]" if result.ok else "[red]FAILED[/]"
+        console.print(f"{file}: {mark}  verdict {result.recorded_verdict!r}, sha256 "
+                      f"{result.sha256[:16]}...")
+        for problem in result.problems:
+            console.print(f"  - {problem}", highlight=False)
+    raise typer.Exit(0 if result.ok else 1)
