@@ -70,6 +70,7 @@ def test_index_map_rank_mismatch_points_at_the_lambda() -> None:
 def test_unsupported_op_in_mosaic() -> None:
     (d,) = _diagnose(bad.unsupported_op, X)
     assert "sort" in d.message
+    assert d.line == _line_of("sort")  # the only line of the file that names the primitive
     assert d.kind == "lowering"
     assert "no Mosaic TPU lowering" in d.hint
 

@@ -25,6 +25,7 @@ import os
 import re
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -188,6 +189,8 @@ def diagnose(exc: BaseException, source_path: str) -> list[Diagnostic]:
             if m:
                 line = int(m.group(1) or m.group(2))
                 break
+    if line is None:
+        line = _line_naming_primitive(message, source_path)
     kernel = None
     m = re.search(r"pallas_call (\w+)", message) or re.search(r"kernel[ =]+'?(\w+)", message)
     if m:
@@ -195,6 +198,21 @@ def diagnose(exc: BaseException, source_path: str) -> list[Diagnostic]:
     kind = "lowering" if re.search(r"[Ll]ower|Mosaic|Pallas TPU", message) else "tracing"
     first = message if len(message) <= 2000 else message[:2000] + " ..."
     return [Diagnostic(first, kernel, line, _hint_for(message), source_path, kind)]
+
+
+def _line_naming_primitive(message: str, source_path: str) -> int | None:
+    """For "Unimplemented primitive ...: sort" (no location in the trace), the one line of
+    the candidate that names the primitive, when exactly one does."""
+    m = re.search(r"Unimplemented primitive in Pallas TPU lowering for \w+: (\w+)", message)
+    if not m:
+        return None
+    try:
+        text = Path(source_path).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    hits = [n for n, src in enumerate(text.splitlines(), start=1)
+            if re.search(rf"\b{re.escape(m.group(1))}\b", src.split("#")[0])]
+    return hits[0] if len(hits) == 1 else None
 
 
 # ---------------------------------------------------------------------------- parent side

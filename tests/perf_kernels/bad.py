@@ -13,7 +13,7 @@ def _copy_kernel(x_ref, o_ref):
 
 
 def _sort_kernel(x_ref, o_ref):
-    o_ref[...] = jnp.sort(x_ref[...], axis=-1)
+    o_ref[...] = jnp.sort(x_ref[...], axis=-1)  # LINE: sort
 
 
 def misaligned_block(x: jax.Array) -> jax.Array:
