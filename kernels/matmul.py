@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-TUNABLES = {"block_m": [128, 256], "block_n": [128, 256], "block_k": [128, 256, 512]}
+TUNABLES = {"block_m": [256, 128], "block_n": [256, 128], "block_k": [256, 128, 512]}
 
 
 def _kernel(a_ref, b_ref, o_ref, acc_ref):
@@ -40,7 +40,7 @@ def _fit(block: int, size: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))
 def matmul(
-    a: jax.Array, b: jax.Array, *, block_m: int = 128, block_n: int = 128, block_k: int = 128
+    a: jax.Array, b: jax.Array, *, block_m: int = 256, block_n: int = 256, block_k: int = 256
 ) -> jax.Array:
     m, k = a.shape
     k2, n = b.shape
@@ -63,5 +63,5 @@ def matmul(
     )(a, b)
 
 
-def build(block_m: int = 128, block_n: int = 128, block_k: int = 128):
+def build(block_m: int = 256, block_n: int = 256, block_k: int = 256):
     return functools.partial(matmul, block_m=block_m, block_n=block_n, block_k=block_k)

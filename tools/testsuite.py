@@ -50,6 +50,9 @@ class SuiteCase(msgspec.Struct, frozen=True):
     out_shapes: tuple[tuple[int, ...], ...]
     floor_max_abs: tuple[float, ...]  # the reference's own error against the oracle
     floor_mean_abs: tuple[float, ...]
+    # False where the reference itself is outside the task TOLERANCE against the oracle
+    # (e.g. a large-magnitude probe): that ceiling cannot be asked of a candidate there.
+    ceiling_applies: tuple[bool, ...] = ()
 
 
 class FrozenSuite(msgspec.Struct, frozen=True):
@@ -127,13 +130,19 @@ def build_suite(
         if len(oracle) != len(ref):
             raise TaskError(task.path, "reference returns a different number of outputs "
                             "under float64")
-        floors_max, floors_mean = [], []
+        floors_max, floors_mean, ceiling = [], [], []
+        atol, rtol = task.tolerance["atol"], task.tolerance["rtol"]
         for r, o in zip(ref, oracle, strict=True):
             finite = np.isfinite(o) if _is_float(o) else np.ones(o.shape, bool)
             if kind.startswith("probe") and not finite.all():
                 notes.append(f"{case_id} dropped: the oracle is not finite at this magnitude")
                 return None
-            err = np.abs(r.astype(np.float64) - o.astype(np.float64))[finite]
+            wide = o.astype(np.float64)
+            err = np.abs(r.astype(np.float64) - wide)[finite]
+            ceiling.append(bool(np.all(err <= atol + rtol * np.abs(wide[finite]))))
+            if not ceiling[-1]:
+                notes.append(f"{case_id}: the reference itself is outside TOLERANCE here; "
+                             "only the floor rule applies")
             floors_max.append(float(err.max()) if err.size else 0.0)
             floors_mean.append(float(err.mean()) if err.size else 0.0)
         return SuiteCase(
@@ -143,6 +152,7 @@ def build_suite(
             out_dtypes=tuple(r.dtype.name for r in ref),
             out_shapes=tuple(tuple(r.shape) for r in ref),
             floor_max_abs=tuple(floors_max), floor_mean_abs=tuple(floors_mean),
+            ceiling_applies=tuple(ceiling),
         )
 
     tuning_inputs = None
