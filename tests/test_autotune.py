@@ -47,3 +47,25 @@ def test_real_target_without_device_is_refused_before_any_work() -> None:
         pytest.skip("this machine has a TPU")
     with pytest.raises(TargetUnavailable, match=r"libtpu|device node"):
         autotune(TASK, CANDIDATE, target="tpu")
+
+
+@pytest.mark.slow
+def test_cli_tune_and_profile_print_one_json_object() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelgraph.cli import app, load_commands
+
+    load_commands()
+    runner = CliRunner()
+    tuned = runner.invoke(app, ["tune", str(TASK), str(CANDIDATE), "--budget-configs", "2", "--json"])
+    assert tuned.exit_code == 0, tuned.output
+    data = json.loads(tuned.stdout)
+    assert data["measured_on"] == "simulated" and data["best_config"] == {"block_rows": 32}
+    profiled = runner.invoke(app, ["profile", str(TASK), str(CANDIDATE), "--config", "block_rows=32", "--json"])
+    assert profiled.exit_code == 0, profiled.output
+    prof = json.loads(profiled.stdout)["profile"]
+    assert prof["measured_on"] == "simulated" and prof["grid_steps"] == 2
+    bad = runner.invoke(app, ["tune", str(TASK), str(CANDIDATE), "--target", "sim-tpu-v9"])
+    assert bad.exit_code == 2 and "unknown target" in bad.output
