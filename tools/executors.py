@@ -369,7 +369,9 @@ def _child_main(box: Path) -> None:
     from tools.sandbox import REQUEST_FILE, RESULT_FILE
 
     request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=TimingRequest)
-    os.environ["JAX_PLATFORMS"] = {"tpu": "tpu", "gpu": "cuda,rocm"}.get(request.platform, "")
+    gpu = "rocm" if importlib.util.find_spec("jax_rocm7_plugin") or importlib.util.find_spec(
+        "jax_rocm60_plugin") else "cuda"
+    os.environ["JAX_PLATFORMS"] = {"tpu": "tpu", "gpu": gpu}[request.platform]
     result = _time_in_child(request, box)
     (box / RESULT_FILE).write_bytes(msgspec.msgpack.encode(result))
 
