@@ -80,6 +80,7 @@ class Recorder:
         settings: BusSettings | None = None,
         max_batch: int = 5000,
         max_wait_s: float = 0.25,
+        linger_s: float = 0.005,
         commit_attempts: int = 3,
     ) -> None:
         if max_batch < 1:
@@ -90,6 +91,7 @@ class Recorder:
         self.settings = settings or BusSettings()
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
+        self.linger_s = linger_s
         self.commit_attempts = commit_attempts
         self.stats = RecorderStats(last_seq=event_log.last_seq)
         self._db = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder-db")
@@ -154,6 +156,10 @@ class Recorder:
             wait = 0.0 if stopping else self.max_wait_s
             try:
                 msgs = await self._events.fetch(self.max_batch, wait_s=wait)
+                if msgs and len(msgs) < self.max_batch and self.linger_s > 0 and not stopping:
+                    # A trickle: let a few more arrive, so a quiet bus is not one commit per event.
+                    await asyncio.sleep(self.linger_s)
+                    msgs += await self._events.fetch(self.max_batch - len(msgs), wait_s=0.0)
                 art_msgs = await self._fetch_all(self._artifacts)
             except nats.errors.ConnectionClosedError:
                 if stopping:
