@@ -256,3 +256,29 @@ async def test_artifacts_travel_by_hash_and_are_stored_with_their_events(
         assert again[0] == sha
         await _wait(lambda: bus.recorder.stats.artifacts_stored >= 2)
         await _stop(svc)
+
+
+async def test_a_long_handler_keeps_its_command_by_reporting_progress(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    quick = BusSettings(ack_wait_s=0.6, max_deliver=3)
+    async with running_bus(nats_server, tmp_path / "log.duckdb") as bus:
+        workers = [await bus.service(settings=quick, concurrency=1) for _ in range(2)]
+        await bus.client.request(Ping.create(run_id="long", delay_s=2.0), timeout=10)
+        await _wait(lambda: sum(w.stats.completed for w in workers) == 1)
+        await asyncio.sleep(0.3)
+        assert sum(w.stats.received for w in workers) == 1  # never redelivered to the idle worker
+        await _stop(*workers)
+
+
+class Sleepy(FastRetryEcho):
+    handler_timeout_s: ClassVar[float | None] = 0.2
+
+
+async def test_a_handler_past_its_timeout_is_retried_then_failed(nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    async with running_bus(nats_server, tmp_path / "log.duckdb") as bus:
+        svc = await bus.service(Sleepy)
+        with pytest.raises(CommandFailed, match="TimeoutError") as failure:
+            await bus.client.request(Ping.create(run_id="slow", delay_s=5), timeout=20)
+        assert failure.value.failure.deliveries == SETTINGS.max_deliver
+        await _stop(svc)

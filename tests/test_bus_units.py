@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 import msgspec
@@ -170,3 +171,26 @@ def test_nats_server_binary_comes_from_the_wheel() -> None:
     path = find_nats_server()
     assert path.name == "nats-server"
     assert path.is_file()
+
+
+def test_agent_modules_from_the_environment_are_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "kg_plugin_agent.py").write_text(
+        "from typing import ClassVar\n"
+        "from bus.commands import Ping\n"
+        "from bus.registry import register\n"
+        "from bus.service import Service\n"
+        "@register\n"
+        "class PluginAgent(Service):\n"
+        "    agent: ClassVar[str] = 'plugin-agent'\n"
+        "    commands: ClassVar[tuple] = (Ping,)\n"
+    )
+    import bus.registry
+
+    monkeypatch.setattr(bus.registry, "_agents", dict(bus.registry._agents))  # restored afterwards
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("KG_AGENT_MODULES", "kg_plugin_agent")
+    assert load_agents()["plugin-agent"].__name__ == "PluginAgent"
+    assert get("plugin-agent") is load_agents()["plugin-agent"]
+    monkeypatch.setenv("KG_AGENT_MODULES", "no_such_agent_module")
+    with pytest.raises(ImportError, match="no_such_agent_module"):
+        load_agents()

@@ -39,11 +39,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     import nats.errors
 
     from bus.connection import BusConfigError
+    from bus.recorder import RecorderError
     from bus.registry import UnknownAgent
     from bus.server import NatsServerError
     from eventstore.log import LogError
 
-    return (BusConfigError, NatsServerError, LogError, UnknownAgent, nats.errors.NoServersError,
+    return (BusConfigError, NatsServerError, LogError, UnknownAgent, RecorderError, nats.errors.NoServersError,
             nats.errors.Error, ConnectionError, ImportError)
 
 
@@ -138,18 +139,17 @@ def up(
         try:
             if duration is not None:
                 asyncio.get_running_loop().call_later(duration, stop.set)
-            if json:
-                await stop.wait()
-            else:
-                from rich.live import Live
+            from rich.live import Live
 
-                with Live(runtime.status_table(), console=console, refresh_per_second=4) as live:
-                    while not stop.is_set():
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), 0.25)
+            live = None if json else Live(runtime.status_table(), console=console, refresh_per_second=4)
+            with live or contextlib.nullcontext():
+                while not stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 0.25)
+                    if live is not None:
                         live.update(runtime.status_table())
-                        if runtime.recorder is not None and runtime.recorder.failed is not None:
-                            raise runtime.recorder.failed
+                    if runtime.recorder is not None and runtime.recorder.failed is not None:
+                        raise runtime.recorder.failed
         finally:
             await runtime.stop()
         return runtime.snapshot()
