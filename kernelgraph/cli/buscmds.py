@@ -121,17 +121,18 @@ def up(
     agents finish their in-flight commands, the recorder records what is left, then the
     server stops (a second Ctrl-C stops at once; unfinished commands are redelivered later).
     """
+    from bus.streams import BusSettings
     from kernelgraph.runtime import Runtime, RuntimeConfig, parse_concurrency
 
     try:
-        per_agent = parse_concurrency(concurrency or [])
-    except ValueError as exc:
+        config = RuntimeConfig(
+            db_path=db, nats_url=nats, nats_dir=nats_dir, agents=agent or None,
+            concurrency=parse_concurrency(concurrency or []), default_concurrency=workers,
+            settings=BusSettings.from_env(),
+        )
+    except ValueError as exc:  # BusConfigError is one
         fail(str(exc))
     _setup_logging(verbose, rich_console=None if json else err_console)
-    config = RuntimeConfig(
-        db_path=db, nats_url=nats, nats_dir=nats_dir, agents=agent or None,
-        concurrency=per_agent, default_concurrency=workers,
-    )
 
     async def main(stop: asyncio.Event) -> dict[str, Any]:
         runtime = Runtime(config)
