@@ -15,6 +15,7 @@ over a parallel axis races once the axis is split between cores).
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -29,6 +30,12 @@ LAYOUT_OPS = frozenset({
     "stablehlo.concatenate", "stablehlo.constant",
 })
 _LAYOUT_WORDS = "reshape, broadcast, transpose, slice, pad, convert, concatenate"
+# Non-splat constants larger than this are data baked into the program (a lookup table of
+# answers); a kernel's own constants are scalars or splats.
+MAX_EMBEDDED_CONSTANT_BYTES = 64 * 1024
+_CONSTANT = re.compile(r"stablehlo\.constant dense<(.)(?:.*?)>\s*:\s*tensor<([^>]*)>")
+_BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "i64": 64, "i32": 32, "i16": 16,
+         "i8": 8, "i1": 8, "ui32": 32, "ui16": 16, "ui8": 8}
 
 
 class AuditReport(msgspec.Struct, frozen=True):
@@ -48,7 +55,30 @@ def audit_text(stablehlo_text: str, *, allowed: frozenset[str] = LAYOUT_OPS) -> 
         return AuditReport(ok=False, kernels=0, outside_ops={}, disallowed_ops={},
                            outside_custom_calls=(),
                            problems=(f"the lowered program could not be read: {exc}",))
-    return audit_program(program, allowed=allowed)
+    report = audit_program(program, allowed=allowed)
+    embedded = embedded_constant_bytes(stablehlo_text)
+    if embedded > MAX_EMBEDDED_CONSTANT_BYTES:
+        problem = (f"the program embeds {embedded} bytes of non-uniform constants: data baked "
+                   "in at trace time (precomputed or memoised results?), not computed from "
+                   "the inputs")
+        return msgspec.structs.replace(report, ok=False, problems=(*report.problems, problem))
+    return report
+
+
+def embedded_constant_bytes(stablehlo_text: str) -> int:
+    """Bytes of non-splat ``stablehlo.constant`` data (a splat like dense<0.0> is free)."""
+    total = 0
+    for line in stablehlo_text.splitlines():
+        if "stablehlo.constant" not in line:
+            continue
+        m = _CONSTANT.search(line)
+        if not m or m.group(1) not in "[\"":
+            continue
+        dims = m.group(2).split("x")
+        bits = _BITS.get(dims[-1], 32)
+        count = math.prod(int(d) for d in dims[:-1] if d.isdigit()) if len(dims) > 1 else 1
+        total += count * bits // 8
+    return total
 
 
 def audit_program(program: LoweredProgram, *, allowed: frozenset[str] = LAYOUT_OPS

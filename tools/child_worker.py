@@ -276,6 +276,7 @@ def main(argv: list[str]) -> int:
     jax.config.update("jax_platforms", "cpu")
     encode = wire.encode
     request = wire.decode((box / REQUEST_FILE).read_bytes(), wire.EvalRequest)
+    (box / REQUEST_FILE).unlink()  # not left lying around for the candidate to read
     response = evaluate(box, request)
     (box / RESULT_FILE).write_bytes(encode(response))
     return 0

@@ -175,9 +175,9 @@ def _compare_output(
         problem = (f"output {index} has {nonfinite} non-finite element(s) where the reference "
                    "is finite")
         if share >= _UNWRITTEN_FRACTION:
-            problem += (f"; {share:.0%} of it is NaN, the poison interpret mode puts in memory "
-                        "that was never written: the grid or the output BlockSpec does not "
-                        "cover the whole output")
+            problem += (f"; {share:.0%} of the output is NaN, the poison interpret mode puts "
+                        "in memory before it is written: output blocks the grid never writes, "
+                        "or a scratch accumulator read before it is initialised")
         problems.append(problem)
     else:
         if max_abs > thresholds.floor_factor * common["floor_max_abs"] + eps_max:

@@ -279,7 +279,12 @@ def _jaxbench_task(
     if not scales or any(not isinstance(s, int | float) or s <= 0 for s in scales):
         raise TaskError(path, f"scales must be positive numbers, got {scales!r}")
     base = dict(module.CONFIG)
-    configs = tuple(_scaled_config(base, s) for s in scales)
+    configs_by_scale: dict[float, dict[str, Any]] = {}
+    for scale in scales:  # scales that round to the same sizes give one shape
+        config = _scaled_config(base, scale)
+        if config not in configs_by_scale.values():
+            configs_by_scale[scale] = config
+    scales, configs = tuple(configs_by_scale), tuple(configs_by_scale.values())
     shapes = tuple(
         {"scale": s, **{k: v for k, v in c.items() if _is_size(base.get(k))}}
         for s, c in zip(scales, configs, strict=True)
@@ -298,11 +303,12 @@ def _jaxbench_task(
 
 
 def _scaled_config(config: dict[str, Any], scale: float) -> dict[str, Any]:
-    """Scale every size in CONFIG, keeping each size's power-of-two factor (up to 128)."""
+    """Scale every size in CONFIG to a multiple of 8 (or of its own factor below 8), so
+    scales like 0.75 give sizes that are not powers of two."""
     scaled = dict(config)
     for key, value in config.items():
         if _is_size(value):
-            align = math.gcd(value, 128)
+            align = math.gcd(value, 8)
             scaled[key] = max(align, round(value * scale / align) * align)
     return scaled
 

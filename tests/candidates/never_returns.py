@@ -1,0 +1,6 @@
+"""Adversarial: build() never returns."""
+
+
+def build():
+    while True:
+        pass
