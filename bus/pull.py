@@ -62,10 +62,11 @@ class PullConsumer:
                             msg.headers.get("Description", "") if msg.headers else "")
         self._arrived.set()
 
-    async def fetch(self, batch: int, *, wait_s: float) -> list[Msg]:
+    async def fetch(self, batch: int, *, wait_s: float, max_bytes: int | None = None) -> list[Msg]:
         """Up to `batch` messages: those available now, or the first ones to come within `wait_s`.
 
         `wait_s=0` never waits for new messages (an empty list means none were waiting).
+        `max_bytes` bounds the payload bytes of one answer (keep it above the server's max_payload).
         """
         if self._sub is None:
             raise RuntimeError("open() the consumer first")
@@ -77,6 +78,8 @@ class PullConsumer:
         request: dict[str, object] = {"batch": batch, "no_wait": True}
         if wait_s > 0:
             request["expires"] = max(int(wait_s * 1e9), 1_000_000)
+        if max_bytes is not None:
+            request["max_bytes"] = max_bytes
         self._current, self._ended = token, False
         self._arrived.clear()
         await self.nc.publish(self._next_subject, json.dumps(request).encode(), reply=f"{self._inbox}.{token}")

@@ -1,9 +1,10 @@
 """The recorder: the only writer of the DuckDB log, fed from the events and artifacts streams.
 
 Each round it takes the events that are waiting (up to `max_batch`; when none are, the
-first to arrive within `max_wait_s`), then every artifact waiting on KG_ART, stores the
-artifacts (`put_artifacts`), appends the events in one transaction (`EventLog.append`) and
-only then acks both with one ack-all each. While one batch commits the next accumulates,
+first to arrive within `max_wait_s`, plus what comes in the next `linger_s`), then stores
+every artifact waiting on KG_ART (`put_artifacts`, in bounded chunks, each acked once
+stored), then appends the events in one transaction (`EventLog.append`) and only then acks
+them with one ack-all. While one batch commits the next accumulates,
 so batches grow with load (group commit) and a quiet bus records within milliseconds.
 
 Crash safety: nothing is acked before it is committed, and at start the consumers are
@@ -28,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -44,6 +45,9 @@ from eventstore.log import EventLog
 log = logging.getLogger("kernelgraph.recorder")
 
 PRODUCER = "recorder@1"
+ARTIFACT_CHUNK = 256
+ARTIFACT_CHUNK_BYTES = 64 * 1024 * 1024
+"""Artifacts are stored in chunks of at most this many messages and bytes (above max_payload)."""
 
 T = TypeVar("T")
 
@@ -160,7 +164,8 @@ class Recorder:
                     # A trickle: let a few more arrive, so a quiet bus is not one commit per event.
                     await asyncio.sleep(self.linger_s)
                     msgs += await self._events.fetch(self.max_batch - len(msgs), wait_s=0.0)
-                art_msgs = await self._fetch_all(self._artifacts)
+                # After the events are in hand: every artifact they can name is on KG_ART by now.
+                stored = await self._store_waiting_artifacts(self._artifacts)
             except nats.errors.ConnectionClosedError:
                 if stopping:
                     return
@@ -169,57 +174,52 @@ class Recorder:
                 log.warning("recorder: fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            if not msgs and not art_msgs:
+            if msgs:
+                await self._commit_events(msgs)
+            elif not stored:
                 self._idle.set()
                 if stopping:
                     return
-                continue
-            await self._commit(msgs, art_msgs)
 
-    async def _fetch_all(self, pull: PullConsumer) -> list[Msg]:
-        """Everything waiting now (no waiting for more)."""
-        out: list[Msg] = []
+    async def _store_waiting_artifacts(self, pull: PullConsumer) -> int:
+        """Store every artifact waiting now, in chunks of bounded size, each acked once stored."""
+        stored = 0
         while True:
-            got = await pull.fetch(self.max_batch, wait_s=0.0)
-            out.extend(got)
-            if len(got) < self.max_batch:
-                return out
+            msgs = await pull.fetch(ARTIFACT_CHUNK, wait_s=0.0, max_bytes=ARTIFACT_CHUNK_BYTES)
+            if not msgs:
+                return stored
+            items = [(bytes(m.data), (m.headers or {}).get(subjects.ARTIFACT_KIND_HEADER, "")) for m in msgs]
+            await self._in_db(self.log.put_artifacts, items)
+            with contextlib.suppress(nats.errors.Error):
+                await msgs[-1].ack()  # ack-all: the whole chunk
+            stored += len(msgs)
+            self.stats.artifacts_stored += len(msgs)
 
-    async def _commit(self, msgs: Sequence[Msg], art_msgs: Sequence[Msg]) -> None:
+    async def _commit_events(self, msgs: Sequence[Msg]) -> None:
         events = [self._decode(msg) for msg in msgs]
-        artifacts = [
-            (bytes(m.data), (m.headers or {}).get(subjects.ARTIFACT_KIND_HEADER, "")) for m in art_msgs
-        ]
+        started = time.perf_counter()
+        result = await self._in_db(self.log.append, events)
+        self.stats.commit_s += time.perf_counter() - started
+        with contextlib.suppress(nats.errors.Error):
+            await msgs[-1].ack()  # ack-all: one ack covers the batch, sent only after the commit
+        self.stats.batches += 1
+        self.stats.last_batch = len(events)
+        self.stats.events_recorded += result.appended
+        self.stats.duplicates += result.duplicates
+        self.stats.last_seq = result.last_seq
+
+    async def _in_db(self, write: Callable[[Any], T], items: Any) -> T:
+        """Run one log write on the recorder's thread; a write that keeps failing stops the recorder."""
         loop = asyncio.get_running_loop()
         for attempt in range(1, self.commit_attempts + 1):
-            started = time.perf_counter()
             try:
-                result = await loop.run_in_executor(self._db, self._write, artifacts, events)
-                break
+                return await loop.run_in_executor(self._db, write, items)
             except Exception as exc:
                 if attempt == self.commit_attempts:
                     raise RecorderError(f"the log refused a batch {attempt} times: {exc}") from exc
                 log.warning("recorder: commit failed (%s); retry %d", exc, attempt)
                 await asyncio.sleep(0.2 * attempt)
-        self.stats.commit_s += time.perf_counter() - started
-        appended, duplicates, last_seq = result
-        # Ack-all: one ack per stream covers the whole batch, sent only after the commit.
-        for last in (art_msgs[-1] if art_msgs else None, msgs[-1] if msgs else None):
-            if last is not None:
-                with contextlib.suppress(nats.errors.Error):
-                    await last.ack()
-        self.stats.batches += 1
-        self.stats.last_batch = len(events)
-        self.stats.events_recorded += appended
-        self.stats.duplicates += duplicates
-        self.stats.artifacts_stored += len(artifacts)
-        self.stats.last_seq = last_seq
-
-    def _write(self, artifacts: list[tuple[bytes, str]], events: list[Event]) -> tuple[int, int, int]:
-        if artifacts:
-            self.log.put_artifacts(artifacts)
-        result = self.log.append(events)
-        return result.appended, result.duplicates, result.last_seq
+        raise AssertionError("unreachable")
 
     def _decode(self, msg: Msg) -> Event:
         try:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from bus.recorder import Recorder
 from bus.server import EmbeddedNats
 from bus.streams import BusSettings, ensure_streams
 from eventstore.events import Event, PingAnswered
-from eventstore.log import EventLog
+from eventstore.log import AppendResult, EventLog
 
 SETTINGS = BusSettings(ack_wait_s=1.0, max_deliver=5)
 ENV = {**os.environ, "KG_BUS_ACK_WAIT_S": "1.0", "KG_BUS_MAX_DELIVER": "5"}
@@ -211,17 +211,17 @@ async def test_recorder_killed_and_restarted_loses_nothing_and_duplicates_nothin
     assert set(ids) == set(published)
 
 
-class _StuckRecorder(Recorder):
-    """A recorder whose commit never finishes: it dies holding a delivered, unacked batch."""
+class _StuckLog(EventLog):
+    """A log whose append never finishes: its recorder dies holding a delivered, unacked batch."""
 
-    def __init__(self, *args: object, gate: threading.Event, entered: threading.Event, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, path: Path, *, gate: threading.Event, entered: threading.Event) -> None:
+        super().__init__(path)
         self.gate, self.entered = gate, entered
 
-    def _write(self, artifacts: list[tuple[bytes, str]], events: list[Event]) -> tuple[int, int, int]:
+    def append(self, events: Sequence[Event]) -> AppendResult:
         self.entered.set()
         self.gate.wait(30)
-        return (0, 0, 0)
+        return AppendResult(0, 0, self.last_seq)
 
 
 async def test_a_batch_delivered_to_a_dead_recorder_is_recorded_by_the_next(
@@ -242,8 +242,8 @@ async def test_a_batch_delivered_to_a_dead_recorder_is_recorded_by_the_next(
     first_ids = await publish(range(100))
     gate, entered = threading.Event(), threading.Event()
     dead_nc = await connect(nats_server.url, name="doomed", credentials=Credentials())
-    doomed_log = EventLog(tmp_path / "doomed.duckdb")
-    doomed = _StuckRecorder(dead_nc, doomed_log, settings=SETTINGS, gate=gate, entered=entered)
+    doomed_log = _StuckLog(tmp_path / "doomed.duckdb", gate=gate, entered=entered)
+    doomed = Recorder(dead_nc, doomed_log, settings=SETTINGS)
     await doomed.start()
     try:
         await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)

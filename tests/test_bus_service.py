@@ -255,6 +255,10 @@ async def test_artifacts_travel_by_hash_and_are_stored_with_their_events(
         again = await publish_artifacts(bus.nc.jetstream(), [(data, "kernel"), (b"other", "plan")])
         assert again[0] == sha
         await _wait(lambda: bus.recorder.stats.artifacts_stored >= 2)
+        many = await publish_artifacts(bus.nc.jetstream(), [(b"plan %d" % i, "plan") for i in range(600)])
+        await _wait(lambda: bus.recorder.stats.artifacts_stored >= 602)  # several chunks
+        stored = await bus.recorder.read(lambda log: {sha: log.has_artifact(sha) for sha in many})
+        assert all(stored.values())
         await _stop(svc)
 
 
