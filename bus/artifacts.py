@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from bus import subjects
+from bus.server import DEFAULT_MAX_PAYLOAD
 
 
 class ArtifactTooLarge(ValueError):
@@ -32,9 +33,14 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-async def publish_artifacts(js: JetStreamContext, items: Iterable[tuple[bytes, str]]) -> list[str]:
-    """Publish (data, kind) pairs, wait until JetStream has stored all, return their hashes."""
-    max_payload = js._nc.max_payload
+async def publish_artifacts(
+    js: JetStreamContext, items: Iterable[tuple[bytes, str]], *, max_payload: int = DEFAULT_MAX_PAYLOAD
+) -> list[str]:
+    """Publish (data, kind) pairs, wait until JetStream has stored all, return their hashes.
+
+    `max_payload` is the server's limit (the connection's `max_payload`); larger artifacts are
+    refused here with a message that says so, not by the server with a bare error.
+    """
     hashes: list[str] = []
     pending: list[asyncio.Future[object]] = []
     seen: set[str] = set()
@@ -59,7 +65,7 @@ async def publish_artifacts(js: JetStreamContext, items: Iterable[tuple[bytes, s
 async def fetch_artifact(js: JetStreamContext, sha256: str) -> tuple[bytes, str]:
     """(data, kind) of one artifact, checked against its hash."""
     try:
-        msg = await js._jsm.get_last_msg(
+        msg = await js.get_last_msg(
             subjects.ARTIFACTS_STREAM, subjects.artifact_subject(sha256), direct=True
         )
     except NotFoundError:

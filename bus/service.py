@@ -167,7 +167,7 @@ class Service:
 
     async def put_artifacts(self, items: Iterable[tuple[bytes, str]]) -> list[str]:
         """Publish artifacts before the events that name them; returns their sha256 hashes."""
-        return await artifacts.publish_artifacts(self.js, items)
+        return await artifacts.publish_artifacts(self.js, items, max_payload=self.nc.max_payload)
 
     async def put_artifact(self, data: bytes, kind: str) -> str:
         return (await self.put_artifacts([(data, kind)]))[0]
