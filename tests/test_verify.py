@@ -1,0 +1,155 @@
+"""End-to-end verification: honest kernels pass, each known way to fool the evaluator fails
+with a reason that names it. Every evaluation runs the candidate in a real sandboxed child.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tools.receipts import check_receipt
+from tools.sandbox import Limits
+from tools.tasks import load_task
+from tools.testsuite import FrozenSuite, build_suite
+from tools.verify import Verdict, evaluate
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "tests" / "evaltasks"
+CANDIDATES = ROOT / "tests" / "candidates"
+LIMITS = Limits(wall_s=120.0, memory_bytes=4 << 30)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def suites() -> dict[str, FrozenSuite]:
+    """One frozen suite per test task (two seeds, unseen shapes, probes), shared."""
+    return {name: build_suite(load_task(TASKS / f"{name}.py"), seeds=(0, 1))
+            for name in ("rmsnorm_small", "gelu_small", "matmul_small")}
+
+
+def run(suites: dict[str, FrozenSuite], task: str, candidate: Path, *,
+        config: dict | None = None, limits: Limits = LIMITS) -> Verdict:
+    return evaluate(TASKS / f"{task}.py", candidate, config=config, suite=suites[task],
+                    limits=limits)
+
+
+@pytest.mark.parametrize(
+    ("task", "kernel", "config"),
+    [
+        ("gelu_small", "gelu.py", None),  # elementwise
+        ("rmsnorm_small", "rmsnorm.py", {"block_rows": 64}),  # row-wise norm, partial blocks
+        ("matmul_small", "matmul.py", {"block_k": 128}),  # 4 K steps into a VMEM accumulator
+    ],
+)
+def test_honest_kernels_pass(suites, task: str, kernel: str, config: dict | None) -> None:
+    verdict = run(suites, task, ROOT / "kernels" / kernel, config=config)
+    assert verdict.verdict == "pass", verdict.reasons
+    assert verdict.reasons == []
+    assert all(c.passed for c in verdict.cases)
+    assert len(verdict.cases) == len(suites[task].cases) >= 5
+    assert verdict.measured_on == "simulated" and verdict.speedup and verdict.speedup > 0
+    assert verdict.compile_report is not None and verdict.compile_report.ok
+    assert verdict.audit is not None and verdict.audit.kernels == 1
+    assert check_receipt(verdict.receipt).ok
+    assert verdict.receipt["environment"]["isolation"]
+
+
+ADVERSARIAL = [
+    ("rmsnorm_small", "no_kernel.py", None, ["no Pallas kernel"]),
+    ("rmsnorm_small", "xla_math_copy_kernel.py", None,
+     ["math runs in XLA outside the Pallas kernel", "stablehlo.rsqrt"]),
+    ("rmsnorm_small", "half_grid.py", None, ["the grid does not cover the output", "NaN"]),
+    ("rmsnorm_small", "memoised.py", None,
+     ["results memoised across calls", "non-uniform constants"]),
+    ("rmsnorm_small", "hardcoded_shapes.py", None, ["shapes hard-coded to the tuning point"]),
+    ("rmsnorm_small", "monkeypatch_compare.py", None,
+     ["tampered with the evaluation process", "numpy.allclose", "max-abs error"]),
+    ("matmul_small", "parallel_accumulation.py", {"block_k": 128},
+     ["accumulation over a parallel axis"]),
+    ("rmsnorm_small", "nonfinite.py", None, ["1 non-finite element"]),
+]
+
+
+@pytest.mark.parametrize(("task", "candidate", "config", "expected"), ADVERSARIAL,
+                         ids=[a[1].removesuffix(".py") for a in ADVERSARIAL])
+def test_adversarial_candidates_are_rejected_with_a_named_reason(
+    suites, task: str, candidate: str, config: dict | None, expected: list[str]
+) -> None:
+    verdict = run(suites, task, CANDIDATES / candidate, config=config)
+    assert verdict.verdict == "fail"
+    text = "\n".join(verdict.reasons)
+    for phrase in expected:
+        assert phrase in text, text
+    assert verdict.measurement is None  # a wrong kernel is never timed
+    assert check_receipt(verdict.receipt).ok
+
+
+def test_a_build_that_never_returns_is_killed_within_the_limit(suites) -> None:
+    started = time.monotonic()
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "never_returns.py",
+                  limits=Limits(wall_s=15.0))
+    assert time.monotonic() - started < 15.0 + 20.0
+    assert verdict.verdict == "fail"
+    assert any("time limit of 15 s" in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_build_that_grabs_64gb_is_rejected_and_the_verifier_survives(suites) -> None:
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "grabs_64gb.py")
+    assert verdict.verdict == "fail"
+    assert any("MemoryError" in r or "memory limit" in r for r in verdict.reasons), \
+        verdict.reasons
+    again = run(suites, "rmsnorm_small", ROOT / "kernels" / "rmsnorm.py",
+                config={"block_rows": 64})
+    assert again.verdict == "pass"
+
+
+def test_candidate_sees_no_secret_of_the_parent(suites, monkeypatch) -> None:
+    secret = "fake-gemini-key-0123456789"
+    monkeypatch.setenv("GEMINI_API_KEY", secret)
+    monkeypatch.setenv("NATS_TOKEN", secret)
+    exfil = Path("/tmp/kernelgraph-exfil-test.txt")
+    exfil.unlink(missing_ok=True)
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "reads_secrets.py")
+    # The candidate doubles its output if it found anything, so a pass means it saw nothing
+    # in its environment nor in any /proc/<pid>/environ, and its file write went nowhere.
+    assert verdict.verdict == "pass", verdict.reasons
+    assert not exfil.exists() or secret not in exfil.read_text()
+    assert secret not in json.dumps(verdict.receipt)
+
+
+def test_cli_verify_json_and_receipt_round_trip(tmp_path: Path) -> None:
+    from kernelgraph.cli import app, load_commands
+
+    load_commands()
+    runner = CliRunner()
+    receipt = tmp_path / "receipt.json"
+    result = runner.invoke(app, ["verify", str(TASKS / "gelu_small.py"),
+                                 str(ROOT / "kernels" / "gelu.py"), "--json",
+                                 "--receipt-out", str(receipt)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["verdict"] == "pass" and summary["reasons"] == []
+    assert summary["measured_on"] == "simulated" and summary["speedup"] > 0
+    assert summary["receipt_sha256"] == json.loads(receipt.read_text())["sha256"]
+
+    checked = runner.invoke(app, ["verify-receipt", str(receipt), "--json"])
+    assert checked.exit_code == 0 and json.loads(checked.stdout)["ok"] is True
+
+    edited = json.loads(receipt.read_text())
+    edited["verdict"] = "fail"
+    receipt.write_text(json.dumps(edited))
+    assert runner.invoke(app, ["verify-receipt", str(receipt)]).exit_code == 1
+
+    failing = runner.invoke(app, ["verify", str(TASKS / "gelu_small.py"),
+                                  str(CANDIDATES / "no_kernel.py"), "--json"])
+    assert failing.exit_code == 1
+    assert json.loads(failing.stdout.strip().splitlines()[-1])["verdict"] == "fail"
+
+    missing = runner.invoke(app, ["verify", str(tmp_path / "nope.py"),
+                                  str(ROOT / "kernels" / "gelu.py")])
+    assert missing.exit_code == 2
