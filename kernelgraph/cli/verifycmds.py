@@ -55,12 +55,9 @@ def verify(
 ) -> None:
     """Verify a candidate kernel against a task, independently of whoever wrote it.
 
-    Freezes a test suite (seeds, unseen shapes, magnitude probes; float64 oracle and the
-    reference's own error as the floor), runs the candidate in a sandboxed child under TPU
-    interpret mode (NaN-poisoned memory, race detection, randomised parallel grid order),
-    checks the TPU lowering, VMEM budget and that the work happens inside pallas_call, and
-    times only a correct candidate. Exit status 0 only on a pass; 1 on a fail; 2 on a usage
-    error. The receipt's sha256 covers every number the verdict follows from.
+    Freezes a test suite (seeds, unseen shapes, magnitude probes; float64 oracle and the reference's own error as the floor), runs the candidate in a sandboxed child under TPU interpret mode (NaN-poisoned memory, race detection, randomised parallel grid order), checks the TPU lowering, the VMEM budget and that the work happens inside pallas_call, and times only a correct candidate.
+
+    Exit status 0 only on a pass, 1 on a fail, 2 on a usage error. The receipt's sha256 covers every number the verdict follows from.
     """
     for label, path in (("task", task), ("candidate", candidate)):
         if not path.is_file():
@@ -139,8 +136,7 @@ def verify_receipt(
                                               "--receipt-out`.", show_default=False)],
     json: _JsonOpt = False,
 ) -> None:
-    """Re-check a receipt: its own sha256 matches its contents and its verdict follows from
-    the numbers in it (the same rule the verifier applies). Exit status 0 when both hold."""
+    """Re-check a receipt: its own sha256 matches its contents and its verdict follows from the numbers in it (the same rule the verifier applies). Exit status 0 when both hold."""
     from tools.receipts import ReceiptError, check_receipt, load_receipt
 
     try:
