@@ -320,7 +320,7 @@ def test_receipt_hash_and_verdict_are_rechecked() -> None:
     case = compare_case(_suite_case(oracle, 1e-6), [oracle.astype(np.float32)], DEFAULT_TOLERANCE)
     checks = Checks(candidate_loaded=True, sandbox_ok=True, compile_ok=True, audit_ok=True,
                     tampering=(), inputs_unmodified=True, inputs_as_sent=True, races_in=(),
-                    cross_case_problems=(), timing_valid=True, floor_factor=2.0,
+                    consistency_problems=(), timing_valid=True, floor_factor=2.0,
                     tolerance=dict(DEFAULT_TOLERANCE), cases=(case,))
     receipt = seal({"kind": RECEIPT_KIND, "verdict": "pass", "checks": checks})
     assert check_receipt(receipt).ok

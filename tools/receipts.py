@@ -41,7 +41,7 @@ class Checks(msgspec.Struct, frozen=True):
     inputs_unmodified: bool
     inputs_as_sent: bool
     races_in: tuple[str, ...]
-    cross_case_problems: tuple[str, ...]
+    consistency_problems: tuple[str, ...]
     timing_valid: bool  # a real-device time faster than the roofline allows is invalid
     floor_factor: float
     tolerance: dict[str, float]
@@ -53,7 +53,7 @@ def derive_verdict(checks: Checks) -> str:
     ok = (
         checks.candidate_loaded and checks.sandbox_ok and checks.compile_ok and checks.audit_ok
         and not checks.tampering and checks.inputs_unmodified and checks.inputs_as_sent
-        and not checks.races_in and not checks.cross_case_problems and checks.timing_valid
+        and not checks.races_in and not checks.consistency_problems and checks.timing_valid
         and checks.floor_factor == FLOOR_FACTOR
         and bool(checks.cases) and all(case_passes(c) for c in checks.cases)
         and all(o.floor_factor == checks.floor_factor

@@ -196,7 +196,7 @@ class _Context:
         self.inputs_unmodified = True
         self.inputs_as_sent = True
         self.races_in: list[str] = []
-        self.cross_case: list[str] = []
+        self.consistency: list[str] = []  # across cases, and lowered vs run
         self.measurement: Any = None
         self.sandbox: SandboxResult | None = None
         self.response: wire.EvalResponse | None = None
@@ -258,16 +258,29 @@ class _Context:
         self.diagnostics.extend(group.diagnostics)
         if index == 0:
             self.tuning_text = group.stablehlo
-        audit = audit_text(group.stablehlo)
+        try:
+            audit = audit_text(group.stablehlo)
+        except Exception as exc:  # an unreadable program fails the candidate, not the verifier
+            audit = AuditReport(False, 0, {}, {}, (), (
+                f"the lowered program could not be audited: {type(exc).__name__}: {exc}",))
         self.audits[index] = audit
         for problem in audit.problems:
             self.fail(problem)
         if audit.kernels != group.pallas_calls_in_trace and not audit.problems:
-            self.fail(f"the program that ran has {group.pallas_calls_in_trace} pallas_call(s) "
-                      f"but the lowered one has {audit.kernels} kernel(s)")
+            problem = (f"the program that ran has {group.pallas_calls_in_trace} pallas_call(s) "
+                       f"but the lowered one has {audit.kernels} kernel(s)")
+            self.consistency.append(problem)
+            self.fail(problem)
         from tools.compile_check import check_lowered
 
-        report = check_lowered(group.stablehlo, chip=self.chip)
+        try:
+            report = check_lowered(group.stablehlo, chip=self.chip)
+        except Exception as exc:
+            problem = (f"compile check could not read the lowered program: "
+                       f"{type(exc).__name__}: {exc}")
+            self.consistency.append(problem)
+            self.fail(problem)
+            return
         self.compile_reports[index] = report
         if not report.ok:
             for d in report.diagnostics:
@@ -309,7 +322,7 @@ class _Context:
                     if a.inputs_sha256 == b.inputs_sha256 or _same(a.oracle, b.oracle):
                         continue
                     if _same(ra.outputs, rb.outputs):
-                        self.cross_case.append(
+                        self.consistency.append(
                             f"results memoised across calls: {a.case_id} and {b.case_id} have "
                             "different inputs (and different expected outputs) but returned "
                             "identical outputs")
@@ -319,11 +332,11 @@ class _Context:
             c.passed for c in unseen
         ):
             shapes = ", ".join(self.task.describe_shape(c.shape_index) for c in unseen)
-            self.cross_case.append(
+            self.consistency.append(
                 f"shapes hard-coded to the tuning point: correct at "
                 f"{self.task.describe_shape(0)} but wrong or failing at every unseen shape "
                 f"({shapes})")
-        for problem in self.cross_case:
+        for problem in self.consistency:
             self.fail(problem)
 
     def _case_reasons(self) -> None:
@@ -370,7 +383,7 @@ class _Context:
             inputs_unmodified=self.inputs_unmodified,
             inputs_as_sent=self.inputs_as_sent,
             races_in=tuple(self.races_in),
-            cross_case_problems=tuple(self.cross_case),
+            consistency_problems=tuple(self.consistency),
             timing_valid=self.measurement is None or bool(getattr(self.measurement, "valid",
                                                                     True)),
             floor_factor=FLOOR_FACTOR,
@@ -381,6 +394,8 @@ class _Context:
 
     def finish(self, candidate_path: Path, source: CandidateSource | None,
                timings: dict[str, float], started: float) -> Verdict:
+        if derive_verdict(self.checks()) == "pass" and self.reasons:
+            self.consistency.append("a reason was recorded for a passing verdict")
         checks = self.checks()
         verdict = derive_verdict(checks)
         if verdict == "fail" and not self.reasons:
