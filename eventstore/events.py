@@ -67,7 +67,7 @@ def event_id_time(event_id: str) -> float:
     return (value >> 80) / 1000.0
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     """The envelope shared by every event."""
 
     event_id: str

@@ -23,18 +23,7 @@ class LogView:
         self.events = 0
 
     def apply(self, event: Event, seq: int | None = None) -> None:
-        run_id = event.run_id
-        if self.run_id is not None and run_id != self.run_id:
-            return
-        graph = self.graphs.get(run_id)
-        if graph is None:
-            graph = self.graphs[run_id] = SearchGraph(run_id)
-        graph.apply(event, seq)
-        self.best_of_n.apply(event, seq)
-        self.metrics.apply(event, seq)
-        self.events += 1
-        if seq is not None:
-            self.position = seq
+        self.apply_records([(self.position if seq is None else seq, event)])
 
     def apply_records(self, records: Iterable[tuple[int, Event]]) -> LogView:
         """The replay hot loop: the same folds as `apply`, dispatched once per event."""
@@ -50,10 +39,10 @@ class LogView:
             count += 1
             cls = type(event)
             handler = graph_handlers.get(cls)
-            graph = graphs.get(run_id)
-            if graph is None:
-                graph = graphs[run_id] = SearchGraph(run_id)
             if handler is not None:
+                graph = graphs.get(run_id)
+                if graph is None:
+                    graph = graphs[run_id] = SearchGraph(run_id)
                 handler(graph, event)
             handler = best_handlers.get(cls)
             if handler is not None:

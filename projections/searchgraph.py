@@ -13,26 +13,20 @@ import msgspec
 
 from eventstore.events import (
     BaselineMeasured,
-    CompileChecked,
     Event,
     ExpansionRequested,
-    FixAttempted,
     IterationFinished,
     Json,
-    KernelWritten,
     MeasuredOn,
     NodeEvaluated,
-    PlanProposed,
-    ProfileCaptured,
     RunFinished,
     RunRequested,
     SearchStopped,
-    TestsRun,
-    TuningSwept,
 )
 from projections.base import Projection, handles
 
 NodeStatus = Literal["root", "pending", "running", "valid", "invalid"]
+"""pending: requested, no iteration finished yet; running: at least one finished."""
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -125,13 +119,6 @@ class SearchGraph(Projection[SearchGraphState]):
         s.order.append(node_id)
         if parent is not None:
             parent.children.append(node_id)
-
-    @handles(PlanProposed, KernelWritten, CompileChecked, FixAttempted, TestsRun, TuningSwept,
-             ProfileCaptured)
-    def _phase(self, e: Event) -> None:
-        node = self.state.nodes.get(e.node_id or "")
-        if node is not None and node.status == "pending":
-            node.status = "running"
 
     @handles(IterationFinished)
     def _iteration(self, e: IterationFinished) -> None:
