@@ -153,3 +153,19 @@ def test_cli_verify_json_and_receipt_round_trip(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["verify", str(tmp_path / "nope.py"),
                                   str(ROOT / "kernels" / "gelu.py")])
     assert missing.exit_code == 2
+
+
+def test_a_kernel_the_cost_model_cannot_read_fails_closed(suites, monkeypatch) -> None:
+    """A correct kernel with no trustworthy speedup is not a pass."""
+    from tools.executors import SimExecutor
+    from tools.mosaic import MosaicError
+
+    def unreadable(self, lowered, reference_cost):
+        raise MosaicError("unknown op 'arith.shli' in an index map")
+
+    monkeypatch.setattr(SimExecutor, "estimate", unreadable)
+    verdict = run(suites, "gelu_small", ROOT / "kernels" / "gelu.py")
+    assert verdict.verdict == "fail"
+    assert any("timing failed: MosaicError" in r for r in verdict.reasons), verdict.reasons
+    assert verdict.speedup is None
+    assert check_receipt(verdict.receipt).ok

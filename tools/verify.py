@@ -198,6 +198,7 @@ class _Context:
         self.races_in: list[str] = []
         self.consistency: list[str] = []  # across cases, and lowered vs run
         self.measurement: Any = None
+        self.timing_error: str | None = None
         self.sandbox: SandboxResult | None = None
         self.response: wire.EvalResponse | None = None
         self.tuning_text = ""
@@ -363,9 +364,11 @@ class _Context:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
                 cost = executor.reference_cost(self.task.reference, inputs)
                 self.measurement = executor.estimate(parse_lowered(self.tuning_text), cost)
-        except Exception as exc:  # timing must not turn a correct kernel into a crash
-            self.diagnostics.append(wire.Diagnostic(
-                message=f"timing failed: {type(exc).__name__}: {exc}", phase="timing"))
+        except Exception as exc:  # fail the candidate (closed), never crash the verifier
+            message = f"timing failed: {type(exc).__name__}: {exc}"
+            self.timing_error = message
+            self.diagnostics.append(wire.Diagnostic(message=message, phase="timing"))
+            self.fail(message)
             return
         if not getattr(self.measurement, "valid", True):
             for reason in getattr(self.measurement, "reasons", []):
@@ -384,8 +387,8 @@ class _Context:
             inputs_as_sent=self.inputs_as_sent,
             races_in=tuple(self.races_in),
             consistency_problems=tuple(self.consistency),
-            timing_valid=self.measurement is None or bool(getattr(self.measurement, "valid",
-                                                                    True)),
+            timing_valid=self.timing_error is None and (
+                self.measurement is None or bool(getattr(self.measurement, "valid", True))),
             floor_factor=FLOOR_FACTOR,
             tolerance=dict(self.suite.tolerance),
             cases=tuple(self.cases[c.case_id] for c in self.suite.cases
