@@ -50,7 +50,7 @@ def test_real_targets_say_what_is_missing(platform: str) -> None:
     if jax.default_backend() != "cpu":
         pytest.skip("this machine has an accelerator")
     with pytest.raises(TargetUnavailable, match=rf"target '{platform}' is not available here: .*(libtpu|GPU plugin|device node)"):
-        ex.time_candidate(ROOT / "tasks" / "matmul.py", ROOT / "kernels" / "matmul.py")
+        ex.time_candidate(ROOT / "tasks" / "matmul.py", (ROOT / "kernels" / "matmul.py").read_bytes())
 
 
 def test_unknown_target() -> None:

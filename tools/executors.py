@@ -134,10 +134,14 @@ _GPU_FIGURES: tuple[tuple[str, float, float], ...] = (
 _GPU_UNKNOWN = (20e12, 1e16)  # looser than any shipping part, so the check stays sound
 
 
+_CANDIDATE_FILE = "candidate.py"
+
+
 class TimingRequest(msgspec.Struct, frozen=True):
     platform: str
     task_path: str
     candidate_path: str
+    """Relative to the child's box."""
     config: dict[str, Any]
     warmup: int
     runs: int
@@ -197,7 +201,7 @@ class RealExecutor:
     def time_candidate(
         self,
         task_path: str | Path,
-        candidate_path: str | Path,
+        candidate_source: bytes,
         config: dict[str, Any] | None = None,
         *,
         warmup: int = 5,
@@ -205,19 +209,24 @@ class RealExecutor:
         trace_runs: int = 10,
         wall_s: float = 600.0,
     ) -> Measurement:
-        """Median device (or wall) time of candidate and baseline, interleaved both orders."""
+        """Median device (or wall) time of candidate and baseline, interleaved both orders.
+
+        `candidate_source` is the text that was verified: the child times exactly those bytes
+        (copied into its box), never whatever the candidate's path holds by then.
+        """
         self.require_available()
         from tools.sandbox import Limits, run_sandboxed
         from tools.tasks import load_task
 
         task = load_task(task_path)
         request = TimingRequest(
-            self.platform, str(Path(task_path).resolve()), str(Path(candidate_path).resolve()),
+            self.platform, str(Path(task_path).resolve()), _CANDIDATE_FILE,
             dict(config or {}), warmup, runs, trace_runs,
         )
         # Device runtimes reserve far more address space than they use: no RLIMIT_AS here.
         limits = Limits(wall_s=wall_s, memory_bytes=resource.RLIM_INFINITY)
-        out = run_sandboxed("tools.executors", msgspec.msgpack.encode(request), limits=limits)
+        out = run_sandboxed("tools.executors", msgspec.msgpack.encode(request), limits=limits,
+                            files={_CANDIDATE_FILE: candidate_source})
         if not out.ok:
             raise RuntimeError(f"timing child failed: {out.failure()}\n{out.stderr_tail}")
         result = msgspec.msgpack.decode(out.result, type=TimingResult)
@@ -389,7 +398,7 @@ def _time_in_child(request: TimingRequest, box: Path) -> TimingResult:
     task = load_task(request.task_path)
     args = jax.device_put(task.make_inputs(request.seed, request.shape_index), device)
     try:
-        kernel = build_in_child(load_in_child(request.candidate_path), request.config)
+        kernel = build_in_child(load_in_child(box / request.candidate_path), request.config)
     except Exception as exc:
         return TimingResult(request.platform, device.device_kind, [], [],
                             error=f"building the candidate failed: {type(exc).__name__}: {exc}")

@@ -157,7 +157,7 @@ def evaluate(
     timings["judge_s"] = time.perf_counter() - t
     if context.all_correct():
         t = time.perf_counter()
-        context.measure(executor, candidate_path)
+        context.measure(executor, source.text.encode())
         timings["measure_s"] = time.perf_counter() - t
     return context.finish(source.path, source, timings, started)
 
@@ -353,12 +353,12 @@ class _Context:
         return derive_verdict(self.checks()) == "pass"
 
     # ------------------------------------------------------------------------- timing
-    def measure(self, executor: Any, candidate_path: str | Path) -> None:
+    def measure(self, executor: Any, candidate_source: bytes) -> None:
         from tools.mosaic import parse_lowered
 
         try:
             if executor.measured_on == "real":
-                self.measurement = executor.time_candidate(self.task.path, candidate_path,
+                self.measurement = executor.time_candidate(self.task.path, candidate_source,
                                                            self.config)
             else:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
