@@ -322,16 +322,7 @@ class EventLog:
             body = encode(event)
             prev = sha256(prev + seq.to_bytes(8, "big") + body).digest()
             rows.append((seq, event.event_id, event.run_id, tags[type(event)], body.decode(), prev))
-        con = self._con
-        con.begin()
-        try:
-            appender = con.appender("events")
-            appender.append_rows(rows)
-            appender.flush()
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+        self._append_rows("events", rows)
         self._last_seq, self._last_hash = seq, prev
         return AppendResult(len(fresh), duplicates, seq)
 
@@ -372,17 +363,21 @@ class EventLog:
         rows = [(sha, kind, len(data), now, data)
                 for sha, (data, kind) in staged.items() if sha not in present]
         if rows:
-            con = self._con
-            con.begin()
-            try:
-                appender = con.appender("artifacts")
-                appender.append_rows(rows)
-                appender.flush()
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+            self._append_rows("artifacts", rows)
         return hashes
+
+    def _append_rows(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        """All rows in one transaction through the DuckDB appender, or none of them."""
+        con = self._con
+        con.begin()
+        try:
+            appender = con.appender(table)
+            appender.append_rows(rows)
+            appender.flush()
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
 
     # --- reading ----------------------------------------------------------------------
 

@@ -20,14 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tools.errors import FileProblem
 
-class CandidateError(ValueError):
-    """A candidate file that cannot be used, with the file and the problem in the message."""
 
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
+class CandidateError(FileProblem):
+    """A candidate kernel file that cannot be used."""
 
 
 @dataclass(frozen=True)

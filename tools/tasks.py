@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tools.errors import FileProblem
+
 DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
 _SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
@@ -40,13 +42,8 @@ _MIN_SCALED_SIZE = 16  # smaller integers in CONFIG (kernel sizes, group counts)
 TaskFormat = Literal["kernelgraph", "jaxbench"]
 
 
-class TaskError(ValueError):
-    """A task file that cannot be used, with the file and the problem in the message."""
-
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
+class TaskError(FileProblem):
+    """A task file that cannot be used."""
 
 
 @dataclass(frozen=True)

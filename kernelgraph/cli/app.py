@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 from typing import Any, NoReturn
 
@@ -36,3 +37,17 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     """Stop with a one-line error a user can act on, never a traceback."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def parse_config(items: list[str] | None) -> dict[str, Any]:
+    """`--config NAME=VALUE` options as a dict; values are Python literals where they parse."""
+    config: dict[str, Any] = {}
+    for item in items or ():
+        name, sep, raw = item.partition("=")
+        if not sep or not name.isidentifier():
+            fail(f"--config takes NAME=VALUE, got {item!r}")
+        try:
+            config[name] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            config[name] = raw
+    return config

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, err_console, fail
+from kernelgraph.cli.app import app, console, emit_json, err_console, fail, parse_config
 
 TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py).", show_default=False)]
 CandidateArg = Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)]
@@ -106,19 +105,6 @@ def tune(
     raise typer.Exit(0 if result.best_config is not None else 1)
 
 
-def _parse_config(items: list[str]) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name:
-            fail(f"--config expects NAME=VALUE, got {item!r}")
-        try:
-            config[name] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            config[name] = raw
-    return config
-
-
 @app.command()
 def profile(
     task: TaskArg,
@@ -137,7 +123,7 @@ def profile(
     from tools.profile import render, summarize
     from tools.tasks import TaskError
 
-    chosen = _parse_config(config or [])
+    chosen = parse_config(config or [])
     try:
         from tools.verify import evaluate
     except ImportError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +10,7 @@ import msgspec
 import typer
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, fail
+from kernelgraph.cli.app import app, console, emit_json, fail, parse_config
 
 _TaskArg = Annotated[Path, typer.Argument(
     help="Task file: a kernelgraph task (reference, make_inputs, SHAPES) or a JAXBench "
@@ -20,19 +19,6 @@ _CandidateArg = Annotated[Path, typer.Argument(
     help="Candidate kernel file: defines build(**knobs) and optionally TUNABLES.",
     show_default=False)]
 _JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-
-
-def _parse_config(items: list[str]) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.isidentifier():
-            fail(f"--config takes NAME=VALUE, got {item!r}")
-        try:
-            config[name] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            config[name] = raw
-    return config
 
 
 @app.command()
@@ -76,7 +62,7 @@ def verify(
               if not json else contextlib.nullcontext())
     with status:
         try:
-            verdict = evaluate(task, candidate, config=_parse_config(config or []),
+            verdict = evaluate(task, candidate, config=parse_config(config or []),
                                target=target, limits=limits)
         except (TaskError, SuiteError, TargetUnavailable, ValueError) as exc:
             fail(str(exc))
