@@ -72,6 +72,11 @@ ADVERSARIAL = [
     ("matmul_small", "parallel_accumulation.py", {"block_k": 128},
      ["accumulation over a parallel axis"]),
     ("rmsnorm_small", "nonfinite.py", None, ["1 non-finite element"]),
+    # What is run (CPU lowering) must be what is audited and modelled (TPU lowering).
+    ("rmsnorm_small", "custom_primitive_lowering.py", None,
+     ["tampered with the evaluation process", "primitive `layout_hint` (defined by the candidate)"]),
+    ("rmsnorm_small", "platform_lowering_override.py", None,
+     ["tampered with the evaluation process", "mlir lowering rule of `rsqrt` (tpu)"]),
 ]
 
 

@@ -73,9 +73,25 @@ class IntegrityGuard:
         self._modules = {name: id(sys.modules[name]) for name in
                          ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.wire",
                           "tools.interpret", "tools.child_worker") if name in sys.modules}
+        self._rules = lowering_rules()
+        self._known_primitives = {key[2] for key in self._rules}
+
+    def new_primitives(self, used: set[Any]) -> list[str]:
+        """Primitives of the traced program whose lowering did not exist before the candidate
+        ran: a primitive of its own can lower one way for TPU (what is audited and modelled)
+        and another for the CPU interpreter (what is run and compared)."""
+        return sorted({f"the lowering of primitive `{p.name}` (defined by the candidate)"
+                       for p in used if p not in self._known_primitives})
 
     def changed(self) -> list[str]:
         found = []
+        rules = lowering_rules()
+        for key, ident in self._rules.items():
+            if rules.get(key) != ident:
+                found.append(_rule_name(key))
+        for key in rules.keys() - self._rules.keys():
+            if key[2] in self._known_primitives:  # a new platform-specific override
+                found.append(_rule_name(key))
         for name, ident in self._ids.items():
             try:
                 now = id(_resolve(name))
@@ -87,6 +103,62 @@ class IntegrityGuard:
             if id(sys.modules.get(name)) != ident:
                 found.append(f"sys.modules[{name!r}]")
         return found
+
+
+def lowering_rules() -> dict[tuple[str, str, Any], int]:
+    """(table, platform, primitive) -> id of its rule, for every lowering JAX dispatches on:
+    MLIR lowerings (generic and per platform), Mosaic kernel-body lowerings, and each
+    primitive's own ``impl`` (what eager interpretation of a kernel body binds)."""
+    from jax._src.interpreters import mlir
+    from jax._src.pallas.mosaic import lowering as mosaic_lowering
+
+    rules: dict[tuple[str, str, Any], int] = {}
+    for prim, entry in list(mlir._lowerings.items()):
+        rules[("mlir", "any", prim)] = id(entry)
+        impl = vars(prim).get("impl")
+        if impl is not None:
+            rules[("impl", "any", prim)] = id(impl)
+    for platform, table in list(mlir._platform_specific_lowerings.items()):
+        for prim, entry in list(table.items()):
+            rules[("mlir", platform, prim)] = id(entry)
+    for kind, table in list(mosaic_lowering.lowering_rules.items()):
+        for prim, rule in list(table.items()):
+            rules[("mosaic", str(kind), prim)] = id(rule)
+    return rules
+
+
+def _rule_name(key: tuple[str, str, Any]) -> str:
+    table, platform, prim = key
+    return f"the {table} lowering rule of `{getattr(prim, 'name', prim)}` ({platform})"
+
+
+def primitives_of(closed_jaxpr: Any) -> set[Any]:
+    """Every primitive of a program: nested jaxprs, kernel bodies and index maps included."""
+    from jax._src import core
+
+    found: set[Any] = set()
+    seen: set[int] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, core.ClosedJaxpr):
+            value = value.jaxpr
+        if isinstance(value, core.Jaxpr):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            for eqn in value.eqns:
+                found.add(eqn.primitive)
+                for param in eqn.params.values():
+                    visit(param)
+        elif isinstance(value, tuple | list):
+            for item in value:
+                visit(item)
+        elif hasattr(value, "block_mappings"):  # a pallas GridMapping
+            for mapping in value.block_mappings:
+                visit(mapping.index_map_jaxpr)
+
+    visit(closed_jaxpr)
+    return found
 
 
 def _diagnose(exc: BaseException, source: Path, phase: str) -> list[wire.Diagnostic]:
@@ -180,6 +252,9 @@ def run_group(
                                 lower_seconds=time.perf_counter() - traced_at)
     lowered_at = time.perf_counter()
     _note(tampering, guard)
+    for name in guard.new_primitives(primitives_of(traced.jaxpr)):
+        if name not in tampering:
+            tampering.append(name)
     n_pallas = interpret.count_pallas_calls(traced.jaxpr)
     cases: list[wire.CaseResult] = []
     if request.run_cases:
@@ -265,6 +340,21 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
     )
 
 
+def _import_all_pallas() -> None:
+    """Import every Pallas module (Mosaic, SparseCore, Triton, Mosaic GPU) now, so that all of
+    JAX's own lowering rules are registered before the guard's snapshot and any rule that
+    appears later is the candidate's."""
+    import pkgutil
+
+    import jax._src.pallas
+
+    for info in pkgutil.walk_packages(jax._src.pallas.__path__, "jax._src.pallas."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # a backend this install lacks; its rules cannot appear later
+            continue
+
+
 def main(argv: list[str]) -> int:
     box = Path(argv[1])
     # Import everything the evaluation uses before any candidate code runs.
@@ -272,6 +362,8 @@ def main(argv: list[str]) -> int:
     import jax.experimental.pallas.tpu
     import msgspec  # noqa: F401
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call  # noqa: F401
+
+    _import_all_pallas()
 
     jax.config.update("jax_platforms", "cpu")
     encode = wire.encode
