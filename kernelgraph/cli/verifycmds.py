@@ -8,7 +8,9 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from kernelgraph.cli.app import app, console, emit_json, fail, parse_config
 
@@ -76,28 +78,32 @@ def verify(
 
 
 def _render(verdict: Any, receipt_out: Path | None) -> None:
+    """Tables sized for an 80-column terminal: errors to 2 significant digits."""
     table = Table(title=f"{Path(verdict.candidate).name} vs {Path(verdict.task).name} "
-                        f"({verdict.target})")
-    table.add_column("case", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    for column in ("max-abs err", "limit", "mean-abs err", "limit"):
-        table.add_column(column, justify="right")
-    table.add_column("result")
+                        f"({verdict.target})",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("case", overflow="fold")
+    table.add_column("kind", overflow="fold")
+    for column in ("max err", "limit", "mean err", "limit"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
     for case in verdict.cases:
-        if not case.outputs:
-            table.add_row(case.case_id, case.kind, "-", "-", "-", "-",
-                          f"[red]{case.error[:60] or 'failed'}[/]")
+        if not case.outputs:  # the error text is among the reasons below
+            table.add_row(case.case_id, case.kind, "-", "-", "-", "-", "[red]error[/]")
             continue
         for out in case.outputs:
             table.add_row(
                 case.case_id if out.index == 0 else "", case.kind if out.index == 0 else "",
-                f"{out.max_abs:.3g}", f"{out.max_threshold:.3g}",
-                f"{out.mean_abs:.3g}", f"{out.mean_threshold:.3g}",
+                _error(out.max_abs), _error(out.max_threshold),
+                _error(out.mean_abs), _error(out.mean_threshold),
                 "[green]ok[/]" if out.passed else "[red]fail[/]",
             )
     console.print(table)
+    tolerance = verdict.receipt.get("checks", {}).get("tolerance", {})
     console.print("limit = 2 x the reference's own error against the float64 oracle + a few "
-                  "ulps; every element also within the task tolerance", style="dim")
+                  "ulps;\nevery element also within the task tolerance"
+                  + "".join(f", {k}={v:g}" for k, v in sorted(tolerance.items())),
+                  style="dim", highlight=False)
     if verdict.measurement is not None:
         m = verdict.measurement
         label = "speedup (simulated)" if m.measured_on == "simulated" else "speedup (measured)"
@@ -105,15 +111,27 @@ def _render(verdict: Any, receipt_out: Path | None) -> None:
                       f"XLA baseline {m.baseline_s:.3e} s")
     colour = "green" if verdict.passed else "red"
     console.print(f"verdict: [bold {colour}]{verdict.verdict}[/]")
-    for reason in verdict.reasons:
-        console.print(f"  - {reason}", highlight=False)
+    notes = [Text(reason) for reason in verdict.reasons]
     for d in verdict.diagnostics[:5]:
         where = f" (line {d.line})" if d.line else ""
         hint = f" hint: {d.hint}" if d.hint else ""
-        console.print(f"  diagnostic [{d.phase}]{where}: {d.message}{hint}", highlight=False,
-                      markup=False)
+        notes.append(Text(f"diagnostic [{d.phase}]{where}: {d.message}{hint}"))
+    if notes:
+        hanging = Table.grid(padding=(0, 1))
+        hanging.add_column(no_wrap=True)
+        hanging.add_column(overflow="fold")
+        for note in notes:
+            hanging.add_row("  -", note)
+        console.print(hanging)
     console.print(f"receipt sha256: {verdict.receipt_sha256}"
                   + (f" (written to {receipt_out})" if receipt_out else ""))
+
+
+def _error(value: float) -> str:
+    """An error or limit in 7 characters; a negative value is one that was not computed."""
+    if value < 0:
+        return "-"
+    return "0" if value == 0 else f"{value:.1e}"
 
 
 @app.command("verify-receipt")
