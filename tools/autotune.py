@@ -105,6 +105,7 @@ def autotune(
     executor = get_executor(target)
     if executor.measured_on == "real":
         executor.require_available()  # type: ignore[union-attr]
+        workers = 1  # one device: concurrent timings would disturb each other
     started = time.monotonic()
     task = load_task(task_path)
     source = read_candidate(candidate_path)

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(
     name="kernelgraph",
@@ -35,7 +36,7 @@ def emit_json(obj: Any) -> None:
 
 def fail(message: str, *, code: int = 2) -> NoReturn:
     """Stop with a one-line error a user can act on, never a traceback."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

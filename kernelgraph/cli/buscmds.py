@@ -20,7 +20,7 @@ from kernelgraph.cli.app import app, console, emit_json, err_console, fail
 
 T = TypeVar("T")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (at exit for long-running commands).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables (up and serve: when they stop; nats-server: once it is ready).")]
 NatsOpt = Annotated[
     str | None,
     typer.Option(
@@ -93,12 +93,12 @@ def up(
     nats: NatsOpt = None,
     nats_dir: Annotated[
         Path | None,
-        typer.Option("--nats-dir", help="JetStream storage of the embedded server [default: DB.nats].",
+        typer.Option("--nats-dir", help="JetStream storage of the embedded server \\[default: DB.nats].",
                      show_default=False),
     ] = None,
     agent: Annotated[
         list[str] | None,
-        typer.Option("--agent", help="Run only this agent (repeatable) [default: every registered agent].",
+        typer.Option("--agent", help="Run only this agent (repeatable) \\[default: every registered agent].",
                      show_default=False),
     ] = None,
     concurrency: Annotated[
@@ -109,7 +109,7 @@ def up(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Default concurrency per agent.")] = 4,
     duration: Annotated[
         float | None,
-        typer.Option("--duration", help="Stop after this many seconds [default: until Ctrl-C].",
+        typer.Option("--duration", help="Stop after this many seconds \\[default: until Ctrl-C].",
                      show_default=False),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,

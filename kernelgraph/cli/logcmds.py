@@ -59,13 +59,15 @@ def runs(db: DbArg, json: JsonOpt = False) -> None:
     if json:
         emit_json({"runs": [msgspec.structs.asdict(r) for r in rows]})
         return
-    table = Table(title=f"runs in {db}")
-    for col in ("run", "task", "policy", "target", "events", "started (UTC)", "status", "speedup"):
-        table.add_column(col)
+    table = Table(title=f"runs in {db}", caption="speedups marked sim are simulated")
+    for col in ("run", "task", "policy@target", "events", "status", "speedup"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis")
     for r in rows:
-        table.add_row(r.run_id, r.task or "-", r.policy or "-", r.target or "-", str(r.events),
-                      _when(r.first_ts), r.status or "running/stopped",
-                      _speedup(r.speedup, r.measured_on))
+        speed = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        if r.speedup is not None and r.measured_on == "simulated":
+            speed += " sim"
+        table.add_row(r.run_id, r.task or "-", f"{r.policy or '-'}@{r.target or '-'}",
+                      str(r.events), r.status or "open", speed)
     console.print(table)
 
 
@@ -178,7 +180,8 @@ def _graph_tree(graph: Any) -> Tree:
     def add(parent: Tree, node: Any) -> None:
         mark = " [bold green]<- best[/]" if best is not None and node.node_id == best.node_id else ""
         colour = {"valid": "green", "invalid": "red", "root": "cyan"}.get(node.status, "yellow")
-        text = (f"[{colour}]{node.node_id}[/] {node.status} {node.strategy} "
+        what = "XLA baseline" if node.status == "root" else f"{node.status} {node.strategy}"
+        text = (f"[{colour}]{node.node_id}[/] {what} "
                 f"{_speedup(node.speedup, node.measured_on)}{mark}")
         branch = parent.add(text)
         for child in graph.children(node.node_id):

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -46,9 +47,11 @@ def tune(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel worker processes.")] = 2,
     json: JsonOpt = False,
 ) -> None:
-    """Sweep the candidate's TUNABLES: each configuration is compiled and checked for
-    correctness against one frozen test suite before it is timed; prints the table and the
-    best configuration. Exit status 0 when at least one configuration passed."""
+    """Sweep the candidate's TUNABLES and print the table and the best configuration.
+
+    Each configuration is compiled and checked for correctness against one frozen test suite
+    before it is timed. On a real device configurations run one at a time. Exit status 0
+    when at least one configuration passed."""
     _check_paths(task, candidate)
     _check_target(target)
     from tools.autotune import autotune
@@ -113,9 +116,11 @@ def profile(
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Evaluate the candidate (compile, correctness, timing) and summarise where its time
-    goes: latency, bytes moved, flops, fraction of peak bandwidth and compute, what bounds
-    it, VMEM use, grid steps, and concrete suggestions. Simulated figures are labelled so."""
+    """Evaluate the candidate and summarise where its time goes.
+
+    Latency, bytes moved, flops, fraction of peak bandwidth and compute, what bounds it, VMEM
+    use, grid steps, and concrete suggestions. Simulated figures are labelled so. Exit status
+    0 only when the candidate passed verification."""
     _check_paths(task, candidate)
     _check_target(target)
     from tools.candidate import CandidateError
@@ -124,10 +129,8 @@ def profile(
     from tools.tasks import TaskError
 
     chosen = parse_config(config or [])
-    try:
-        from tools.verify import evaluate
-    except ImportError as exc:
-        fail(f"the evaluator is not available: {exc}")
+    from tools.verify import evaluate
+
     with console.status(f"evaluating {candidate.name} on {target}", spinner="dots") if not json else contextlib.nullcontext():
         try:
             verdict = evaluate(task, candidate, config=chosen, target=target)
@@ -145,5 +148,8 @@ def profile(
     else:
         console.print(render(summary), highlight=False)
         if verdict.verdict != "pass":
-            console.print(f"[bold red]verdict: {verdict.verdict}[/] - " + "; ".join(verdict.reasons))
+            console.print(f"[bold red]verdict: {verdict.verdict}[/] - "
+                          + escape("; ".join(verdict.reasons)))
+    if verdict.verdict != "pass":
+        raise typer.Exit(1)
 
