@@ -174,3 +174,14 @@ def test_a_kernel_the_cost_model_cannot_read_fails_closed(suites, monkeypatch) -
     assert any("timing failed: MosaicError" in r for r in verdict.reasons), verdict.reasons
     assert verdict.speedup is None
     assert check_receipt(verdict.receipt).ok
+
+
+def test_work_the_cost_model_cannot_count_fails_closed(suites) -> None:
+    """A correct kernel whose K loop runs a data-dependent number of times: the model would
+    count its body once (a 4x flops under-count here), so the speedup is no bound: fail."""
+    verdict = run(suites, "matmul_small", CANDIDATES / "hidden_trip_count.py")
+    assert verdict.verdict == "fail"
+    assert all(c.passed for c in verdict.cases)  # correct: only the speed claim is unsound
+    assert any("timing: the model cannot count the work of kernel" in r
+               and "trip count depends on data" in r for r in verdict.reasons), verdict.reasons
+    assert check_receipt(verdict.receipt).ok

@@ -24,7 +24,10 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.mosaic`
    broadcasts, reshapes, transposes) are free.
 5. `pl.when` branches run on the steps their condition holds (conditions on program ids are
    evaluated per step); a condition that depends on data counts both branches. `fori_loop`
-   bodies count trip-count times when the bounds are constants, once otherwise.
+   bodies count trip-count times when the bounds are known from constants and program ids.
+   A loop whose trip count depends on data (or a `while_loop`), and an op with no cost
+   rule, make the estimate unsound (`KernelEstimate.unsound`): the model could only
+   under-count them, so the executor declares such a measurement invalid (fail closed).
 6. Each kernel launch costs `KERNEL_LAUNCH_S`; XLA ops outside the kernels (layout work)
    each cost a launch plus their operand and result bytes at HBM bandwidth, reshapes free.
 
@@ -92,6 +95,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     fetches: list[int]  # per window: how many times its block moves
     bound: str  # "memory" | "compute" | "overhead"
     caveats: list[str]
+    unsound: list[str] = []  # work the model cannot count: the latency is not a bound
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -123,7 +127,7 @@ class _StepWork:
 
 def _accumulate(
     items: Sequence[Any], weight: np.ndarray, env: dict[int, Any],
-    work: _StepWork, chip: Chip, caveats: set[str],
+    work: _StepWork, chip: Chip, caveats: set[str], unsound: set[str],
 ) -> None:
     n = weight.shape[0]
     for item in items:
@@ -133,18 +137,22 @@ def _accumulate(
             value = env.get(item.cond) if item.cond is not None else None
             if value is None:
                 caveats.add("a pl.when condition depends on data: both branches counted")
-                _accumulate(item.then, weight, env, work, chip, caveats)
-                _accumulate(item.otherwise, weight, env, work, chip, caveats)
+                _accumulate(item.then, weight, env, work, chip, caveats, unsound)
+                _accumulate(item.otherwise, weight, env, work, chip, caveats, unsound)
             else:
                 cond = np.broadcast_to(np.asarray(value, dtype=bool), (n,))
-                _accumulate(item.then, weight * cond, env, work, chip, caveats)
-                _accumulate(item.otherwise, weight * ~cond, env, work, chip, caveats)
+                _accumulate(item.then, weight * cond, env, work, chip, caveats, unsound)
+                _accumulate(item.otherwise, weight * ~cond, env, work, chip, caveats,
+                            unsound)
         elif isinstance(item, Loop):
             trips = item.trips(env, n)
             if trips is None:
-                caveats.add("a loop has a data-dependent trip count: its body counted once")
+                if weight.any():
+                    unsound.add("a loop whose trip count depends on data (or a while loop): "
+                                "its work cannot be counted; bound the loop by constants or "
+                                "program ids, or make it a grid axis")
                 trips = np.ones(n, dtype=np.int64)
-            _accumulate(item.body, weight * trips, env, work, chip, caveats)
+            _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound)
 
 
 def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
@@ -176,6 +184,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
     steps = kernel.steps()
     n = steps.shape[1]
     caveats: set[str] = set()
+    unsound: set[str] = set()
     bw = chip.hbm_bytes_per_s
 
     in_pipe = np.zeros(n)
@@ -203,9 +212,9 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
 
     work = _StepWork(*(np.zeros(n) for _ in range(7)))
     env = kernel.scalar_env(steps)
-    _accumulate(kernel.body, np.ones(n), env, work, chip, caveats)
+    _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
     if kernel.unmodelled_ops:
-        caveats.add(f"ops with no cost rule (counted free): {', '.join(kernel.unmodelled_ops)}")
+        unsound.add(f"ops with no cost rule: {', '.join(kernel.unmodelled_ops)}")
 
     compute = np.maximum.reduce([
         work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
@@ -253,6 +262,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
         fetches=fetches,
         bound=bound,
         caveats=sorted(caveats),
+        unsound=sorted(unsound),
     )
 
 

@@ -107,6 +107,8 @@ class SimExecutor:
         reasons: list[str] = []
         if not lowered.kernels:
             reasons.append("no pallas_call in the lowered program: nothing to simulate")
+        reasons += [f"the model cannot count the work of kernel {k.name}: {u}"
+                    for k in program.kernels for u in k.unsound]
         return Measurement(
             target=self.target,
             measured_on="simulated",

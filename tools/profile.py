@@ -96,7 +96,7 @@ def _from_model(m: Measurement, report: CompileReport | None) -> Profile:
             mxu_utilisation=(k["matmul_flops"] / padded) if padded else None,
             windows=windows,
             vmem_bytes=vmem.get(k["name"]),
-            caveats=k["caveats"],
+            caveats=[*k["caveats"], *(f"not counted: {u}" for u in k.get("unsound", []))],
         ))
     total_bytes = int(b["hbm_bytes"])
     total_flops = int(b["flops"])
