@@ -185,3 +185,27 @@ def test_work_the_cost_model_cannot_count_fails_closed(suites) -> None:
     assert any("timing: the model cannot count the work of kernel" in r
                and "trip count depends on data" in r for r in verdict.reasons), verdict.reasons
     assert check_receipt(verdict.receipt).ok
+
+
+def test_a_malformed_child_result_fails_the_candidate_not_the_verifier(suites) -> None:
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "malformed_result.py")
+    assert verdict.verdict == "fail"
+    assert any("the child's result is malformed: ValueError" in r for r in verdict.reasons), \
+        verdict.reasons
+    assert check_receipt(verdict.receipt).ok
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open: candidate code runs in the child that reports the lowered text and the outputs, so "
+    "it can write a forged result file and exit; closing this needs a runner process that "
+    "never imports the candidate (see tests/candidates/forged_response.py)"))
+def test_a_forged_child_result_is_rejected(suites) -> None:
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "forged_response.py")
+    assert verdict.verdict == "fail", "a pure-XLA candidate passed with a decoy kernel's text"
+
+
+def test_a_build_that_fills_the_disk_is_killed_at_the_disk_limit(suites) -> None:
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "fills_disk.py",
+                  limits=Limits(wall_s=120.0, disk_bytes=256 << 20))
+    assert verdict.verdict == "fail"
+    assert any("disk limit of 0.25 GiB" in r for r in verdict.reasons), verdict.reasons

@@ -2,7 +2,8 @@
 
 The child gets a fresh temporary directory holding its request, a wall-clock limit (the
 whole process tree is killed when it passes), an address-space limit (RLIMIT_AS), a CPU
-limit, a file-size limit and an environment rebuilt from an allowlist with every
+limit, a file-size limit, a limit on what its directory may hold (polled; the tree is killed
+when it passes, so it overshoots by at most one poll's worth of writing) and an environment rebuilt from an allowlist with every
 credential-looking variable removed. Where the host allows it (Linux with util-linux
 ``unshare``/``setpriv`` and the rights to use namespaces) the child also runs in its own
 PID namespace with a private ``/proc`` (so it cannot read another process's environment),
@@ -63,10 +64,11 @@ class Limits:
     wall_s: float = 300.0
     memory_bytes: int = 4 << 30
     file_bytes: int = 1 << 30
+    disk_bytes: int = 2 << 30  # the whole sandbox directory (result, stdout, stderr, scratch)
 
     def describe(self) -> dict[str, float | int]:
         return {"wall_s": self.wall_s, "memory_bytes": self.memory_bytes,
-                "file_bytes": self.file_bytes}
+                "file_bytes": self.file_bytes, "disk_bytes": self.disk_bytes}
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,12 @@ class SandboxResult:
     wall_s: float
     limits: Limits
     isolation: tuple[str, ...] = field(default_factory=tuple)
+    disk_exceeded: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.result is not None and not self.timed_out
+        return (self.returncode == 0 and self.result is not None and not self.timed_out
+                and not self.disk_exceeded)
 
     def failure(self) -> str:
         """Why no result came back, in words (empty when it did)."""
@@ -91,6 +95,9 @@ class SandboxResult:
         if self.timed_out:
             return (f"did not finish within the time limit of {self.limits.wall_s:g} s "
                     "(killed)")
+        if self.disk_exceeded:
+            return (f"wrote more than the disk limit of {self.limits.disk_bytes / (1 << 30):g} "
+                    "GiB into its directory (killed)")
         gib = self.limits.memory_bytes / (1 << 30)
         if looks_like_memory_exhaustion(self.stderr_tail):
             return f"exceeded the memory limit of {gib:g} GiB (killed by the allocator)"
@@ -159,18 +166,29 @@ def run_sandboxed(
                 # (unsafe in a process with JAX's threads); the hook is the fallback.
                 preexec_fn=None if prlimit else functools.partial(_limit_child, limits),
             )
-            timed_out = False
+            timed_out = disk_exceeded = False
+            deadline = started + limits.wall_s
             try:
-                proc.wait(timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(proc)
+                while True:
+                    try:
+                        proc.wait(timeout=max(0.0, min(_DISK_POLL_S, deadline - time.monotonic())))
+                        break
+                    except subprocess.TimeoutExpired:
+                        if _over_budget(box, limits.disk_bytes):
+                            disk_exceeded = True
+                            _kill_tree(proc)
+                            break
+                        if time.monotonic() >= deadline:
+                            timed_out = True
+                            _kill_tree(proc)
+                            break
             finally:
                 if proc.poll() is None:
                     _kill_tree(proc)
         wall = time.monotonic() - started
         result_path = box / RESULT_FILE
-        result = result_path.read_bytes() if result_path.is_file() and not timed_out else None
+        usable = result_path.is_file() and not timed_out and not disk_exceeded
+        result = result_path.read_bytes() if usable else None
         return SandboxResult(
             returncode=proc.returncode,
             timed_out=timed_out,
@@ -180,6 +198,7 @@ def run_sandboxed(
             wall_s=wall,
             limits=limits,
             isolation=tuple(isolation),
+            disk_exceeded=disk_exceeded,
         )
     finally:
         shutil.rmtree(box, ignore_errors=True)
@@ -227,6 +246,35 @@ def _limit_child(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+_DISK_POLL_S = 0.25
+_MAX_ENTRIES = 100_000
+
+
+def _over_budget(box: Path, budget: int) -> bool:
+    """Whether the directory tree holds more than `budget` bytes (or absurdly many entries)."""
+    total = entries = 0
+    stack = [str(box)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > _MAX_ENTRIES:
+                        return True
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+        if total > budget:
+            return True
+    return total > budget
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:

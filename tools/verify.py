@@ -153,7 +153,12 @@ def evaluate(
     t = time.perf_counter()
     response = context.read_response(box)
     if response is not None:
-        context.judge(response)
+        try:
+            context.judge(response)
+        except Exception as exc:  # a well-typed but inconsistent result: fail, never crash
+            problem = f"the child's result is malformed: {type(exc).__name__}: {exc}"
+            context.consistency.append(problem)
+            context.fail(problem)
     timings["judge_s"] = time.perf_counter() - t
     if context.all_correct():
         t = time.perf_counter()
