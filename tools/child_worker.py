@@ -182,9 +182,11 @@ def _diagnose(exc: BaseException, source: Path, phase: str) -> list[wire.Diagnos
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:2000]
+    """The first line and, for wrapped errors (a callback's traceback), the last one too."""
+    lines = [ln.strip() for ln in f"{type(exc).__name__}: {exc}".splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[-1] != lines[0]:
+        return f"{lines[0]} ... {lines[-1]}"[:2000]
+    return lines[0][:2000]
 
 
 def _lower(traced: Any, platform: str, chip: str) -> str:
