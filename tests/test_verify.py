@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tools import cgroups
 from tools.receipts import check_receipt
 from tools.sandbox import Limits
 from tools.tasks import load_task
@@ -57,6 +58,8 @@ def test_honest_kernels_pass(suites, task: str, kernel: str, config: dict | None
     assert verdict.audit is not None and verdict.audit.kernels == 1
     assert check_receipt(verdict.receipt).ok
     assert verdict.receipt["environment"]["isolation"]
+    assert verdict.receipt["environment"]["limits"]["max_tasks"] == LIMITS.max_tasks
+    assert not cgroups.leftover_groups()
 
 
 ADVERSARIAL = [
@@ -209,3 +212,43 @@ def test_a_build_that_fills_the_disk_is_killed_at_the_disk_limit(suites) -> None
                   limits=Limits(wall_s=120.0, disk_bytes=256 << 20))
     assert verdict.verdict == "fail"
     assert any("disk limit of 0.25 GiB" in r for r in verdict.reasons), verdict.reasons
+
+
+def _tree_limit(controller: str) -> str:
+    """The isolation entry for a tree limit, skipping where no hierarchy here offers it."""
+    if not any(controller in h.controllers for h in cgroups.hierarchies()):
+        pytest.skip(f"no writable cgroup hierarchy with the {controller} controller here")
+    return f"cgroup-{controller}"
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable"))
+
+
+def test_a_build_whose_forks_take_memory_together_is_killed_at_the_tree_limit(suites) -> None:
+    """6 children of ~600 MB each: every one under the per-process limit, 3.6 GB together."""
+    claimed = _tree_limit("memory")
+    before = _mem_available()
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "fork_memory.py",
+                  limits=Limits(wall_s=120.0, total_memory_bytes=1536 << 20))
+    assert verdict.verdict == "fail"
+    assert any("exceeded the memory limit of its process tree (1.5 GiB" in r
+               for r in verdict.reasons), verdict.reasons
+    assert claimed in verdict.receipt["environment"]["isolation"]
+    assert verdict.receipt["environment"]["limits"]["total_memory_bytes"] == 1536 << 20
+    assert check_receipt(verdict.receipt).ok
+    assert not cgroups.leftover_groups()
+    assert _mem_available() > before - (1 << 30)  # nothing of the tree lives on
+
+
+def test_a_build_that_forks_in_a_loop_is_stopped_at_the_task_limit(suites) -> None:
+    claimed = _tree_limit("pids")
+    verdict = run(suites, "rmsnorm_small", CANDIDATES / "forks_in_a_loop.py",
+                  limits=Limits(wall_s=120.0, max_tasks=128))
+    assert verdict.verdict == "fail"
+    assert any("exceeded the task limit of its process tree (128 processes and threads" in r
+               for r in verdict.reasons), verdict.reasons
+    assert claimed in verdict.receipt["environment"]["isolation"]
+    assert check_receipt(verdict.receipt).ok
+    assert not cgroups.leftover_groups()

@@ -8,8 +8,10 @@ credential-looking variable removed. Where the host allows it (Linux with util-l
 ``unshare``/``setpriv`` and the rights to use namespaces) the child also runs in its own
 PID namespace with a private ``/proc`` (so it cannot read another process's environment),
 without network, with every filesystem except its directory read-only, and with no
-capabilities. What was applied is reported in :attr:`SandboxResult.isolation`; it is
-probed once per process, never assumed.
+capabilities. Where a writable cgroup hierarchy offers it, the whole process tree also
+shares one memory limit and one limit on its tasks (:mod:`tools.cgroups`): per-process
+limits alone let a candidate multiply them by forking. What was applied is reported in
+:attr:`SandboxResult.isolation`; it is probed, never assumed.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tools import cgroups
 
 REQUEST_FILE = "request.bin"
 RESULT_FILE = "result.bin"
@@ -44,19 +48,36 @@ _SECRET_PREFIXES = (
     "GOOGLE_", "GEMINI_", "NATS_", "AWS_", "AZURE_", "OPENAI_", "ANTHROPIC_", "HF_",
     "HUGGING", "GITHUB_", "GH_", "GCP_", "GCLOUD", "CLOUDSDK_", "QDRANT_",
 )
-# Runs as PID 1 of the new namespaces: make mounts private, keep the sandbox directory
-# writable, make every other writable filesystem read-only, then drop all capabilities.
+# Runs as PID 1 of the new namespaces: join the sandbox's control groups (the cgroup.procs
+# files before `--`) so everything it starts inherits them, make mounts private, keep the
+# sandbox directory writable, make every other writable filesystem read-only (cgroup
+# filesystems too: a group the child could write to would be no limit, so it refuses to
+# run in one), then drop all capabilities.
 _LAUNCHER = r"""
 set -e
 box="$1"; shift
+joined=0
+while [ "$1" != "--" ]; do echo 0 > "$1"; joined=1; shift; done; shift
 mount --make-rprivate /
 mount --bind "$box" "$box"
-for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|sysfs|cgroup2?|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
+for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|sysfs|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
   [ "$target" = "$box" ] && continue
   mount -o remount,bind,ro "$target" 2>/dev/null || [ "$target" != "/" ]
 done
+if [ "$joined" = 1 ] && awk '@WRITABLE_CGROUPFS@' /proc/self/mounts; then
+  echo "kg-sandbox: a cgroup filesystem stayed writable" >&2; exit 125
+fi
 exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 """
+# awk on /proc/self/mounts: succeeds when some cgroup filesystem is mounted read-write.
+_WRITABLE_CGROUPFS = "$3 ~ /^cgroup2?$/ && $4 ~ /(^|,)rw(,|$)/ {found=1} END {exit !found}"
+_LAUNCHER = _LAUNCHER.replace("@WRITABLE_CGROUPFS@", _WRITABLE_CGROUPFS)
+# Without namespaces: join the control groups, then run the command.
+_JOINER = 'set -e; while [ "$1" != "--" ]; do echo 0 > "$1"; shift; done; shift; exec "$@"'
+
+
+def _default_max_tasks() -> int:
+    return max(512, 16 * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -65,10 +86,22 @@ class Limits:
     memory_bytes: int = 4 << 30
     file_bytes: int = 1 << 30
     disk_bytes: int = 2 << 30  # the whole sandbox directory (result, stdout, stderr, scratch)
+    # The whole process tree together (a cgroup, where one is writable); None: memory_bytes.
+    total_memory_bytes: int | None = None
+    # Processes and threads of the tree together (cgroup pids.max). An honest verification
+    # child peaks at 21 tasks on 2 cores (JAX adds about 4 threads per core to 9 fixed).
+    max_tasks: int = field(default_factory=_default_max_tasks)
 
-    def describe(self) -> dict[str, float | int]:
+    @property
+    def tree_memory_bytes(self) -> int | None:
+        """The tree's memory limit, or None for none (RLIM_INFINITY or 0)."""
+        total = self.memory_bytes if self.total_memory_bytes is None else self.total_memory_bytes
+        return total if total > 0 else None
+
+    def describe(self) -> dict[str, float | int | None]:
         return {"wall_s": self.wall_s, "memory_bytes": self.memory_bytes,
-                "file_bytes": self.file_bytes, "disk_bytes": self.disk_bytes}
+                "file_bytes": self.file_bytes, "disk_bytes": self.disk_bytes,
+                "total_memory_bytes": self.tree_memory_bytes, "max_tasks": self.max_tasks}
 
 
 @dataclass(frozen=True)
@@ -82,11 +115,17 @@ class SandboxResult:
     limits: Limits
     isolation: tuple[str, ...] = field(default_factory=tuple)
     disk_exceeded: bool = False
+    oom_kills: int = 0  # processes the kernel killed at the tree's memory limit
+    task_limit_hits: int = 0  # forks and thread starts refused at the tree's task limit
+    tree_peak: dict[str, int] = field(default_factory=dict)  # "tasks", "memory_bytes"
+    groups: tuple[str, ...] = ()  # the cgroup directories used (removed by now)
 
     @property
     def ok(self) -> bool:
+        # A tree that hit a limit is a failure even if its first process exited cleanly:
+        # the work it claims may rest on children that were killed or never started.
         return (self.returncode == 0 and self.result is not None and not self.timed_out
-                and not self.disk_exceeded)
+                and not self.disk_exceeded and not self.oom_kills and not self.task_limit_hits)
 
     def failure(self) -> str:
         """Why no result came back, in words (empty when it did)."""
@@ -98,6 +137,13 @@ class SandboxResult:
         if self.disk_exceeded:
             return (f"wrote more than the disk limit of {self.limits.disk_bytes / (1 << 30):g} "
                     "GiB into its directory (killed)")
+        if self.oom_kills:
+            total = (self.limits.tree_memory_bytes or 0) / (1 << 30)
+            return (f"exceeded the memory limit of its process tree ({total:g} GiB for all its "
+                    f"processes together; {self.oom_kills} killed)")
+        if self.task_limit_hits:
+            return (f"exceeded the task limit of its process tree ({self.limits.max_tasks} "
+                    f"processes and threads; {self.task_limit_hits} refused)")
         gib = self.limits.memory_bytes / (1 << 30)
         if looks_like_memory_exhaustion(self.stderr_tail):
             return f"exceeded the memory limit of {gib:g} GiB (killed by the allocator)"
@@ -139,6 +185,7 @@ def run_sandboxed(
     """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back."""
     limits = limits or Limits()
     box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))
+    group = cgroups.TreeGroup()
     try:
         (box / REQUEST_FILE).write_bytes(request)
         for name, data in (files or {}).items():
@@ -150,10 +197,19 @@ def run_sandboxed(
                    JAX_PLATFORMS="cpu")
         command = [sys.executable, "-I", "-m", module, str(box)]
         isolation = ["env-scrubbed", "rlimits", "own-session"]
-        if isolate and namespaces_available():
-            command = _namespace_prefix(str(box)) + command
+        namespaced = isolate and namespaces_available()
+        # In namespaces the launcher seals the cgroup filesystems read-only; a group the
+        # child could write to (namespaces there but unsealable) would be no limit.
+        if not namespaced or cgroups_sealable():
+            group = cgroups.create(box.name, memory_bytes=limits.tree_memory_bytes,
+                                   max_tasks=limits.max_tasks)
+        if namespaced:
+            command = _namespace_prefix(str(box), group.procs_files) + command
             isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
                           "no-capabilities"]
+        elif group.procs_files:
+            command = ["/bin/sh", "-c", _JOINER, "kg-join", *group.procs_files, "--", *command]
+        isolation += group.isolation
         prlimit = shutil.which("prlimit")
         if prlimit:
             command = [prlimit, *_prlimit_args(limits), "--", *command]
@@ -186,6 +242,7 @@ def run_sandboxed(
                 if proc.poll() is None:
                     _kill_tree(proc)
         wall = time.monotonic() - started
+        group.kill_members()  # anything that left the session: before reading what came back
         result_path = box / RESULT_FILE
         usable = result_path.is_file() and not timed_out and not disk_exceeded
         result = result_path.read_bytes() if usable else None
@@ -199,33 +256,49 @@ def run_sandboxed(
             limits=limits,
             isolation=tuple(isolation),
             disk_exceeded=disk_exceeded,
+            oom_kills=group.oom_kills(),
+            task_limit_hits=group.task_limit_hits(),
+            tree_peak=group.peaks(),
+            groups=group.paths,
         )
     finally:
+        group.close()
         shutil.rmtree(box, ignore_errors=True)
+
+
+def namespaces_available() -> bool:
+    """Whether the namespace launcher works here (probed once with a no-op)."""
+    return _probe()[0]
+
+
+def cgroups_sealable() -> bool:
+    """Whether the launcher leaves every cgroup filesystem read-only for the child."""
+    return _probe()[1]
 
 
 @functools.cache
-def namespaces_available() -> bool:
-    """Whether the namespace launcher works here (probed once with a no-op)."""
+def _probe() -> tuple[bool, bool]:
     if sys.platform != "linux" or not (shutil.which("unshare") and shutil.which("setpriv")):
-        return False
+        return False, False
     box = tempfile.mkdtemp(prefix="kg-probe-")
+    script = f'touch "$0/ok"; awk \'{_WRITABLE_CGROUPFS}\' /proc/self/mounts || touch "$0/sealed"'
     try:
         probe = subprocess.run(
-            [*_namespace_prefix(box), "/bin/sh", "-c", "touch \"$0/ok\"", box],
+            [*_namespace_prefix(box, []), "/bin/sh", "-c", script, box],
             capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
         )
-        return probe.returncode == 0 and Path(box, "ok").is_file()
+        works = probe.returncode == 0 and Path(box, "ok").is_file()
+        return works, works and Path(box, "sealed").is_file()
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return False, False
     finally:
         shutil.rmtree(box, ignore_errors=True)
 
 
-def _namespace_prefix(box: str) -> list[str]:
+def _namespace_prefix(box: str, join: Sequence[str]) -> list[str]:
     return [
         "unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
-        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box,
+        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box, *join, "--",
     ]
 
 
