@@ -262,3 +262,14 @@ def test_bodies_are_plain_json(db: Path) -> None:
         log.append([event])
         (body,) = log.sql("SELECT body FROM events")[0]
     assert msgspec.json.decode(body)["passed"] is True
+
+
+def test_a_row_moved_out_of_place_is_caught_by_read_and_verify(db: Path) -> None:
+    _filled(db, 20)
+    _tamper(db, "CREATE TEMP TABLE moved AS SELECT * FROM events WHERE seq = 7; "
+                "DELETE FROM events WHERE seq = 7; INSERT INTO events SELECT * FROM moved")
+    with EventLog(db, read_only=True) as log:
+        with pytest.raises(CorruptLog, match="seq=7 is stored after seq=20"):
+            list(log.read())
+        report = log.verify()
+    assert (report.ok, report.first_broken_seq) == (False, 7)
