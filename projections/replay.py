@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from eventstore.events import Event
+from eventstore.events import EVENT_TYPES, Event
 from projections.bestofn import BestOfN
 from projections.metrics import Metrics
 from projections.searchgraph import Node, SearchGraph
@@ -26,10 +26,8 @@ class LogView:
         self.apply_records([(self.position if seq is None else seq, event)])
 
     def apply_records(self, records: Iterable[tuple[int, Event]]) -> LogView:
-        """The replay hot loop: the same folds as `apply`, dispatched once per event."""
-        graph_handlers = SearchGraph._handlers
-        best_handlers, best = BestOfN._handlers, self.best_of_n
-        metric_handlers, metrics = Metrics._handlers, self.metrics
+        """The replay hot loop: the same folds as each projection's `apply`, one lookup per event."""
+        plan, best, metrics = _DISPATCH, self.best_of_n, self.metrics
         graphs, only_run = self.graphs, self.run_id
         seq, count = self.position, 0
         for seq, event in records:  # noqa: B007 (the last seq is the new position)
@@ -37,19 +35,19 @@ class LogView:
             if only_run is not None and run_id != only_run:
                 continue
             count += 1
-            cls = type(event)
-            handler = graph_handlers.get(cls)
-            if handler is not None:
+            handlers = plan.get(type(event))
+            if handlers is None:
+                continue
+            on_graph, on_best, on_metrics = handlers
+            if on_graph is not None:
                 graph = graphs.get(run_id)
                 if graph is None:
                     graph = graphs[run_id] = SearchGraph(run_id)
-                handler(graph, event)
-            handler = best_handlers.get(cls)
-            if handler is not None:
-                handler(best, event)
-            handler = metric_handlers.get(cls)
-            if handler is not None:
-                handler(metrics, event)
+                on_graph(graph, event)
+            if on_best is not None:
+                on_best(best, event)
+            if on_metrics is not None:
+                on_metrics(metrics, event)
         self.events += count
         self.position = best.position = metrics.position = seq
         for graph in graphs.values():
@@ -63,6 +61,13 @@ class LogView:
             "runs": {run_id: graph_json(graph) for run_id, graph in self.graphs.items()},
             "metrics": self.metrics.summary(),
         }
+
+
+_DISPATCH = {
+    cls: (SearchGraph._handlers.get(cls), BestOfN._handlers.get(cls), Metrics._handlers.get(cls))
+    for cls in EVENT_TYPES
+    if cls in SearchGraph._handlers or cls in BestOfN._handlers or cls in Metrics._handlers
+}
 
 
 def node_json(node: Node) -> dict[str, Any]:
