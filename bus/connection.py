@@ -7,8 +7,10 @@ KG_NATS_TOKEN, KG_NATS_USER + KG_NATS_PASSWORD, or KG_NATS_CREDS.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +30,10 @@ CREDS_ENV = "KG_NATS_CREDS"
 
 class BusConfigError(ValueError):
     """A NATS URL or credential setting that cannot work; the message says which and why."""
+
+
+class BusUnreachable(BusConfigError):
+    """No server answered at the URL within the wait."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,18 @@ async def connect(
     name: str,
     credentials: Credentials | None = None,
     connect_timeout: float = 5.0,
+    wait_s: float | None = 10.0,
 ) -> NATS:
-    """A client that reconnects forever: a restarting server must not kill the services."""
+    """A client that reconnects forever: a restarting server must not kill the services.
+
+    The first connection is different: if nothing listens at the URL for `wait_s` seconds
+    (None: wait forever), `BusUnreachable` says so instead of retrying silently.
+    """
     check_url(url)
     creds = Credentials.from_env() if credentials is None else credentials
+    servers = [u.strip() for u in url.split(",")]
+    if wait_s is not None:
+        await _wait_until_reachable(url, servers, wait_s)
 
     client: list[NATS] = []
 
@@ -103,7 +117,7 @@ async def connect(
         log.info("nats %s: reconnected", name)
 
     nc = await nats.connect(
-        servers=[u.strip() for u in url.split(",")],
+        servers=servers,
         name=name,
         connect_timeout=connect_timeout,
         max_reconnect_attempts=-1,
@@ -116,3 +130,20 @@ async def connect(
     )
     client.append(nc)
     return nc
+
+
+async def _wait_until_reachable(url: str, servers: list[str], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        for server in servers:
+            parts = urlsplit(server if "://" in server else f"nats://{server}")
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(parts.hostname, parts.port or 4222), timeout=1.0)
+            except (OSError, TimeoutError):
+                continue
+            writer.close()
+            return
+        if time.monotonic() >= deadline:
+            raise BusUnreachable(f"no NATS server answers at {url} (waited {wait_s:g} s)")
+        await asyncio.sleep(0.2)

@@ -21,6 +21,9 @@ from kernelgraph.cli.app import app, console, emit_json, err_console, fail
 T = TypeVar("T")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables (up and serve: when they stop; nats-server: once it is ready).")]
+SERVE_WAIT_S = 60.0
+"""How long `serve` waits for its server to come up before it exits (compose restarts it)."""
+
 NatsOpt = Annotated[
     str | None,
     typer.Option(
@@ -202,13 +205,13 @@ def serve(
             assert db is not None
             db.parent.mkdir(parents=True, exist_ok=True)
             event_log = EventLog(db)
-            nc = await connect(nats, name=f"kernelgraph-{agent}")
+            nc = await connect(nats, name=f"kernelgraph-{agent}", wait_s=SERVE_WAIT_S)
             service = Recorder(nc, event_log, settings=settings)
         else:
             load_agents(AGENT_MODULES)
             cls = get(agent)
             event_log = None
-            nc = await connect(nats, name=f"kernelgraph-{agent}")
+            nc = await connect(nats, name=f"kernelgraph-{agent}", wait_s=SERVE_WAIT_S)
             service = cls(nc, settings=settings, concurrency=concurrency)
         try:
             await service.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,7 +83,12 @@ def _event_line(seq: int, event: Any) -> str:
 
 @app.command()
 def events(
-    db: DbArg,
+    db: Annotated[Path | None, typer.Argument(
+        help="Path of a kernelgraph DuckDB log (or use --nats).", show_default=False)] = None,
+    nats: Annotated[str | None, typer.Option(
+        "--nats", help="Read the live events stream of this NATS server instead of a log file: "
+        "the way to watch a run while the recorder holds the log. Credentials come only from "
+        "KG_NATS_TOKEN or KG_NATS_USER/KG_NATS_PASSWORD.")] = None,
     run: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
     type_: Annotated[
         list[str] | None,
@@ -97,7 +102,11 @@ def events(
     interval: Annotated[float, typer.Option(help="Polling interval for --follow, seconds.")] = 0.5,
     json: Annotated[bool, typer.Option("--json", help="One JSON object per event, per line.")] = False,
 ) -> None:
-    """Print events in log order. With --follow, wait for new ones (Ctrl-C to stop)."""
+    """Print events in log order. With --follow, wait for new ones (Ctrl-C to stop).
+
+    With --nats the events come from the bus (what its events stream still retains, then
+    live ones), and the number printed first is the stream sequence, not the log's seq.
+    """
     from eventstore.codec import encode_event
     from eventstore.events import EVENT_TYPES_BY_NAME
     from eventstore.log import EventLog, LogError, LogLockedError
@@ -117,6 +126,12 @@ def events(
             last = seq
         return last
 
+    if (db is None) == (nats is None):
+        fail("give either a log file (DB) or --nats URL")
+    if nats is not None:
+        _events_from_bus(nats, run, type_, follow, show)
+        return
+    assert db is not None
     with _open(db) as log:
         last = show(log.read(run_id=run, types=type_, after_seq=after, limit=limit)) or after
     if not follow:
@@ -140,6 +155,31 @@ def events(
                 log.close()
     except KeyboardInterrupt:
         return
+
+
+def _events_from_bus(url: str, run: str | None, types: list[str] | None, follow: bool,
+                     show: Callable[[Iterator[tuple[int, Any]]], int]) -> None:
+    import asyncio
+
+    import nats.errors
+
+    from bus.connection import BusConfigError, connect
+    from bus.watch import watch_events
+
+    async def main() -> None:
+        nc = await connect(url, name="kernelgraph-events")
+        try:
+            async for record in watch_events(nc, run_id=run, types=types, follow=follow):
+                show(iter([record]))
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return
+    except (BusConfigError, nats.errors.Error, OSError) as exc:
+        fail(f"--nats {url}: {exc}")
 
 
 @app.command()
