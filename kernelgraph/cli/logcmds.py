@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -144,7 +145,8 @@ def events(
                 log = EventLog(db, read_only=True)
             except LogLockedError as exc:
                 if not waiting_said:
-                    err_console.print(f"[yellow]waiting:[/] {exc}")
+                    err_console.print(f"[yellow]waiting:[/] {escape(str(exc))}; to watch a running "
+                                      "search, use `kernelgraph events --nats URL --follow`")
                     waiting_said = True
                 continue
             except LogError as exc:
