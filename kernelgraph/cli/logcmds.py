@@ -60,6 +60,9 @@ def runs(db: DbArg, json: JsonOpt = False) -> None:
     if json:
         emit_json({"runs": [msgspec.structs.asdict(r) for r in rows]})
         return
+    if not rows:
+        console.print(f"no runs in {db}")
+        return
     table = Table(title=f"runs in {db}", caption="speedups marked sim are simulated")
     for col in ("run", "task", "policy@target", "events", "status", "speedup"):
         table.add_column(col, no_wrap=True, overflow="ellipsis")
