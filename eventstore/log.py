@@ -219,6 +219,8 @@ class EventLog:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self.read_only and not self.path.exists():
             raise LogError(f"{self.path}: no such log")
+        if not self.path.parent.is_dir():
+            raise LogError(f"{self.path}: no such directory {self.path.parent}")
         with _open_paths_lock:
             if not self.read_only and self._key in _open_paths:
                 raise LogLockedError(

@@ -200,6 +200,8 @@ def test_a_log_from_a_newer_schema_is_refused(db: Path) -> None:
 def test_a_missing_log_is_a_clear_error_for_readers(tmp_path: Path) -> None:
     with pytest.raises(LogError, match="no such log"):
         EventLog(tmp_path / "absent.duckdb", read_only=True)
+    with pytest.raises(LogError, match="no such directory"):
+        EventLog(tmp_path / "nowhere" / "run.duckdb")
 
 
 def test_a_corrupt_row_is_named(db: Path) -> None:
