@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tools.errors import FileProblem
+from tools.errors import FileProblem, read_python_source
 
 
 class CandidateError(FileProblem):
@@ -73,13 +73,7 @@ class CandidateSource:
 def read_candidate(path: str | Path) -> CandidateSource:
     """Parse a candidate file without executing it."""
     path = Path(path)
-    if not path.is_file():
-        raise CandidateError(path, "no such file")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        raise CandidateError(path, "not UTF-8 text") from None
+    raw, text = read_python_source(path, CandidateError)
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:

@@ -12,3 +12,14 @@ class FileProblem(ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+def read_python_source(path: Path, error: type[FileProblem]) -> tuple[bytes, str]:
+    """A user's Python file as bytes (for hashing) and text; `error` names what is wrong."""
+    if not path.is_file():
+        raise error(path, "no such file")
+    raw = path.read_bytes()
+    try:
+        return raw, raw.decode()
+    except UnicodeDecodeError:
+        raise error(path, "not UTF-8 text") from None

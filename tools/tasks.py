@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tools.errors import FileProblem
+from tools.errors import FileProblem, read_python_source
 
 DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
@@ -161,15 +161,9 @@ def load_task(
     be identical) and the reference is run once (it must return JAX arrays).
     """
     path = Path(path)
-    if not path.is_file():
-        raise TaskError(path, "no such file")
-    if path.suffix != ".py":
+    if path.is_file() and path.suffix != ".py":
         raise TaskError(path, "a task is a Python file (.py)")
-    source = path.read_bytes()
-    try:
-        text = source.decode()
-    except UnicodeDecodeError:
-        raise TaskError(path, "not UTF-8 text") from None
+    source, text = read_python_source(path, TaskError)
     try:
         compile(text, str(path), "exec")
     except SyntaxError as exc:
