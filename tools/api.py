@@ -1,0 +1,259 @@
+"""The public facade of the evaluator: the only `tools` names agents (and other layers) use.
+
+Everything else under `tools/` is internal and may move. The calls here are blocking and
+can take seconds to minutes (sandboxed children, interpret mode, suites); async callers run
+them in a thread (`AgentContext.run_tool`).
+
+- `load_task` / `task_summary`: read a task file (trusted) and describe it.
+- `freeze_suite`: the frozen test suite of a task, built once and hashed; rebuilding it from
+  the same task and seeds gives the same hash, which is how distributed workers share it
+  without shipping tens of megabytes (`suite_from_recipe` checks the hash and fails closed).
+- `evaluate`: the full verifier (compile check, correctness, firing audit, timing, receipt).
+- `compile_check`: the same pipeline on the tuning case only: a cheap first look whose
+  verdict is about compiling, not about correctness.
+- `measure_baseline`: the XLA reference on a target (simulated roofline, or the device).
+- `profile`: the profile summary of a passing verdict's measurement.
+- `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
+- `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tools.autotune import TuneResult, TuneRow
+from tools.autotune import autotune as _autotune
+from tools.candidate import CandidateError, read_candidate
+from tools.errors import FileProblem
+from tools.executors import (
+    DEFAULT_TARGET,
+    REAL_TARGETS,
+    SIM_TARGETS,
+    TARGETS,
+    Measurement,
+    TargetUnavailable,
+    UnknownTarget,
+    chip_for_target,
+    get_executor,
+)
+from tools.profile import Profile, render, summarize
+from tools.sandbox import Limits
+from tools.tasks import Task, TaskError, load_task
+from tools.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteError, build_suite
+from tools.verify import DEFAULT_LIMITS, Verdict
+from tools.verify import evaluate as _evaluate
+
+
+class SuiteMismatch(SuiteError):
+    """A suite rebuilt from its recipe does not hash to the frozen one: refuse to judge on it."""
+
+
+class SuiteRecipe(msgspec.Struct, frozen=True):
+    """What is needed to rebuild a frozen suite exactly: small enough to travel as an artifact."""
+
+    task_sha256: str
+    seeds: tuple[int, ...]
+    suite_sha256: str
+    n_cases: int
+    notes: tuple[str, ...] = ()
+    tolerance: dict[str, float] = {}
+    cases: tuple[dict[str, Any], ...] = ()
+
+
+def freeze_suite(task: Task | str | Path, *, seeds: Sequence[int] = DEFAULT_SEEDS) -> FrozenSuite:
+    """Build and hash the frozen suite; raises `SuiteError` if it cannot tell right from wrong."""
+    return build_suite(task if isinstance(task, Task) else load_task(task), seeds=tuple(seeds))
+
+
+def recipe_of(suite: FrozenSuite, seeds: Sequence[int] = DEFAULT_SEEDS) -> SuiteRecipe:
+    summary = suite.summary()
+    return SuiteRecipe(
+        task_sha256=suite.task_sha256, seeds=tuple(seeds), suite_sha256=suite.sha256,
+        n_cases=len(suite.cases), notes=tuple(suite.notes), tolerance=dict(suite.tolerance),
+        cases=tuple(summary["cases"]),
+    )
+
+
+def suite_from_recipe(task: Task | str | Path, recipe: SuiteRecipe) -> FrozenSuite:
+    """Rebuild the frozen suite and prove it is the same one (same sha256), or raise."""
+    loaded = task if isinstance(task, Task) else load_task(task)
+    if loaded.source_sha256 != recipe.task_sha256:
+        raise SuiteMismatch(
+            f"the suite was frozen for task sha256 {recipe.task_sha256[:12]}, "
+            f"not {loaded.source_sha256[:12]}")
+    suite = build_suite(loaded, seeds=recipe.seeds)
+    if suite.sha256 != recipe.suite_sha256:
+        raise SuiteMismatch(
+            f"rebuilding the suite gave sha256 {suite.sha256[:12]}, not the frozen "
+            f"{recipe.suite_sha256[:12]}: the task's inputs or reference are not deterministic")
+    return suite
+
+
+def evaluate(
+    task: str | Path,
+    candidate: str | Path,
+    *,
+    config: dict[str, Any] | None = None,
+    target: str = DEFAULT_TARGET,
+    suite: FrozenSuite | None = None,
+    limits: Limits | None = None,
+) -> Verdict:
+    """The full verifier; see `tools.verify.evaluate` for what it checks."""
+    return _evaluate(task, candidate, config=config, target=target, suite=suite, limits=limits)
+
+
+def compile_check(
+    task: str | Path,
+    candidate: str | Path,
+    *,
+    config: dict[str, Any] | None = None,
+    target: str = DEFAULT_TARGET,
+    suite: FrozenSuite,
+    limits: Limits | None = None,
+) -> Verdict:
+    """Lower, compile-check and audit on the tuning case alone; read `compiled(verdict)`.
+
+    The verdict's correctness is about one case only and is not a test result.
+    """
+    first = msgspec.structs.replace(suite, cases=suite.cases[:1], sha256="")
+    return _evaluate(task, candidate, config=config, target=target, suite=_rehash(first),
+                     limits=limits)
+
+
+def _rehash(suite: FrozenSuite) -> FrozenSuite:
+    from tools.testsuite import suite_hash
+
+    return msgspec.structs.replace(suite, sha256=suite_hash(suite))
+
+
+def compiled(verdict: Verdict) -> bool:
+    """Did the candidate load, build, lower for TPU and pass the compile check and audit?"""
+    checks = verdict.receipt.get("checks", {})
+    get = checks.get if isinstance(checks, dict) else lambda k, d=None: getattr(checks, k, d)
+    return bool(get("candidate_loaded", False) and get("sandbox_ok", False)
+                and get("compile_ok", False))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    latency_s: float
+    measured_on: str
+    target: str
+    method: str
+    breakdown: dict[str, Any]
+
+
+def measure_baseline(task: Task | str | Path, *, target: str = DEFAULT_TARGET) -> Baseline:
+    """The XLA reference at the tuning point on `target`.
+
+    Simulated targets price XLA's optimised program on the chip's figures. Real targets
+    time the reference on the device (raises `TargetUnavailable` without one).
+    """
+    loaded = task if isinstance(task, Task) else load_task(task)
+    executor = get_executor(target)
+    if executor.measured_on == "real":
+        executor.require_available()  # type: ignore[union-attr]
+        return _real_baseline(loaded, executor)
+    from tools.costmodel import estimate_baseline
+
+    inputs = loaded.make_inputs(0, 0)
+    cost = executor.reference_cost(loaded.reference, inputs)  # type: ignore[union-attr]
+    estimate = estimate_baseline(cost, executor.chip)  # type: ignore[union-attr]
+    return Baseline(
+        latency_s=float(estimate.latency_s), measured_on="simulated", target=target,
+        method=f"roofline of XLA's optimised program on {executor.chip.name}",  # type: ignore[union-attr]
+        breakdown=msgspec.to_builtins(estimate),
+    )
+
+
+_REFERENCE_AS_CANDIDATE = '''"""The task's own reference, timed as a candidate: the baseline on a real device."""
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("kg_baseline_task", {path!r})
+_task = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_task)
+
+
+def build():
+    return getattr(_task, "reference", None) or _task.workload
+'''
+
+
+def _real_baseline(task: Task, executor: Any) -> Baseline:
+    source = _REFERENCE_AS_CANDIDATE.format(path=str(Path(task.path).resolve())).encode()
+    measurement = executor.time_candidate(task.path, source, {})
+    if not measurement.valid:
+        raise RuntimeError("; ".join(measurement.reasons) or "baseline timing failed")
+    return Baseline(latency_s=float(measurement.baseline_s), measured_on="real",
+                    target=executor.target, method=str(measurement.breakdown.get("timing_source")),
+                    breakdown=dict(measurement.breakdown))
+
+
+def profile(verdict: Verdict) -> Profile | None:
+    """The profile of a verdict that was timed; None when it never reached timing."""
+    if verdict.measurement is None:
+        return None
+    return summarize(verdict.measurement, verdict.compile_report)
+
+
+def autotune(
+    task: str | Path,
+    candidate: str | Path,
+    *,
+    target: str = DEFAULT_TARGET,
+    suite: FrozenSuite | None = None,
+    budget_configs: int | None = None,
+    workers: int = 2,
+) -> TuneResult:
+    return _autotune(task, candidate, target=target, suite=suite, budget_configs=budget_configs,
+                     workers=workers)
+
+
+def candidate_configs(candidate: str | Path) -> list[dict[str, Any]]:
+    """Every configuration of the candidate's TUNABLES, the default first."""
+    return list(read_candidate(candidate).configs())
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_SEEDS",
+    "DEFAULT_TARGET",
+    "REAL_TARGETS",
+    "SIM_TARGETS",
+    "TARGETS",
+    "Baseline",
+    "CandidateError",
+    "FileProblem",
+    "FrozenSuite",
+    "Limits",
+    "Measurement",
+    "Profile",
+    "SuiteError",
+    "SuiteMismatch",
+    "SuiteRecipe",
+    "TargetUnavailable",
+    "Task",
+    "TaskError",
+    "TuneResult",
+    "TuneRow",
+    "UnknownTarget",
+    "Verdict",
+    "autotune",
+    "candidate_configs",
+    "chip_for_target",
+    "compile_check",
+    "compiled",
+    "evaluate",
+    "freeze_suite",
+    "load_task",
+    "measure_baseline",
+    "profile",
+    "recipe_of",
+    "render",
+    "suite_from_recipe",
+]
