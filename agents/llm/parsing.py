@@ -1,0 +1,62 @@
+"""Strict reading of model answers: one whole candidate file, or a plan with its sections.
+
+A malformed answer raises `MalformedAnswer` with a message the agent sends back to the
+model once ("your answer could not be used because ...").
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from agents.llm.base import PLAN_SECTIONS
+
+_FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+class MalformedAnswer(ValueError):
+    """The answer cannot be used as it stands; the message says why, for the re-ask."""
+
+
+def extract_code(text: str) -> str:
+    """The single ```python block of an answer, checked to be a candidate file."""
+    blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() in ("python", "py")]
+    if not blocks:
+        raise MalformedAnswer("the answer has no ```python code block")
+    if len(blocks) > 1:
+        raise MalformedAnswer(f"the answer has {len(blocks)} ```python blocks; send exactly one "
+                              "block holding the whole file")
+    code = blocks[0]
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        raise MalformedAnswer(f"the code block does not parse: line {exc.lineno}: {exc.msg}") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "build" for node in tree.body):
+        raise MalformedAnswer("the file defines no top-level `build` function")
+    return code if code.endswith("\n") else code + "\n"
+
+
+def check_plan(text: str) -> str:
+    """The plan itself, once every required `## ` section is present, in order."""
+    headings = [h.strip() for h in re.findall(r"^##[ \t]+(.+?)[ \t]*$", text, re.M)]
+    positions = []
+    for section in PLAN_SECTIONS:
+        found = [i for i, h in enumerate(headings) if h.lower().startswith(section.lower())]
+        if not found:
+            raise MalformedAnswer(f"the plan has no '## {section}' section; required, in order: "
+                                  + ", ".join(PLAN_SECTIONS))
+        positions.append(found[0])
+    if positions != sorted(positions):
+        raise MalformedAnswer("the plan's sections are out of order; required order: "
+                              + ", ".join(PLAN_SECTIONS))
+    return text.strip() + "\n"
+
+
+def fix_summary(text: str) -> dict[str, str]:
+    """The "Error: / Cause: / Fix:" lines a fixer writes above its code (empty if absent)."""
+    summary: dict[str, str] = {}
+    for key in ("error", "cause", "fix"):
+        match = re.search(rf"^\**{key}\**\s*:\s*(.+)$", text, re.I | re.M)
+        if match:
+            summary[key] = match.group(1).strip()[:500]
+    return summary
