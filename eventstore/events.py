@@ -134,6 +134,12 @@ class TestSuiteFrozen(Event, frozen=True, kw_only=True, tag="TestSuiteFrozen"):
     shapes: list[Json] = []
     tolerance: Json = {}
     wall_s: float = 0.0
+    recipe_sha256: str | None = None
+    """The artifact from which any worker rebuilds this exact suite (checked by its hash)."""
+    task_sha256: str | None = None
+    """The task the suite was built from, when it differs from the request's (an input
+    maker was written for it)."""
+    notes: list[str] = []
     phase: ClassVar[str | None] = "test_synth"
 
 
@@ -179,6 +185,8 @@ class _IterationEvent(Event, frozen=True, kw_only=True):
 class PlanProposed(_IterationEvent, frozen=True, kw_only=True, tag="PlanProposed"):
     plan_sha256: str
     summary: str = ""
+    no_gain: bool = False
+    """The planner concluded, with evidence in the plan, that no kernel will pay off."""
     phase: ClassVar[str | None] = "plan"
 
 
@@ -201,6 +209,9 @@ class FixAttempted(_IterationEvent, frozen=True, kw_only=True, tag="FixAttempted
     attempt: int
     code_sha256: str
     error: str = ""
+    cause: str = ""
+    fix: str = ""
+    parent_code_sha256: str | None = None
     phase: ClassVar[str | None] = "fix"
 
 
@@ -215,6 +226,12 @@ class TestsRun(_IterationEvent, frozen=True, kw_only=True, tag="TestsRun"):
     max_abs_err: float | None = None
     mean_abs_err: float | None = None
     reasons: list[str] = []
+    latency_s: float | None = None
+    speedup: float | None = None
+    measured_on: MeasuredOn | None = None
+    verdict_sha256: str | None = None
+    """The verifier's summary and measurement (an artifact) the profiler reads."""
+    config: Json = {}
     phase: ClassVar[str | None] = "test"
 
 
@@ -225,6 +242,9 @@ class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept")
     best_latency_s: float | None = None
     measured_on: MeasuredOn = "simulated"
     table_sha256: str | None = None
+    best_speedup: float | None = None
+    verdict_sha256: str | None = None
+    """The best configuration's verdict summary and measurement, for the profiler."""
     phase: ClassVar[str | None] = "autotune"
 
 
@@ -234,7 +254,24 @@ class ProfileCaptured(_IterationEvent, frozen=True, kw_only=True, tag="ProfileCa
     latency_s: float
     measured_on: MeasuredOn
     bound: str = ""
+    speedup: float | None = None
+    top_lever: str = ""
+    worth_more: bool = True
+    """False when the profile says more iterations will not pay (at the roofline)."""
     phase: ClassVar[str | None] = "profile"
+
+
+class ConfigMeasured(_IterationEvent, frozen=True, kw_only=True, tag="ConfigMeasured"):
+    """One configuration of an autotuning sweep, fully evaluated by an executor."""
+
+    code_sha256: str
+    config: Json
+    passed: bool
+    latency_s: float | None = None
+    speedup: float | None = None
+    measured_on: MeasuredOn | None = None
+    verdict_sha256: str | None = None
+    reasons: list[str] = []
 
 
 class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="IterationFinished"):
@@ -353,6 +390,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     FixAttempted,
     TestsRun,
     TuningSwept,
+    ConfigMeasured,
     ProfileCaptured,
     IterationFinished,
     NodeEvaluated,

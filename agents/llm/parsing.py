@@ -18,8 +18,8 @@ class MalformedAnswer(ValueError):
     """The answer cannot be used as it stands; the message says why, for the re-ask."""
 
 
-def extract_code(text: str) -> str:
-    """The single ```python block of an answer, checked to be a candidate file."""
+def python_block(text: str, *, defines: str) -> str:
+    """The single ```python block of an answer; it must parse and define `defines` at top level."""
     blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() in ("python", "py")]
     if not blocks:
         raise MalformedAnswer("the answer has no ```python code block")
@@ -31,9 +31,14 @@ def extract_code(text: str) -> str:
         tree = ast.parse(code)
     except SyntaxError as exc:
         raise MalformedAnswer(f"the code block does not parse: line {exc.lineno}: {exc.msg}") from None
-    if not any(isinstance(node, ast.FunctionDef) and node.name == "build" for node in tree.body):
-        raise MalformedAnswer("the file defines no top-level `build` function")
+    if not any(isinstance(node, ast.FunctionDef) and node.name == defines for node in tree.body):
+        raise MalformedAnswer(f"the file defines no top-level `{defines}` function")
     return code if code.endswith("\n") else code + "\n"
+
+
+def extract_code(text: str) -> str:
+    """A whole candidate file: one ```python block defining `build`."""
+    return python_block(text, defines="build")
 
 
 def check_plan(text: str) -> str:

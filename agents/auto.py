@@ -1,0 +1,326 @@
+"""`auto`: the Auto orchestrator, one trajectory of N iterations for a kernel request.
+
+A process manager whose whole state is the run's event history: it sends each step's
+command with an id derived from its own (`agents.calls`), so after a crash the redelivered
+`StartRun` walks the same steps, answers the finished ones from history and resumes at the
+first step that has no result yet.
+
+1. Preparation: freeze the test suite, measure the XLA baseline.
+2. Iterations 1..N: plan -> implement -> compile (fix loop, at most R fixes) -> test ->
+   autotune -> profile, each profile feeding the next plan. A compile failure past R fixes,
+   a wrong answer or a failed phase short-circuits to planning with the error kept as
+   context. A profile at the roofline, or a plan that concludes no kernel will pay off,
+   ends the trajectory early.
+3. Best-of-N: the trajectory rolls back to its lowest-latency valid iteration
+   (`NodeEvaluated`); that kernel is re-verified from scratch (`WinnerVerified`) and the
+   run ends (`RunFinished`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from agents import knowledge
+from agents.base import Agent, AgentContext
+from agents.calls import CommandFailed, RunHistory, step_id
+from agents.commands import (
+    CheckCompile,
+    FixKernel,
+    FreezeSuite,
+    MeasureBaseline,
+    ProfileKernel,
+    ProposePlan,
+    RunTests,
+    StartRun,
+    TuneKernel,
+    VerifyWinner,
+    WriteKernel,
+)
+from bus.commands import Command
+from bus.registry import register
+from eventstore.events import (
+    BaselineMeasured,
+    CompileChecked,
+    Event,
+    ExpansionRequested,
+    FixAttempted,
+    IterationFinished,
+    KernelWritten,
+    NodeEvaluated,
+    PlanProposed,
+    ProfileCaptured,
+    RunFinished,
+    TestsRun,
+    TestSuiteFrozen,
+    TuningSwept,
+    WinnerVerified,
+)
+
+log = logging.getLogger("kernelgraph.agents")
+
+K = TypeVar("K", bound=Command)
+E = TypeVar("E", bound=Event)
+
+FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "UnknownTarget")
+"""Failures no other iteration can avoid: the run ends instead of planning again."""
+
+
+class RunAborted(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Trajectory:
+    """What the next plan needs to know: the parent kernel and the failures so far."""
+
+    parent: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    finished: list[IterationFinished] = field(default_factory=list)
+    proofs: dict[int, str] = field(default_factory=dict)
+    summaries: dict[int, str] = field(default_factory=dict)
+
+
+@register
+class AutoOrchestrator(Agent[StartRun]):
+    agent: ClassVar[str] = "auto"
+    commands: ClassVar[tuple[type, ...]] = (StartRun,)
+    produces: ClassVar[tuple[type[Event], ...]] = (RunFinished,)
+
+    async def _run(self, ctx: AgentContext[StartRun]) -> AsyncIterator[Event]:
+        async with RunHistory(self.nc, ctx.cmd.run_id) as history:
+            async for event in _AutoRun(self, ctx.cmd, history).run():
+                yield event
+
+
+class _AutoRun:
+    def __init__(self, agent: AutoOrchestrator, cmd: StartRun, history: RunHistory) -> None:
+        self.agent, self.cmd, self.history = agent, cmd, history
+        self.node_id = step_id(cmd, "node")
+        self.task_sha256 = cmd.task_sha256
+        self.recipe_sha256 = ""
+        self.baseline_s: float | None = None
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def command(self, cls: type[K], key: str, iteration: int = 0, **fields: Any) -> K:
+        cmd = self.cmd
+        if "recipe_sha256" in cls.__struct_fields__:
+            fields.setdefault("recipe_sha256", self.recipe_sha256)
+        if "provider" in cls.__struct_fields__:
+            fields.update(provider=cmd.provider, provider_options=dict(cmd.provider_options),
+                          seed=cmd.seed * 1000 + iteration,
+                          knowledge_cutoff_ts=cmd.knowledge_cutoff_ts)
+        return cls(command_id=step_id(cmd, key), run_id=cmd.run_id, ts=cmd.ts,
+                   node_id=self.node_id, causation_id=cmd.command_id,
+                   task_sha256=self.task_sha256, task_file=cmd.task_file,
+                   target_name=cmd.target_name, iteration=iteration, **fields)
+
+    async def call(self, command: Command, done: type[E]) -> E:
+        try:
+            event = await self.history.call(command, done)
+        except CommandFailed as failed:
+            error = failed.failure.error
+            if error.startswith(FATAL_ERRORS):
+                raise RunAborted(f"{failed.failure.agent}: {error}") from failed
+            raise
+        assert isinstance(event, done)
+        return event
+
+    def event(self, cls: type[E], **payload: Any) -> E:
+        payload.setdefault("node_id", self.node_id)
+        return self.agent.event(cls, self.cmd, **payload)
+
+    # --- the run ----------------------------------------------------------------------------
+
+    async def run(self) -> AsyncIterator[Event]:
+        cmd = self.cmd
+        try:
+            frozen = await self.call(self.command(FreezeSuite, "suite"), TestSuiteFrozen)
+            self.task_sha256 = frozen.task_sha256 or cmd.task_sha256
+            self.recipe_sha256 = frozen.recipe_sha256 or ""
+            baseline = await self.call(self.command(MeasureBaseline, "baseline"), BaselineMeasured)
+            self.baseline_s = baseline.latency_s
+        except (CommandFailed, RunAborted) as exc:
+            yield self.agent.event(RunFinished, cmd, status="failed",
+                                   reason=f"preparation failed: {_reason(exc)}")
+            return
+        yield self.event(ExpansionRequested, parent_id=cmd.node_id or "", policy="auto",
+                         strategy=cmd.hint, iterations=cmd.iterations)
+        state = Trajectory()
+        try:
+            for iteration in range(1, cmd.iterations + 1):
+                finished, stop = await self.iteration(iteration, state)
+                state.finished.append(finished)
+                yield finished
+                if stop:
+                    break
+        except RunAborted as exc:
+            yield self.evaluated(state)
+            yield self.agent.event(RunFinished, cmd, status="failed", reason=exc.reason)
+            return
+        evaluated = self.evaluated(state)
+        yield evaluated
+        async for event in self.finish(evaluated, state):
+            yield event
+
+    async def iteration(self, it: int, state: Trajectory) -> tuple[IterationFinished, bool]:
+        """One plan -> ... -> profile pass; returns its IterationFinished and whether to stop."""
+        phase = "plan"
+        plan: PlanProposed | None = None
+        code: str | None = None
+        compiled = False
+        try:
+            plan = await self.call(self.command(
+                ProposePlan, f"it{it}/plan", it, parent=state.parent, failures=state.failures,
+                hint=self.cmd.hint, baseline_s=self.baseline_s), PlanProposed)
+            if plan.no_gain:
+                return self.finished(it, valid=False, compiled=False, plan=plan,
+                                     error="the planner concluded that no kernel will pay off"), True
+            phase = "implement"
+            written = await self.call(self.command(
+                WriteKernel, f"it{it}/write", it, plan_sha256=plan.plan_sha256,
+                parent=state.parent, failures=state.failures), KernelWritten)
+            code = written.code_sha256
+            phase = "compile"
+            code, problem = await self.compile_loop(it, code)
+            if problem:
+                return self.failed(state, it, "compile", problem, plan=plan, code=code), False
+            compiled = True
+            phase = "test"
+            tests = await self.call(self.command(RunTests, f"it{it}/test", it, code_sha256=code),
+                                    TestsRun)
+            if not tests.passed:
+                problem = "; ".join(tests.reasons[:3]) or "wrong answer"
+                return self.failed(state, it, "test", problem, plan=plan, code=code,
+                                   compiled=True), False
+            phase = "autotune"
+            tuned = await self.call(self.command(
+                TuneKernel, f"it{it}/tune", it, code_sha256=code, budget=self.cmd.tune_budget,
+                verdict_sha256=tests.verdict_sha256), TuningSwept)
+            config, latency, speedup, verdict_sha, measured_on = (
+                dict(tests.config), tests.latency_s, tests.speedup, tests.verdict_sha256,
+                tests.measured_on or "simulated")
+            proof = tests.event_id
+            if tuned.best_latency_s is not None and (latency is None or tuned.best_latency_s < latency):
+                config, latency, speedup = dict(tuned.best_config), tuned.best_latency_s, tuned.best_speedup
+                verdict_sha, measured_on, proof = tuned.verdict_sha256, tuned.measured_on, tuned.event_id
+            phase = "profile"
+            profile = await self.call(self.command(
+                ProfileKernel, f"it{it}/profile", it, code_sha256=code,
+                verdict_sha256=verdict_sha or ""), ProfileCaptured)
+        except CommandFailed as failed:
+            return self.failed(state, it, phase, failed.failure.error, plan=plan, code=code,
+                               compiled=compiled), False
+        state.parent = {"code_sha256": code, "plan_sha256": plan.plan_sha256,
+                        "profile_sha256": profile.profile_sha256, "config": config,
+                        "speedup": speedup}
+        state.proofs[it] = proof
+        state.summaries[it] = plan.summary
+        finished = self.finished(it, valid=True, compiled=True, plan=plan, code=code,
+                                 latency_s=latency, speedup=speedup, measured_on=measured_on,
+                                 tunables=config)
+        return finished, not profile.worth_more
+
+    async def compile_loop(self, it: int, code: str) -> tuple[str, str]:
+        """Compile, fixing up to R times; returns the last code and the problem ('' = compiled)."""
+        history: list[dict[str, Any]] = []
+        for attempt in range(self.cmd.fix_rounds + 1):
+            checked = await self.call(self.command(
+                CheckCompile, f"it{it}/compile{attempt}", it, code_sha256=code, attempt=attempt),
+                CompileChecked)
+            if checked.ok:
+                return code, ""
+            problem = "; ".join(str(d.get("message", "")) for d in checked.diagnostics[:2]) or \
+                "the compile check failed"
+            if attempt == self.cmd.fix_rounds:
+                return code, f"still failing after {attempt} fix round(s): {problem}"
+            fixed = await self.call(self.command(
+                FixKernel, f"it{it}/fix{attempt + 1}", it, code_sha256=code,
+                diagnostics=list(checked.diagnostics), history=history, round=attempt + 1),
+                FixAttempted)
+            history.append({"round": attempt + 1, "error": fixed.error or problem[:300],
+                            "cause": fixed.cause, "fix": fixed.fix})
+            code = fixed.code_sha256
+        raise AssertionError("unreachable")
+
+    def failed(self, state: Trajectory, it: int, phase: str, error: str, *,
+               plan: PlanProposed | None, code: str | None, compiled: bool = False) -> IterationFinished:
+        state.failures.append({"iteration": it, "phase": phase, "error": error[:600]})
+        return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
+                             failed_phase=phase, error=error[:2000])
+
+    def finished(self, it: int, *, valid: bool, compiled: bool, plan: PlanProposed | None,
+                 code: str | None = None, **fields: Any) -> IterationFinished:
+        return self.event(IterationFinished, iteration=it, valid=valid, compiled=compiled,
+                          code_sha256=code, plan_sha256=plan.plan_sha256 if plan else None,
+                          **fields)
+
+    def evaluated(self, state: Trajectory) -> NodeEvaluated:
+        valid = [f for f in state.finished if f.valid and f.latency_s is not None]
+        best = min(valid, key=lambda f: (f.latency_s, f.iteration)) if valid else None
+        common = {"iterations": len(state.finished), "strategy": self.cmd.hint,
+                  "compiled": any(f.compiled for f in state.finished)}
+        if best is None:
+            return self.event(NodeEvaluated, valid=False, **common)
+        return self.event(NodeEvaluated, valid=True, best_iteration=best.iteration,
+                          code_sha256=best.code_sha256, plan_sha256=best.plan_sha256,
+                          latency_s=best.latency_s, speedup=best.speedup,
+                          measured_on=best.measured_on, tunables=dict(best.tunables), **common)
+
+    async def finish(self, evaluated: NodeEvaluated, state: Trajectory) -> AsyncIterator[Event]:
+        cmd = self.cmd
+        if not evaluated.valid or evaluated.code_sha256 is None:
+            reason = state.failures[-1]["error"] if state.failures else "no valid kernel"
+            yield self.agent.event(RunFinished, cmd, status="completed", reason=(
+                f"no valid kernel in {evaluated.iterations} iteration(s); last failure: {reason}")[:2000])
+            return
+        try:
+            verified = await self.call(self.command(
+                VerifyWinner, "verify", evaluated.best_iteration or 0,
+                code_sha256=evaluated.code_sha256, config=dict(evaluated.tunables)),
+                WinnerVerified)
+        except (CommandFailed, RunAborted) as exc:
+            yield self.agent.event(RunFinished, cmd, status="failed",
+                                   reason=f"re-verification failed to run: {_reason(exc)}")
+            return
+        self.record_lessons(state, evaluated)
+        if verified.verdict != "pass":
+            yield self.agent.event(
+                RunFinished, cmd, status="completed", receipt_sha256=verified.receipt_sha256,
+                reason="the winner failed re-verification: " + "; ".join(verified.reasons[:3]))
+            return
+        yield self.agent.event(
+            RunFinished, cmd, status="completed", best_node_id=self.node_id,
+            speedup=verified.speedup, measured_on=verified.measured_on,
+            receipt_sha256=verified.receipt_sha256)
+
+    def record_lessons(self, state: Trajectory, evaluated: NodeEvaluated) -> None:
+        """What each valid iteration's plan did to the speedup, for later runs' planners."""
+        lessons, previous = [], None
+        for finished in state.finished:
+            if not finished.valid or finished.speedup is None:
+                continue
+            effect = f"simulated speedup {finished.speedup:.2f}x" if finished.measured_on == \
+                "simulated" else f"measured speedup {finished.speedup:.2f}x"
+            if previous is not None:
+                effect += f" (parent {previous:.2f}x)"
+            summary = state.summaries.get(finished.iteration, "")
+            lessons.append({"run_id": self.cmd.run_id, "kernel_class": "", "lever": summary,
+                            "effect": effect, "event_id": state.proofs.get(finished.iteration, ""),
+                            "text": f"{self.cmd.task_name}: {summary} -> {effect}"})
+            previous = finished.speedup
+        try:
+            knowledge.record_lessons(lessons)
+        except Exception as exc:  # lessons are an aid to later runs; never fail this one
+            log.warning("could not record lessons for run %s: %s", self.cmd.run_id, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, CommandFailed):
+        return exc.failure.error[:2000]
+    return str(exc)[:2000]

@@ -1,0 +1,102 @@
+"""`autotuner`: sweeps a candidate's TUNABLES across the executors and picks the fastest.
+
+The grid is narrowed by the profile of the default configuration's test run (many short
+grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
+as large), then capped by the budget with the default first. Each configuration is one
+`MeasureConfig` command, so every executor process on the bus takes part; the commands'
+ids derive from this command's, so a restarted sweep does not measure anything twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import msgspec
+
+from agents.base import Agent, AgentContext
+from agents.calls import RunHistory, step_id
+from agents.commands import MeasureConfig, TuneKernel
+from bus.registry import register
+from eventstore.events import ConfigMeasured, Event, TuningSwept
+from tools import api
+
+VMEM_NARROW_FRACTION = 0.5
+
+
+def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str]:
+    """The configurations worth timing given the default's profile, and why."""
+    if not configs or not profile:
+        return configs, "no profile: the whole grid"
+    default = configs[0]
+    overhead = profile.get("bound") == "overhead" or any(
+        "larger blocks" in s.lower() for s in profile.get("suggestions", []))
+    vmem, limit = profile.get("vmem_bytes"), profile.get("vmem_limit_bytes")
+    tight = bool(vmem and limit and vmem > VMEM_NARROW_FRACTION * limit)
+    if not overhead and not tight:
+        return configs, "profile gives no direction: the whole grid"
+
+    def keep(config: dict[str, Any]) -> bool:
+        for knob, value in config.items():
+            base = default.get(knob)
+            if not (isinstance(value, int) and isinstance(base, int)) or isinstance(value, bool):
+                continue
+            if overhead and not tight and value < base:
+                return False
+            if tight and value > base:
+                return False
+        return True
+
+    kept = [c for c in configs if keep(c)]
+    why = "per-step overhead: blocks >= the default" if overhead and not tight else \
+        "VMEM above half the budget: blocks <= the default"
+    return kept or configs[:1], why
+
+
+@register
+class AutotunerAgent(Agent[TuneKernel]):
+    agent: ClassVar[str] = "autotuner"
+    commands: ClassVar[tuple[type, ...]] = (TuneKernel,)
+    produces: ClassVar[tuple[type[Event], ...]] = (TuningSwept,)
+
+    async def _run(self, ctx: AgentContext[TuneKernel]) -> AsyncIterator[Event]:
+        started = time.perf_counter()
+        cmd = ctx.cmd
+        code = await ctx.code_path(cmd.code_sha256)
+        try:
+            grid = await ctx.run_tool(api.candidate_configs, code)
+        except api.CandidateError:
+            grid = [{}]
+        profile = None
+        if cmd.verdict_sha256:
+            record = msgspec.json.decode(await ctx.get_text(cmd.verdict_sha256))
+            if record.get("measurement"):
+                profile = msgspec.to_builtins(await ctx.run_tool(
+                    api.profile_of, record["measurement"], record.get("compile_report")))
+        planned, why = narrow(grid, profile)
+        if cmd.budget is not None:
+            planned = planned[:max(cmd.budget, 1)]
+        commands = [
+            MeasureConfig(
+                command_id=step_id(cmd, f"config/{i}"), run_id=cmd.run_id, ts=cmd.ts,
+                node_id=cmd.node_id, causation_id=cmd.command_id, task_sha256=cmd.task_sha256,
+                task_file=cmd.task_file, target_name=cmd.target_name, iteration=cmd.iteration,
+                code_sha256=cmd.code_sha256, recipe_sha256=cmd.recipe_sha256, config=config)
+            for i, config in enumerate(planned)]
+        async with RunHistory(self.nc, cmd.run_id) as history:
+            results = await history.gather(commands, ConfigMeasured, agent="executor")
+        rows = [msgspec.to_builtins(r) for r in results]
+        measured = [r for r in results if isinstance(r, ConfigMeasured)]
+        passing = [r for r in measured if r.passed and r.latency_s]
+        best = min(passing, key=lambda r: r.latency_s or float("inf")) if passing else None
+        table = {"grid_size": len(grid), "planned": len(planned), "narrowing": why, "rows": rows}
+        table_sha = await ctx.put_text(msgspec.json.encode(table).decode(), "tuning-table")
+        yield self.event(
+            TuningSwept, cmd, code_sha256=cmd.code_sha256, configs_tried=len(measured),
+            best_config=dict(best.config) if best else {},
+            best_latency_s=best.latency_s if best else None,
+            measured_on=(best.measured_on if best and best.measured_on else "simulated"),
+            table_sha256=table_sha, best_speedup=best.speedup if best else None,
+            verdict_sha256=best.verdict_sha256 if best else None, iteration=cmd.iteration,
+            wall_s=time.perf_counter() - started)

@@ -1,0 +1,231 @@
+"""The agent template: a service that implements one method yielding events.
+
+`Agent.handle` is final. For each command it builds an `AgentContext` and runs the
+subclass's `_run(ctx)`, an async generator of events in causal order; every LLM call made
+through `ctx.ask` becomes an `LlmCalled` event yielded just before the event it led to.
+Ids, acks, retries and dead letters are the `Service` base's; artifacts, files and LLM
+accounting are this module's:
+
+- `ctx.run_tool(fn, ...)` runs blocking evaluator work in a thread, so a five-minute
+  verification never stalls the heartbeats that keep the command from being redelivered.
+- `ctx.task_path()` / `ctx.code_path(sha)` turn artifacts into local files the evaluator
+  reads (`Workspace`, content-addressed, written atomically).
+- `ctx.suite(recipe_sha)` rebuilds the run's frozen suite and proves it is the same one.
+- `ctx.ask(...)` renders a prompt file, asks the run's provider, stores prompt and response
+  as artifacts, parses strictly, and asks once more with the parse error when the answer
+  is malformed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import time
+from abc import abstractmethod
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar, final
+
+import msgspec
+
+from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError, Purpose, get_provider
+from agents.llm.parsing import MalformedAnswer
+from bus.commands import Command
+from bus.service import PermanentError, Service
+from eventstore.events import Event, LlmCalled
+from tools import api
+
+C = TypeVar("C", bound=Command)
+T = TypeVar("T")
+
+WORKSPACE_ENV = "KG_WORKSPACE"
+PROMPTS = Path(__file__).with_name("prompts")
+
+
+def workspace_root() -> Path:
+    root = os.environ.get(WORKSPACE_ENV)
+    return Path(root) if root else Path.home() / ".cache" / "kernelgraph" / "work"
+
+
+class Workspace:
+    """Artifacts as local files: `tasks/<sha>/<file name>` and `kernels/<sha>.py`."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or workspace_root()
+
+    def task_file(self, sha256: str, file_name: str) -> Path:
+        return self.root / "tasks" / sha256 / Path(file_name).name
+
+    def kernel_file(self, sha256: str) -> Path:
+        return self.root / "kernels" / f"{sha256}.py"
+
+    @staticmethod
+    def write_once(path: Path, data: bytes) -> Path:
+        if path.is_file() and path.read_bytes() == data:
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return path
+
+
+_PROVIDERS: dict[str, Provider] = {}
+
+
+def provider_for(name: str, options: dict[str, Any]) -> Provider:
+    """One provider per (name, options) in a process, shared by every agent and run."""
+    key = f"{name}:{json.dumps(options, sort_keys=True, default=str)}"
+    provider = _PROVIDERS.get(key)
+    if provider is None:
+        provider = _PROVIDERS[key] = get_provider(name, **options)
+    return provider
+
+
+class _SuiteCache:
+    """The last few rebuilt suites (tens of MB each), one build per recipe at a time."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self._suites: OrderedDict[str, api.FrozenSuite] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, recipe_sha: str, build: Callable[[], Any]) -> api.FrozenSuite:
+        lock = self._locks.setdefault(recipe_sha, asyncio.Lock())
+        async with lock:
+            suite = self._suites.get(recipe_sha)
+            if suite is None:
+                suite = await asyncio.to_thread(build)
+                self._suites[recipe_sha] = suite
+                while len(self._suites) > self.size:
+                    self._suites.popitem(last=False)
+            self._suites.move_to_end(recipe_sha)
+            return suite
+
+
+_SUITES = _SuiteCache()
+
+
+def render_prompt(name: str, **fields: Any) -> str:
+    """`agents/prompts/<name>.md` with `{field}` placeholders filled in."""
+    template = (PROMPTS / f"{name}.md").read_text()
+    return template.format_map({k: ("" if v is None else v) for k, v in fields.items()})
+
+
+class AgentContext(Generic[C]):
+    """What one command's handler may use; see the module docstring."""
+
+    def __init__(self, agent: Agent[C], cmd: C) -> None:
+        self.agent = agent
+        self.cmd = cmd
+        self.workspace = agent.workspace
+        self._llm_events: list[LlmCalled] = []
+
+    # --- blocking work ------------------------------------------------------------------
+
+    async def run_tool(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+
+    # --- artifacts and files ------------------------------------------------------------
+
+    async def put_text(self, text: str, kind: str) -> str:
+        return await self.agent.put_artifact(text.encode(), kind)
+
+    async def get_text(self, sha256: str) -> str:
+        return (await self.agent.get_artifact(sha256)).decode()
+
+    async def task_path(self) -> Path:
+        cmd: Any = self.cmd
+        path = self.workspace.task_file(cmd.task_sha256, cmd.task_file)
+        if not path.is_file():
+            Workspace.write_once(path, await self.agent.get_artifact(cmd.task_sha256))
+        return path
+
+    async def code_path(self, sha256: str) -> Path:
+        path = self.workspace.kernel_file(sha256)
+        if not path.is_file():
+            Workspace.write_once(path, await self.agent.get_artifact(sha256))
+        return path
+
+    async def suite(self, recipe_sha256: str) -> api.FrozenSuite:
+        recipe = msgspec.json.decode(await self.agent.get_artifact(recipe_sha256),
+                                     type=api.SuiteRecipe)
+        task = await self.task_path()
+        return await _SUITES.get(recipe_sha256, lambda: api.suite_from_recipe(task, recipe))
+
+    # --- language models ------------------------------------------------------------------
+
+    async def ask(
+        self,
+        purpose: Purpose,
+        context: dict[str, Any],
+        parse: Callable[[str], T],
+        *,
+        prompt: str,
+        iteration: int | None = None,
+    ) -> tuple[T, LlmResponse]:
+        """Ask the run's provider; parse strictly; one re-ask with the parse error."""
+        cmd: Any = self.cmd
+        provider = provider_for(cmd.provider, dict(cmd.provider_options))
+        request = LlmRequest(agent=self.agent.agent, purpose=purpose, prompt=prompt,
+                             context=context, seed=cmd.seed)
+        for attempt in (0, 1):
+            started = time.perf_counter()
+            try:
+                response = await provider.complete(request)
+            except ProviderError as exc:
+                raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+            await self._record(provider, request, response, started, iteration)
+            try:
+                return parse(response.text), response
+            except MalformedAnswer as exc:
+                if attempt == 1:
+                    raise PermanentError(f"MalformedAnswer: {exc} (after one re-ask)") from exc
+                retry_prompt = render_prompt("reask", prompt=prompt, error=str(exc))
+                request = msgspec.structs.replace(request, prompt=retry_prompt, attempt=1)
+        raise AssertionError("unreachable")
+
+    async def _record(self, provider: Provider, request: LlmRequest, response: LlmResponse,
+                      started: float, iteration: int | None) -> None:
+        prompt_sha, response_sha = await self.agent.put_artifacts(
+            [(request.prompt.encode(), "prompt"), (response.text.encode(), "response")])
+        latency_ms = response.latency_ms or (time.perf_counter() - started) * 1000
+        self._llm_events.append(self.agent.event(
+            LlmCalled, self.cmd, agent=self.agent.agent, provider=provider.name,
+            model=response.model, prompt_sha256=prompt_sha, response_sha256=response_sha,
+            tokens_in=response.tokens_in, tokens_out=response.tokens_out,
+            latency_ms=float(latency_ms), iteration=iteration))
+
+    def take_llm_events(self) -> list[LlmCalled]:
+        events, self._llm_events = self._llm_events, []
+        return events
+
+
+class Agent(Service, Generic[C]):
+    """One agent kind. Subclasses implement `_run`; ids, acks, retries, LLM accounting and
+    artifact storage are the base's."""
+
+    workspace: Workspace
+    produces: ClassVar[tuple[type[Event], ...]] = ()
+    """The event types that end this agent's commands (what callers wait for)."""
+
+    def __init__(self, *args: Any, workspace: Workspace | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.workspace = workspace or Workspace()
+
+    @final
+    async def handle(self, cmd: C) -> AsyncIterator[Event]:
+        ctx = AgentContext(self, cmd)
+        async for event in self._run(ctx):
+            for call in ctx.take_llm_events():
+                yield call
+            yield event
+        for call in ctx.take_llm_events():
+            yield call
+
+    @abstractmethod
+    def _run(self, ctx: AgentContext[C]) -> AsyncIterator[Event]:
+        """Yield this command's events in causal order. Raise PermanentError for bad input."""

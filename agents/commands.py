@@ -1,0 +1,133 @@
+"""The commands of the kernel loop: one per agent kind, imperative, tagged with stable names.
+
+Large inputs travel as artifact hashes (task source, plan, kernel source, suite recipe,
+verdict); the agent fetches them by hash. `node_id` is the trajectory's node;
+`iteration` the Auto iteration a command belongs to (0 for run preparation).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from bus.commands import Command
+
+Json = dict[str, Any]
+
+
+class StartRun(Command, frozen=True, kw_only=True, tag="StartRun"):
+    """Run one Auto trajectory for a kernel request (the RunRequested event precedes it)."""
+
+    target: ClassVar[str | None] = "auto"
+
+    task_sha256: str
+    task_file: str
+    """The task's file name (a task's default NAME is its file name)."""
+    task_name: str
+    target_name: str
+    provider: str
+    provider_options: Json = {}
+    iterations: int = 5
+    fix_rounds: int = 4
+    seed: int = 0
+    tune_budget: int | None = 8
+    hint: str = ""
+    knowledge_cutoff_ts: float | None = None
+    """Lessons recorded after this time are not retrieved, so a replayed run sees what the
+    original saw."""
+
+
+class _TaskCommand(Command, frozen=True, kw_only=True):
+    task_sha256: str
+    task_file: str
+    target_name: str
+    iteration: int = 0
+
+
+class _LlmCommand(_TaskCommand, frozen=True, kw_only=True):
+    provider: str
+    provider_options: Json = {}
+    seed: int = 0
+    knowledge_cutoff_ts: float | None = None
+
+
+class FreezeSuite(_LlmCommand, frozen=True, kw_only=True, tag="FreezeSuite"):
+    target: ClassVar[str | None] = "test_synth"
+
+
+class MeasureBaseline(_TaskCommand, frozen=True, kw_only=True, tag="MeasureBaseline"):
+    target: ClassVar[str | None] = "baseline"
+
+
+class ProposePlan(_LlmCommand, frozen=True, kw_only=True, tag="ProposePlan"):
+    target: ClassVar[str | None] = "planner"
+
+    parent: Json | None = None
+    """None, or {code_sha256, plan_sha256, profile_sha256, config, speedup}."""
+    failures: list[Json] = []
+    hint: str = ""
+    feedback: str = ""
+    baseline_s: float | None = None
+
+
+class WriteKernel(_LlmCommand, frozen=True, kw_only=True, tag="WriteKernel"):
+    target: ClassVar[str | None] = "implementer"
+
+    plan_sha256: str
+    parent: Json | None = None
+    failures: list[Json] = []
+    feedback: str = ""
+
+
+class FixKernel(_LlmCommand, frozen=True, kw_only=True, tag="FixKernel"):
+    target: ClassVar[str | None] = "fixer"
+
+    code_sha256: str
+    diagnostics: list[Json] = []
+    history: list[Json] = []
+    round: int = 1
+
+
+class _KernelCommand(_TaskCommand, frozen=True, kw_only=True):
+    code_sha256: str
+    recipe_sha256: str
+    """The frozen suite's recipe (the suite is rebuilt and its hash checked)."""
+    config: Json = {}
+
+
+class CheckCompile(_KernelCommand, frozen=True, kw_only=True, tag="CheckCompile"):
+    target: ClassVar[str | None] = "executor"
+
+    attempt: int = 0
+
+
+class RunTests(_KernelCommand, frozen=True, kw_only=True, tag="RunTests"):
+    target: ClassVar[str | None] = "executor"
+
+
+class MeasureConfig(_KernelCommand, frozen=True, kw_only=True, tag="MeasureConfig"):
+    target: ClassVar[str | None] = "executor"
+
+
+class TuneKernel(_KernelCommand, frozen=True, kw_only=True, tag="TuneKernel"):
+    target: ClassVar[str | None] = "autotuner"
+
+    budget: int | None = 8
+    verdict_sha256: str | None = None
+    """The test run's verdict (default configuration): its profile narrows the grid."""
+
+
+class ProfileKernel(_TaskCommand, frozen=True, kw_only=True, tag="ProfileKernel"):
+    target: ClassVar[str | None] = "profiler"
+
+    code_sha256: str
+    verdict_sha256: str
+
+
+class VerifyWinner(_KernelCommand, frozen=True, kw_only=True, tag="VerifyWinner"):
+    target: ClassVar[str | None] = "verifier"
+
+
+AGENT_COMMANDS: tuple[type[Command], ...] = (
+    StartRun, FreezeSuite, MeasureBaseline, ProposePlan, WriteKernel, FixKernel, CheckCompile,
+    RunTests, MeasureConfig, TuneKernel, ProfileKernel, VerifyWinner,
+)

@@ -1,0 +1,121 @@
+"""`executor`: owns one target and runs compile checks, tests and timings for it.
+
+Several executor processes share the work through the `executor` queue group. Each command
+names the run's frozen suite by its recipe; the executor rebuilds it and proves the hash
+before judging anything on it. The verdict's summary, measurement and compile report are
+stored as one artifact, which the profiler and the autotuner read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import msgspec
+
+from agents.base import Agent, AgentContext
+from agents.commands import CheckCompile, MeasureConfig, RunTests
+from bus.registry import register
+from bus.service import PermanentError
+from eventstore.events import CompileChecked, ConfigMeasured, Event, TestsRun
+from tools import api
+
+EXECUTOR_TARGET_ENV = "KG_EXECUTOR_TARGETS"
+"""Comma-separated targets this executor serves (empty: any). A command for another target
+is refused, so a deployment can bind executors to their hardware."""
+
+
+def verdict_record(verdict: api.Verdict) -> dict[str, Any]:
+    """What later phases need of a verdict, as plain data."""
+    return {**verdict.summary(),
+            "measurement": msgspec.to_builtins(verdict.measurement),
+            "compile_report": msgspec.to_builtins(verdict.compile_report)}
+
+
+def diagnostics_of(verdict: api.Verdict) -> list[dict[str, Any]]:
+    found = [msgspec.to_builtins(d) for d in verdict.diagnostics]
+    if not found:
+        found = [{"message": reason, "phase": "verify"} for reason in verdict.reasons]
+    return found
+
+
+def error_stats(verdict: api.Verdict) -> tuple[int, float | None, float | None]:
+    failed = sum(1 for c in verdict.cases if not c.passed)
+    max_abs = [o.max_abs for c in verdict.cases for o in c.outputs if o.max_abs is not None]
+    mean_abs = [o.mean_abs for c in verdict.cases for o in c.outputs
+                if getattr(o, "mean_abs", None) is not None]
+    return failed, (max(max_abs) if max_abs else None), (max(mean_abs) if mean_abs else None)
+
+
+@register
+class ExecutorAgent(Agent[Any]):
+    agent: ClassVar[str] = "executor"
+    commands: ClassVar[tuple[type, ...]] = (CheckCompile, RunTests, MeasureConfig)
+    produces: ClassVar[tuple[type[Event], ...]] = (CompileChecked, TestsRun, ConfigMeasured)
+
+    async def _run(self, ctx: AgentContext[Any]) -> AsyncIterator[Event]:
+        started = time.perf_counter()
+        cmd = ctx.cmd
+        served = [t for t in os.environ.get(EXECUTOR_TARGET_ENV, "").split(",") if t]
+        if served and cmd.target_name not in served:
+            raise PermanentError(f"this executor serves {', '.join(served)}, not {cmd.target_name}")
+        task = await ctx.task_path()
+        code = await ctx.code_path(cmd.code_sha256)
+        suite = await ctx.suite(cmd.recipe_sha256)
+        config = dict(cmd.config)
+        try:
+            if isinstance(cmd, CheckCompile):
+                verdict = await ctx.run_tool(api.compile_check, task, code, config=config,
+                                             target=cmd.target_name, suite=suite)
+            else:
+                verdict = await ctx.run_tool(api.evaluate, task, code, config=config,
+                                             target=cmd.target_name, suite=suite)
+        except (api.TaskError, api.TargetUnavailable, api.UnknownTarget) as exc:
+            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # a config the candidate's build() does not take
+            verdict = None
+            problem = f"{type(exc).__name__}: {exc}"
+        wall_s = time.perf_counter() - started
+        if verdict is None:
+            yield self._refused(cmd, problem, wall_s)
+            return
+        if isinstance(cmd, CheckCompile):
+            report = verdict.compile_report
+            vmem = max((k.vmem_bytes for k in report.kernels), default=None) if report else None
+            ok = api.compiled(verdict)
+            yield self.event(CompileChecked, cmd, code_sha256=cmd.code_sha256, ok=ok,
+                             attempt=cmd.attempt, diagnostics=[] if ok else diagnostics_of(verdict),
+                             vmem_bytes=vmem, iteration=cmd.iteration, wall_s=wall_s)
+            return
+        record_sha = await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
+                                        "verdict")
+        measurement = verdict.measurement
+        timing = {"latency_s": None if measurement is None else measurement.latency_s,
+                  "speedup": verdict.speedup, "measured_on": verdict.measured_on}
+        if isinstance(cmd, MeasureConfig):
+            yield self.event(ConfigMeasured, cmd, code_sha256=cmd.code_sha256, config=config,
+                             passed=verdict.passed, verdict_sha256=record_sha,
+                             reasons=verdict.reasons[:8], iteration=cmd.iteration, wall_s=wall_s,
+                             **timing)
+            return
+        failed, max_abs, mean_abs = error_stats(verdict)
+        yield self.event(TestsRun, cmd, code_sha256=cmd.code_sha256, suite_sha256=suite.sha256,
+                         passed=verdict.passed, n_cases=len(verdict.cases), n_failed=failed,
+                         max_abs_err=max_abs, mean_abs_err=mean_abs, reasons=verdict.reasons[:8],
+                         verdict_sha256=record_sha, config=config, iteration=cmd.iteration,
+                         wall_s=wall_s, **timing)
+
+    def _refused(self, cmd: Any, problem: str, wall_s: float) -> Event:
+        if isinstance(cmd, CheckCompile):
+            return self.event(CompileChecked, cmd, code_sha256=cmd.code_sha256, ok=False,
+                              attempt=cmd.attempt, diagnostics=[{"message": problem}],
+                              iteration=cmd.iteration, wall_s=wall_s)
+        if isinstance(cmd, MeasureConfig):
+            return self.event(ConfigMeasured, cmd, code_sha256=cmd.code_sha256,
+                              config=dict(cmd.config), passed=False, reasons=[problem],
+                              iteration=cmd.iteration, wall_s=wall_s)
+        return self.event(TestsRun, cmd, code_sha256=cmd.code_sha256, suite_sha256="",
+                          passed=False, n_cases=0, reasons=[problem], config=dict(cmd.config),
+                          iteration=cmd.iteration, wall_s=wall_s)

@@ -1,0 +1,60 @@
+"""`planner`: writes the optimisation plan the implementer follows.
+
+From the task, the chip's figures, the parent kernel (code, plan, profile, tuned config),
+the failures so far in this trajectory, a strategy hint, human feedback and retrieved
+knowledge. A plan that concludes, with evidence, that no kernel will pay off is a recorded
+result (`PlanProposed.no_gain`), not a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+from agents.base import Agent, AgentContext, render_prompt
+from agents.commands import ProposePlan
+from agents.context import common, parent_of, render_failures, render_parent, retrieve
+from agents.llm.base import NO_GAIN_MARKER
+from agents.llm.parsing import check_plan
+from bus.registry import register
+from eventstore.events import Event, PlanProposed
+
+
+def plan_summary(plan: str) -> str:
+    """The first sentence of the Strategy section (for tables and progress lines)."""
+    match = re.search(r"^##\s*Strategy\s*\n+(.+?)(?:\n|$)", plan, re.M)
+    line = match.group(1).strip() if match else plan.strip().splitlines()[0]
+    return line[:200]
+
+
+@register
+class PlannerAgent(Agent[ProposePlan]):
+    agent: ClassVar[str] = "planner"
+    commands: ClassVar[tuple[type, ...]] = (ProposePlan,)
+    produces: ClassVar[tuple[type[Event], ...]] = (PlanProposed,)
+
+    async def _run(self, ctx: AgentContext[ProposePlan]) -> AsyncIterator[Event]:
+        started = time.perf_counter()
+        cmd = ctx.cmd
+        context, fields = await common(ctx)
+        parent = await parent_of(ctx, cmd.parent)
+        profile = (parent or {}).get("profile") or {}
+        query = " ".join([fields["task_name"], cmd.hint, str(profile.get("bound", "")),
+                          *profile.get("suggestions", []), fields["task_source"][:2000]])
+        snippets = await ctx.run_tool(retrieve, ctx, query)
+        baseline = f"{cmd.baseline_s:.4g} s" if cmd.baseline_s else "(not measured)"
+        context.update(parent=parent, failures=list(cmd.failures), hint=cmd.hint,
+                       knowledge=snippets, baseline_s=cmd.baseline_s, feedback=cmd.feedback)
+        prompt = render_prompt(
+            "plan", **fields, baseline=baseline, measured_on="simulated" if cmd.target_name.startswith(
+                "sim-") else "measured", parent=render_parent(parent),
+            failures=render_failures(list(cmd.failures)), hint=cmd.hint or "(none)",
+            feedback=cmd.feedback or "(none)",
+            knowledge="\n\n".join(snippets) or "(nothing retrieved)")
+        plan, _ = await ctx.ask("plan", context, check_plan, prompt=prompt, iteration=cmd.iteration)
+        sha = await ctx.put_text(plan, "plan")
+        yield self.event(PlanProposed, cmd, plan_sha256=sha, summary=plan_summary(plan),
+                         no_gain=NO_GAIN_MARKER in plan, iteration=cmd.iteration,
+                         wall_s=time.perf_counter() - started)
