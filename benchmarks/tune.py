@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 def sim_estimate_ms(repeats: int = 20) -> dict[str, float]:
     import jax
 
-    from tools.chips import get_chip
-    from tools.compile_check import lower_for_tpu
-    from tools.costmodel import estimate_program
-    from tools.mosaic import parse_lowered
-    from tools.tasks import load_task
+    from tools.inputs.tasks import load_task
+    from tools.lowered.compile_check import lower_for_tpu
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import estimate_program
 
     task = load_task(ROOT / "tasks" / "matmul.py")
     args = task.make_inputs(0, 0)
@@ -54,7 +54,7 @@ def sim_estimate_ms(repeats: int = 20) -> dict[str, float]:
 
 
 def tune_figure(configs: int, workers: int) -> dict[str, object]:
-    from tools.autotune import autotune
+    from tools.performance.autotune import autotune
 
     start = time.perf_counter()
     result = autotune(ROOT / "tasks" / "matmul.py", ROOT / "kernels" / "matmul.py",

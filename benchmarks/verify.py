@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax  # noqa: F401  (imported before timing, as in a running verifier)
 
-    from tools.tasks import load_task
-    from tools.verify import evaluate
+    from tools.inputs.tasks import load_task
+    from tools.verification.verify import evaluate
 
     task = load_task(args.task)
     seconds, phases, verdicts = [], [], []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.autotune import autotune
-from tools.executors import TargetUnavailable
+from tools.performance.autotune import autotune
+from tools.performance.executors import TargetUnavailable
 
 HERE = Path(__file__).resolve().parent / "perf_kernels"
 TASK = HERE / "scale_task.py"
@@ -41,7 +41,7 @@ def test_configuration_budget_skips_the_rest() -> None:
 
 
 def test_real_target_without_device_is_refused_before_any_work() -> None:
-    from tools.executors import _real_hardware_problem
+    from tools.performance.executors import _real_hardware_problem
 
     if not _real_hardware_problem("tpu"):
         pytest.skip("this machine has a TPU")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import cgroups, sandbox
-from tools.sandbox import Limits, run_sandboxed
+from tools.sandbox import cgroups
+from tools.sandbox import launcher as sandbox
+from tools.sandbox.launcher import Limits, run_sandboxed
 
 
 def _needs(*controllers: str) -> None:

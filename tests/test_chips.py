@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.chips import CHIP_NAMES, UnknownChip, get_chip, jax_tpu_info
+from tools.performance.chips import CHIP_NAMES, UnknownChip, get_chip, jax_tpu_info
 
 
 @pytest.mark.parametrize("name", CHIP_NAMES)

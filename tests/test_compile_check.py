@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from tests.perf_kernels import bad, good, lower
-from tools.compile_check import check_lowered, diagnose, lower_for_tpu
+from tools.lowered.compile_check import check_lowered, diagnose, lower_for_tpu
 
 BAD = str(Path(bad.__file__).resolve())
 

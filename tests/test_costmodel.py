@@ -8,15 +8,10 @@ import jax.numpy as jnp
 import pytest
 
 from tests.perf_kernels import good, lower
-from tools.chips import get_chip
-from tools.costmodel import (
-    KERNEL_LAUNCH_S,
-    estimate_baseline,
-    estimate_kernel,
-    estimate_program,
-    reference_cost,
-)
-from tools.mosaic import parse_lowered
+from tools.lowered.mosaic import parse_lowered
+from tools.performance.baseline import estimate_baseline, reference_cost
+from tools.performance.chips import get_chip
+from tools.performance.roofline import KERNEL_LAUNCH_S, estimate_kernel, estimate_program
 
 V6E_BW = 1.64e12
 V5E_BW = 8.2e11

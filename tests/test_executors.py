@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import pytest
 
 from tests.perf_kernels import good, lower
-from tools.executors import (
+from tools.lowered.mosaic import parse_lowered
+from tools.performance.executors import (
     TARGETS,
     RealExecutor,
     SimExecutor,
@@ -17,7 +18,6 @@ from tools.executors import (
     get_executor,
     interleaved_times,
 )
-from tools.mosaic import parse_lowered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,8 +89,8 @@ def test_interleaving_alternates_order_and_waits_for_results() -> None:
 
 def test_faster_than_roofline_is_rejected() -> None:
     """The parent's judgement of a device timing: 1 ns for a 1M-element RMSNorm is impossible."""
-    from tools.executors import TimingResult
-    from tools.tasks import load_task
+    from tools.inputs.tasks import load_task
+    from tools.performance.timing import TimingResult
 
     task = load_task(ROOT / "tasks" / "rmsnorm.py")
     ex = RealExecutor("tpu")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.perf_kernels import good, lower
-from tools.mosaic import MosaicError, parse_lowered
+from tools.lowered.mosaic import MosaicError, parse_lowered
 
 
 def test_elementwise_kernel_structure() -> None:
@@ -79,16 +79,16 @@ def test_unknown_index_map_op_fails_closed() -> None:
     import json
     import re
 
-    from jax._src.lib.mlir import ir
+    from tools import jaxprivate
+
+    ir = jaxprivate.mlir_ir()
 
     m = re.search(r'backend_config = "(.*?)", kernel_name', text)
     assert m is not None
     config = json.loads(m.group(1).replace("\\22", '"'))
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
-    from jax._src.lib import tpu as tpu_lib
-
-    tpu_lib.register_dialect(ctx)
+    jaxprivate.tpu_dialect().register_dialect(ctx)
     with ctx:
         module = ir.Module.parse(base64.b64decode(config["custom_call_config"]["body"]))
         asm = str(module).replace(

@@ -5,10 +5,10 @@ import msgspec
 import pytest
 
 from tests.perf_kernels import good, lower
-from tools.compile_check import check_lowered
-from tools.executors import Measurement, get_executor
-from tools.mosaic import parse_lowered
-from tools.profile import render, summarize
+from tools.lowered.compile_check import check_lowered
+from tools.lowered.mosaic import parse_lowered
+from tools.performance.executors import Measurement, get_executor
+from tools.performance.profile import render, summarize
 
 
 def _sim_profile(fn, ref, *args):

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from tools.audit import audit_text, embedded_constant_bytes
-from tools.candidate import CandidateError, read_candidate
-from tools.compare import compare_case
-from tools.receipts import check_receipt, seal
-from tools.sandbox import scrubbed_env
-from tools.tasks import DEFAULT_TOLERANCE, TaskError, load_task
-from tools.testsuite import FrozenSuite, SuiteError, build_suite
-from tools.wire import WireArray
+from tools.correctness.compare import compare_case
+from tools.correctness.testsuite import FrozenSuite, SuiteError, build_suite
+from tools.inputs.candidate import CandidateError, read_candidate
+from tools.inputs.tasks import DEFAULT_TOLERANCE, TaskError, load_task
+from tools.lowered.audit import audit_text, embedded_constant_bytes
+from tools.sandbox.launcher import scrubbed_env
+from tools.sandbox.wire import WireArray
+from tools.verification.receipts import check_receipt, seal
 
 ROOT = Path(__file__).resolve().parent.parent
 EVALTASKS = ROOT / "tests" / "evaltasks"
@@ -191,7 +191,7 @@ def make_inputs(key, shape_index=0):
 
 
 def _suite_case(oracle: np.ndarray, floor: float, dtype: str = "float32"):
-    from tools.testsuite import SuiteCase
+    from tools.correctness.testsuite import SuiteCase
 
     return SuiteCase(
         case_id="c", shape_index=0, seed=0, kind="seed", inputs=(), inputs_sha256="",
@@ -314,7 +314,7 @@ def test_scrubbed_env_drops_credentials() -> None:
 
 
 def test_receipt_hash_and_verdict_are_rechecked() -> None:
-    from tools.receipts import RECEIPT_KIND, Checks
+    from tools.verification.receipts import RECEIPT_KIND, Checks
 
     oracle = np.linspace(-1, 1, 256).reshape(2, 128)
     case = compare_case(_suite_case(oracle, 1e-6), [oracle.astype(np.float32)], DEFAULT_TOLERANCE)

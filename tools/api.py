@@ -26,11 +26,13 @@ from typing import Any
 
 import msgspec
 
-from tools.autotune import TuneResult, TuneRow
-from tools.autotune import autotune as _autotune
-from tools.candidate import CandidateError, read_candidate
-from tools.errors import FileProblem
-from tools.executors import (
+from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteError, build_suite
+from tools.inputs.candidate import CandidateError, read_candidate
+from tools.inputs.files import FileProblem
+from tools.inputs.tasks import Task, TaskError, load_task
+from tools.performance.autotune import TuneResult, TuneRow
+from tools.performance.autotune import autotune as _autotune
+from tools.performance.executors import (
     DEFAULT_TARGET,
     REAL_TARGETS,
     SIM_TARGETS,
@@ -41,12 +43,10 @@ from tools.executors import (
     chip_for_target,
     get_executor,
 )
-from tools.profile import Profile, render, summarize
-from tools.sandbox import Limits
-from tools.tasks import Task, TaskError, load_task
-from tools.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteError, build_suite
-from tools.verify import DEFAULT_LIMITS, Verdict
-from tools.verify import evaluate as _evaluate
+from tools.performance.profile import Profile, render, summarize
+from tools.sandbox.launcher import Limits
+from tools.verification.verify import DEFAULT_LIMITS, Verdict
+from tools.verification.verify import evaluate as _evaluate
 
 
 class SuiteMismatch(SuiteError):
@@ -103,7 +103,7 @@ def evaluate(
     suite: FrozenSuite | None = None,
     limits: Limits | None = None,
 ) -> Verdict:
-    """The full verifier; see `tools.verify.evaluate` for what it checks."""
+    """The full verifier; see `tools.verification.verify.evaluate` for what it checks."""
     return _evaluate(task, candidate, config=config, target=target, suite=suite, limits=limits)
 
 
@@ -126,7 +126,7 @@ def compile_check(
 
 
 def _rehash(suite: FrozenSuite) -> FrozenSuite:
-    from tools.testsuite import suite_hash
+    from tools.correctness.testsuite import suite_hash
 
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
 
@@ -159,7 +159,7 @@ def measure_baseline(task: Task | str | Path, *, target: str = DEFAULT_TARGET) -
     if executor.measured_on == "real":
         executor.require_available()  # type: ignore[union-attr]
         return _real_baseline(loaded, executor)
-    from tools.costmodel import estimate_baseline
+    from tools.performance.baseline import estimate_baseline
 
     inputs = loaded.make_inputs(0, 0)
     cost = executor.reference_cost(loaded.reference, inputs)  # type: ignore[union-attr]
@@ -219,6 +219,35 @@ def candidate_configs(candidate: str | Path) -> list[dict[str, Any]]:
     return list(read_candidate(candidate).configs())
 
 
+def chip_figures(target: str) -> dict[str, Any]:
+    """The published figures of the chip a target simulates or compiles for."""
+    from tools.performance.chips import get_chip
+
+    if target not in TARGETS:
+        raise UnknownTarget(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    return msgspec.to_builtins(get_chip(chip_for_target(target)))
+
+
+def read_tunables(candidate: str | Path) -> dict[str, list[Any]]:
+    """The candidate's TUNABLES, read statically (the file is never imported here)."""
+    return {name: list(values) for name, values in read_candidate(candidate).tunables.items()}
+
+
+def profile_of(measurement: dict[str, Any], compile_report: dict[str, Any] | None = None) -> Profile:
+    """The profile of a measurement kept as plain data (an artifact, a verdict record)."""
+    from tools.lowered.compile_check import CompileReport
+
+    report = msgspec.convert(compile_report, CompileReport) if compile_report else None
+    return summarize(msgspec.convert(measurement, Measurement), report)
+
+
+def receipt_json(receipt: dict[str, Any]) -> str:
+    """A receipt as the JSON text `verify-receipt` reads."""
+    import json
+
+    return json.dumps(receipt, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_SEEDS",
@@ -245,6 +274,7 @@ __all__ = [
     "Verdict",
     "autotune",
     "candidate_configs",
+    "chip_figures",
     "chip_for_target",
     "compile_check",
     "compiled",
@@ -253,6 +283,9 @@ __all__ = [
     "load_task",
     "measure_baseline",
     "profile",
+    "profile_of",
+    "read_tunables",
+    "receipt_json",
     "recipe_of",
     "render",
     "suite_from_recipe",

@@ -27,7 +27,7 @@ def _check_paths(task: Path, candidate: Path) -> None:
 
 
 def _check_target(target: str) -> None:
-    from tools.executors import TARGETS
+    from tools.performance.executors import TARGETS
 
     if target not in TARGETS:
         fail(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
@@ -54,11 +54,11 @@ def tune(
     when at least one configuration passed."""
     _check_paths(task, candidate)
     _check_target(target)
-    from tools.autotune import autotune
-    from tools.candidate import CandidateError, read_candidate
-    from tools.executors import TargetUnavailable
-    from tools.tasks import TaskError
-    from tools.testsuite import SuiteError
+    from tools.correctness.testsuite import SuiteError
+    from tools.inputs.candidate import CandidateError, read_candidate
+    from tools.inputs.tasks import TaskError
+    from tools.performance.autotune import autotune
+    from tools.performance.executors import TargetUnavailable
 
     try:
         total = read_candidate(candidate).num_configs
@@ -123,13 +123,13 @@ def profile(
     0 only when the candidate passed verification."""
     _check_paths(task, candidate)
     _check_target(target)
-    from tools.candidate import CandidateError
-    from tools.executors import TargetUnavailable
-    from tools.profile import render, summarize
-    from tools.tasks import TaskError
+    from tools.inputs.candidate import CandidateError
+    from tools.inputs.tasks import TaskError
+    from tools.performance.executors import TargetUnavailable
+    from tools.performance.profile import render, summarize
 
     chosen = parse_config(config or [])
-    from tools.verify import evaluate
+    from tools.verification.verify import evaluate
 
     with console.status(f"evaluating {candidate.name} on {target}", spinner="dots") if not json else contextlib.nullcontext():
         try:

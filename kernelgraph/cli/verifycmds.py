@@ -50,12 +50,12 @@ def verify(
     for label, path in (("task", task), ("candidate", candidate)):
         if not path.is_file():
             fail(f"{path}: no such {label} file")
-    from tools.executors import TARGETS, TargetUnavailable
-    from tools.receipts import write_receipt
-    from tools.sandbox import Limits
-    from tools.tasks import TaskError
-    from tools.testsuite import SuiteError
-    from tools.verify import evaluate
+    from tools.correctness.testsuite import SuiteError
+    from tools.inputs.tasks import TaskError
+    from tools.performance.executors import TARGETS, TargetUnavailable
+    from tools.sandbox.launcher import Limits
+    from tools.verification.receipts import write_receipt
+    from tools.verification.verify import evaluate
 
     if target not in TARGETS:
         fail(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
@@ -141,7 +141,7 @@ def verify_receipt(
     json: _JsonOpt = False,
 ) -> None:
     """Re-check a receipt: its own sha256 matches its contents and its verdict follows from the numbers in it (the same rule the verifier applies). Exit status 0 when both hold."""
-    from tools.receipts import ReceiptError, check_receipt, load_receipt
+    from tools.verification.receipts import ReceiptError, check_receipt, load_receipt
 
     try:
         result = check_receipt(load_receipt(file))

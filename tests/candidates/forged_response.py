@@ -25,7 +25,7 @@ def _decoy(x, w):
 
 
 def _forge():
-    from tools import wire
+    from tools.sandbox import wire
 
     frame = sys._getframe()
     while frame is not None and not isinstance(frame.f_locals.get("request"), wire.EvalRequest):

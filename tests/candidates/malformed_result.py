@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 
 def build():
-    from tools import wire
+    from tools.sandbox import wire
 
     frame = sys._getframe()
     while frame is not None and not isinstance(frame.f_locals.get("request"), wire.EvalRequest):

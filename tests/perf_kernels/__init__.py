@@ -9,6 +9,6 @@ def lower(fn: Any, *args: Any, chip: str = "v6e") -> str:
     """StableHLO text of `fn(*args)` lowered for TPU, as the sandbox child produces it."""
     import jax
 
-    from tools.compile_check import lower_for_tpu
+    from tools.lowered.compile_check import lower_for_tpu
 
     return lower_for_tpu(jax.jit(fn).trace(*args), chip=chip)

@@ -22,8 +22,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.tasks import Task, TaskError, check_reference_output
-from tools.wire import WireArray, hash_arrays, wire_arrays
+from kernelgraph.errors import KernelgraphError
+from tools.inputs.tasks import Task, TaskError, check_reference_output
+from tools.sandbox.wire import WireArray, hash_arrays, wire_arrays
 
 FORMAT_VERSION = 1
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -34,7 +35,7 @@ _PERTURB_SEED = 20240917
 _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 
 
-class SuiteError(ValueError):
+class SuiteError(KernelgraphError, ValueError):
     """The task cannot be tested as it stands (a vacuous suite); the message says why."""
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from tools.compile_check import CompileReport
-from tools.executors import Measurement
+from tools.lowered.compile_check import CompileReport
+from tools.performance.executors import Measurement
 
 MIN_USEFUL_STEP_S = 2e-6  # below this a step's work is smaller than ~6x its fixed overhead
 

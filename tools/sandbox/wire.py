@@ -77,7 +77,7 @@ class EvalRequest(msgspec.Struct, frozen=True):
 
 
 class Diagnostic(msgspec.Struct, frozen=True):
-    """A problem a fix agent can act on; mirrors tools.compile_check.Diagnostic."""
+    """A problem a fix agent can act on; mirrors tools.lowered.compile_check.Diagnostic."""
 
     message: str
     kernel: str = ""

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from tools.testsuite import SuiteCase
-from tools.wire import numpy_dtype
+from tools.correctness.testsuite import SuiteCase
+from tools.sandbox.wire import numpy_dtype
 
 FLOOR_FACTOR = 2.0
 EPS_ULPS_MAX = 4.0

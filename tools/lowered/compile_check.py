@@ -30,8 +30,8 @@ from typing import Any
 
 import msgspec
 
-from tools.chips import Chip, get_chip
-from tools.mosaic import MosaicError, MosaicKernel, dtype_bits, parse_lowered
+from tools.lowered.mosaic import MosaicError, MosaicKernel, dtype_bits, parse_lowered
+from tools.performance.chips import Chip, get_chip
 
 
 class Diagnostic(msgspec.Struct, frozen=True):
@@ -70,9 +70,10 @@ class CompileReport(msgspec.Struct, frozen=True):
 @contextlib.contextmanager
 def tpu_info_for(chip: str) -> Iterator[None]:
     """Make `pltpu.get_tpu_info()` answer with `chip`'s record on a host without a TPU."""
-    from jax._src.pallas.mosaic import tpu_info
+    from tools import jaxprivate
+    from tools.performance.chips import jax_tpu_info
 
-    from tools.chips import jax_tpu_info
+    tpu_info = jaxprivate.tpu_info()
 
     info = jax_tpu_info(chip)
     kind = tpu_info.get_device_kind()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelgraph.errors import KernelgraphError
 
-class FileProblem(ValueError):
+
+class FileProblem(KernelgraphError, ValueError):
     """A file that cannot be used, with the file and the problem in the message."""
 
     def __init__(self, path: str | Path, problem: str) -> None:

@@ -9,7 +9,7 @@ credential-looking variable removed. Where the host allows it (Linux with util-l
 PID namespace with a private ``/proc`` (so it cannot read another process's environment),
 without network, with every filesystem except its directory read-only, and with no
 capabilities. Where a writable cgroup hierarchy offers it, the whole process tree also
-shares one memory limit and one limit on its tasks (:mod:`tools.cgroups`): per-process
+shares one memory limit and one limit on its tasks (:mod:`tools.sandbox.cgroups`): per-process
 limits alone let a candidate multiply them by forking. What was applied is reported in
 :attr:`SandboxResult.isolation`; it is probed, never assumed.
 """
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import cgroups
+from tools.sandbox import cgroups
 
 REQUEST_FILE = "request.bin"
 RESULT_FILE = "result.bin"

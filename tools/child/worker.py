@@ -1,8 +1,8 @@
 """The sandboxed side of an evaluation: import, build, trace, lower and run one candidate.
 
-Started by :func:`tools.sandbox.run_sandboxed` as ``python -I -m tools.child_worker BOX``.
-It reads an :class:`~tools.wire.EvalRequest` (inputs and settings, never expected outputs),
-and writes an :class:`~tools.wire.EvalResponse`: per shape, the StableHLO text of the TPU
+Started by :func:`tools.sandbox.launcher.run_sandboxed` as ``python -I -m tools.child.worker BOX``.
+It reads an :class:`~tools.sandbox.wire.EvalRequest` (inputs and settings, never expected outputs),
+and writes an :class:`~tools.sandbox.wire.EvalResponse`: per shape, the StableHLO text of the TPU
 lowering and, per case, the outputs of the same trace run under TPU interpret mode.
 
 Everything the candidate could use to influence the verdict lives in the parent. What this
@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from tools import interpret, wire
-from tools.sandbox import REQUEST_FILE, RESULT_FILE
+from tools import jaxprivate
+from tools.child import interpret
+from tools.sandbox import wire
+from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 
 CANDIDATE_FILE = "candidate.py"
 
@@ -38,12 +40,12 @@ GUARDED = (
     "jax.stages.Traced.lower", "jax.stages.Lowered.as_text", "jax.stages.Wrapped.trace",
     "jax.experimental.pallas.pallas_call", "jax.experimental.pallas.tpu.InterpretParams",
     "jax.experimental.pallas.tpu.force_tpu_interpret_mode",
-    "jax._src.pallas.pallas_call._pallas_call_lowering",
-    "jax._src.pallas.mosaic.interpret.interpret_pallas_call.interpret_pallas_call",
+    *jaxprivate.GUARDED,
     "hashlib.sha256", "msgspec.msgpack.encode", "builtins.open",
-    "tools.wire.WireArray.of", "tools.wire.hash_arrays", "tools.wire.encode",
-    "tools.interpret.interpreted", "tools.interpret._eval", "tools.interpret.RaceLog.races_since",
-    "tools.child_worker.run_group", "tools.child_worker.run_case",
+    "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
+    "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
+    "tools.child.interpret.RaceLog.races_since", "tools.child.worker.run_group",
+    "tools.child.worker.run_case",
 )
 
 
@@ -71,8 +73,8 @@ class IntegrityGuard:
             except (ImportError, AttributeError):
                 continue
         self._modules = {name: id(sys.modules[name]) for name in
-                         ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.wire",
-                          "tools.interpret", "tools.child_worker") if name in sys.modules}
+                         ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.sandbox.wire",
+                          "tools.child.interpret", "tools.child.worker") if name in sys.modules}
         self._rules = lowering_rules()
         self._known_primitives = {key[2] for key in self._rules}
 
@@ -109,9 +111,8 @@ def lowering_rules() -> dict[tuple[str, str, Any], int]:
     """(table, platform, primitive) -> id of its rule, for every lowering JAX dispatches on:
     MLIR lowerings (generic and per platform), Mosaic kernel-body lowerings, and each
     primitive's own ``impl`` (what eager interpretation of a kernel body binds)."""
-    from jax._src.interpreters import mlir
-    from jax._src.pallas.mosaic import lowering as mosaic_lowering
-
+    mlir = jaxprivate.jax_mlir()
+    mosaic_lowering = jaxprivate.mosaic_lowering()
     rules: dict[tuple[str, str, Any], int] = {}
     for prim, entry in list(mlir._lowerings.items()):
         rules[("mlir", "any", prim)] = id(entry)
@@ -134,8 +135,7 @@ def _rule_name(key: tuple[str, str, Any]) -> str:
 
 def primitives_of(closed_jaxpr: Any) -> set[Any]:
     """Every primitive of a program: nested jaxprs, kernel bodies and index maps included."""
-    from jax._src import core
-
+    core = jaxprivate.core()
     found: set[Any] = set()
     seen: set[int] = set()
 
@@ -166,7 +166,7 @@ def _diagnose(exc: BaseException, source: Path, phase: str) -> list[wire.Diagnos
     try:
         import msgspec
 
-        from tools.compile_check import diagnose  # the compile-check module's reading
+        from tools.lowered.compile_check import diagnose  # the compile-check module's reading
 
         found = [msgspec.to_builtins(d) for d in diagnose(exc, str(source))]
         return [wire.Diagnostic(message=str(d.get("message", "")), kernel=str(d.get("kernel") or ""),
@@ -192,7 +192,7 @@ def _one_line(exc: BaseException) -> str:
 def _lower(traced: Any, platform: str, chip: str) -> str:
     if platform == "tpu":
         try:
-            from tools.compile_check import lower_for_tpu
+            from tools.lowered.compile_check import lower_for_tpu
         except ImportError:
             pass
         else:
@@ -303,7 +303,7 @@ def _note(tampering: list[str], guard: IntegrityGuard) -> None:
 def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
     import jax
 
-    from tools.candidate import build_in_child, load_in_child
+    from tools.child.loader import build_in_child, load_in_child
 
     started = time.perf_counter()
     races = interpret.RaceLog()
@@ -348,9 +348,8 @@ def _import_all_pallas() -> None:
     appears later is the candidate's."""
     import pkgutil
 
-    import jax._src.pallas
-
-    for info in pkgutil.walk_packages(jax._src.pallas.__path__, "jax._src.pallas."):
+    package = jaxprivate.pallas_package()
+    for info in pkgutil.walk_packages(package.__path__, f"{jaxprivate.PALLAS_PACKAGE}."):
         try:
             importlib.import_module(info.name)
         except Exception:  # a backend this install lacks; its rules cannot appear later
@@ -363,7 +362,7 @@ def main(argv: list[str]) -> int:
     import jax
     import jax.experimental.pallas.tpu
     import msgspec  # noqa: F401
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call  # noqa: F401
+    jaxprivate.interpret_pallas_call()
 
     _import_all_pallas()
 

@@ -3,7 +3,7 @@
 The grid is the cartesian product of `TUNABLES` (read statically from the file, the default
 configuration first). The test suite is frozen once for the whole sweep and handed to every
 evaluation, so all configurations face the same cases. Each configuration goes through the
-full evaluator (`tools.verify.evaluate`: sandboxed build, TPU lowering and compile check,
+full evaluator (`tools.verification.verify.evaluate`: sandboxed build, TPU lowering and compile check,
 correctness under interpret mode, then the target's timing) in a pool of worker processes.
 A budget caps the number of configurations and/or the seconds spent; configurations not
 started within it are listed as skipped. The best configuration is the fastest one that
@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from tools.executors import DEFAULT_TARGET, get_executor
+from tools.performance.executors import DEFAULT_TARGET, get_executor
 
 
 class TuneRow(msgspec.Struct, frozen=True):
@@ -55,8 +55,8 @@ def _evaluate_config(
     task_path: str, candidate_path: str, config: dict[str, Any], target: str, suite_bytes: bytes
 ) -> TuneRow:
     """Runs in a worker process: one full evaluation of one configuration."""
-    from tools.testsuite import FrozenSuite
-    from tools.verify import evaluate
+    from tools.correctness.testsuite import FrozenSuite
+    from tools.verification.verify import evaluate
 
     started = time.monotonic()
     suite = FrozenSuite.from_bytes(suite_bytes)
@@ -94,9 +94,9 @@ def autotune(
     on_row: Callable[[TuneRow, int, int], None] | None = None,
 ) -> TuneResult:
     """Sweep the candidate's TUNABLES on `target` within the budget; return table and best."""
-    from tools.candidate import read_candidate
-    from tools.tasks import load_task
-    from tools.testsuite import build_suite
+    from tools.correctness.testsuite import build_suite
+    from tools.inputs.candidate import read_candidate
+    from tools.inputs.tasks import load_task
 
     if workers < 1:
         raise ValueError(f"{workers=} must be at least 1")

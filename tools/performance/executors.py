@@ -1,10 +1,10 @@
 """Executors: how fast a candidate is, on one target, behind one interface.
 
 - `sim-tpu-v6e` (default), `sim-tpu-v5e`, `sim-tpu-v7`: the analytic model of
-  `tools.costmodel` on the lowered program the compile check produced. Every figure is
+  `tools.performance.roofline` on the lowered program the compile check produced. Every figure is
   labelled `measured_on="simulated"`.
 - `tpu`, `gpu`: the candidate and the task's reference are timed on the device in a fresh
-  sandboxed child (`tools.sandbox`), interleaved in both orders after warm-ups, each call
+  sandboxed child (`tools.child.timing`), interleaved in both orders after warm-ups, each call
   ended by `block_until_ready`; the median of many runs is kept. Device time comes from an
   XProf trace of extra interleaved runs (the trace bytes come back and are read here, in the
   parent), wall time otherwise. A candidate faster than the roofline allows for the task's
@@ -17,26 +17,27 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import os
 import resource
 import statistics
-import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 
-from tools.chips import get_chip
-from tools.costmodel import (
-    ReferenceCost,
-    estimate_baseline,
-    estimate_program,
-    reference_cost,
-    roofline_floor_s,
+from kernelgraph.errors import KernelgraphError
+from tools import jaxprivate
+from tools.lowered.mosaic import LoweredProgram
+from tools.performance.baseline import ReferenceCost, estimate_baseline, reference_cost
+from tools.performance.chips import get_chip
+from tools.performance.roofline import estimate_program, roofline_floor_s
+from tools.performance.timing import (
+    CANDIDATE_FILE,
+    TimingRequest,
+    TimingResult,
+    device_times,
+    interleaved_times,
 )
-from tools.mosaic import LoweredProgram
 
 SIM_TARGETS = {"sim-tpu-v6e": "v6e", "sim-tpu-v5e": "v5e", "sim-tpu-v7": "v7"}
 REAL_TARGETS = ("tpu", "gpu")
@@ -47,11 +48,11 @@ DEFAULT_TARGET = "sim-tpu-v6e"
 ROOFLINE_SLACK = 0.9
 
 
-class TargetUnavailable(RuntimeError):
+class TargetUnavailable(KernelgraphError, RuntimeError):
     """The target's hardware or runtime is not on this machine; the message says what."""
 
 
-class UnknownTarget(ValueError):
+class UnknownTarget(KernelgraphError, ValueError):
     pass
 
 
@@ -77,7 +78,7 @@ class Executor(Protocol):
 
 
 class SimExecutor:
-    """The analytic roofline model of one TPU generation (see tools/costmodel.py)."""
+    """The analytic roofline model of one TPU generation (see tools/performance/roofline.py)."""
 
     measured_on = "simulated"
 
@@ -136,30 +137,6 @@ _GPU_FIGURES: tuple[tuple[str, float, float], ...] = (
 _GPU_UNKNOWN = (20e12, 1e16)  # looser than any shipping part, so the check stays sound
 
 
-_CANDIDATE_FILE = "candidate.py"
-
-
-class TimingRequest(msgspec.Struct, frozen=True):
-    platform: str
-    task_path: str
-    candidate_path: str
-    """Relative to the child's box."""
-    config: dict[str, Any]
-    warmup: int
-    runs: int
-    trace_runs: int
-    shape_index: int = 0
-    seed: int = 0
-
-
-class TimingResult(msgspec.Struct, frozen=True):
-    platform: str
-    device_kind: str
-    candidate_wall_s: list[float]
-    baseline_wall_s: list[float]
-    xplane: bytes = b""
-    error: str = ""
-
 
 def _real_hardware_problem(platform: str) -> str:
     """Empty if the platform's runtime and device are present, else what is missing."""
@@ -217,18 +194,18 @@ class RealExecutor:
         (copied into its box), never whatever the candidate's path holds by then.
         """
         self.require_available()
-        from tools.sandbox import Limits, run_sandboxed
-        from tools.tasks import load_task
+        from tools.inputs.tasks import load_task
+        from tools.sandbox.launcher import Limits, run_sandboxed
 
         task = load_task(task_path)
         request = TimingRequest(
-            self.platform, str(Path(task_path).resolve()), _CANDIDATE_FILE,
+            self.platform, str(Path(task_path).resolve()), CANDIDATE_FILE,
             dict(config or {}), warmup, runs, trace_runs,
         )
         # Device runtimes reserve far more address space than they use: no RLIMIT_AS here.
         limits = Limits(wall_s=wall_s, memory_bytes=resource.RLIM_INFINITY)
-        out = run_sandboxed("tools.executors", msgspec.msgpack.encode(request), limits=limits,
-                            files={_CANDIDATE_FILE: candidate_source})
+        out = run_sandboxed("tools.child.timing", msgspec.msgpack.encode(request), limits=limits,
+                            files={CANDIDATE_FILE: candidate_source})
         if not out.ok:
             raise RuntimeError(f"timing child failed: {out.failure()}\n{out.stderr_tail}")
         result = msgspec.msgpack.decode(out.result, type=TimingResult)
@@ -295,8 +272,7 @@ class RealExecutor:
 def _device_figures(platform: str, device_kind: str) -> tuple[float, float]:
     """(HBM bytes/s, peak flops/s) of the device the child ran on."""
     if platform == "tpu":
-        from jax._src.pallas.mosaic import tpu_info
-
+        tpu_info = jaxprivate.tpu_info()
         version = tpu_info.chip_version_from_device_kind(device_kind)
         if version is None:
             return _GPU_UNKNOWN
@@ -307,126 +283,6 @@ def _device_figures(platform: str, device_kind: str) -> tuple[float, float]:
             return bw, peak
     return _GPU_UNKNOWN
 
-
-def device_times(
-    xplane: bytes, modules: Sequence[str], *, plane_prefix: str = "/device:"
-) -> dict[str, list[float]]:
-    """Per-execution device seconds of each jitted module, from an XProf trace.
-
-    TPU traces have an "XLA Modules" line per device with one event per execution; other
-    traces are grouped by the `hlo_module` and `run_id` stats of each op event.
-    """
-    out: dict[str, list[float]] = {m: [] for m in modules}
-    if not xplane:
-        return out
-    from jax.profiler import ProfileData
-
-    data = ProfileData.from_serialized_xspace(xplane)
-    for plane in data.planes:
-        if not plane.name.startswith(plane_prefix):
-            continue
-        lines = {line.name: line for line in plane.lines}
-        if "XLA Modules" in lines:
-            for event in lines["XLA Modules"].events:
-                for m in modules:
-                    if event.name.startswith(m):
-                        out[m].append(event.duration_ns * 1e-9)
-            continue
-        runs: dict[tuple[str, Any], float] = {}
-        for line in plane.lines:
-            for event in line.events:
-                stats = dict(event.stats)
-                module = str(stats.get("hlo_module", ""))
-                for m in modules:
-                    if module.startswith(m):
-                        key = (m, stats.get("run_id"))
-                        runs[key] = runs.get(key, 0.0) + event.duration_ns * 1e-9
-        for (m, _), seconds in runs.items():
-            out[m].append(seconds)
-    return out
-
-
-def interleaved_times(
-    candidate: Callable[..., Any], baseline: Callable[..., Any], args: Sequence[Any],
-    *, warmup: int, runs: int,
-) -> tuple[list[float], list[float], list[str]]:
-    """Wall seconds of each call, candidate and baseline alternating which goes first.
-
-    Warm-up rounds (compilation, caches) are run and discarded; every call waits for its
-    result with `block_until_ready`. Returns (candidate times, baseline times, call order).
-    """
-    import jax
-
-    def timed(fn: Callable[..., Any]) -> float:
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        return time.perf_counter() - start
-
-    for _ in range(warmup):
-        timed(candidate)
-        timed(baseline)
-    times: dict[str, list[float]] = {"candidate": [], "baseline": []}
-    order: list[str] = []
-    fns = {"candidate": candidate, "baseline": baseline}
-    for r in range(runs):
-        for name in (("candidate", "baseline") if r % 2 == 0 else ("baseline", "candidate")):
-            times[name].append(timed(fns[name]))
-            order.append(name)
-    return times["candidate"], times["baseline"], order
-
-
-def _child_main(box: Path) -> None:
-    """Runs in the sandboxed child: time candidate and baseline on the device."""
-    from tools.sandbox import REQUEST_FILE, RESULT_FILE
-
-    request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=TimingRequest)
-    gpu = "rocm" if importlib.util.find_spec("jax_rocm7_plugin") or importlib.util.find_spec(
-        "jax_rocm60_plugin") else "cuda"
-    os.environ["JAX_PLATFORMS"] = {"tpu": "tpu", "gpu": gpu}[request.platform]
-    result = _time_in_child(request, box)
-    (box / RESULT_FILE).write_bytes(msgspec.msgpack.encode(result))
-
-
-def _time_in_child(request: TimingRequest, box: Path) -> TimingResult:
-    import jax
-
-    from tools.candidate import build_in_child, load_in_child
-    from tools.tasks import load_task
-
-    device = jax.devices()[0]
-    if device.platform not in {"tpu", "gpu", "cuda", "rocm"}:
-        return TimingResult(request.platform, device.device_kind, [], [],
-                            error=f"the child's JAX backend is {device.platform!r}, not {request.platform!r}")
-    task = load_task(request.task_path)
-    args = jax.device_put(task.make_inputs(request.seed, request.shape_index), device)
-    try:
-        kernel = build_in_child(load_in_child(box / request.candidate_path), request.config)
-    except Exception as exc:
-        return TimingResult(request.platform, device.device_kind, [], [],
-                            error=f"building the candidate failed: {type(exc).__name__}: {exc}")
-    reference = task.reference
-
-    def kg_candidate(*a: Any) -> Any:
-        return kernel(*a)
-
-    def kg_baseline(*a: Any) -> Any:
-        return reference(*a)
-
-    cand, base = jax.jit(kg_candidate), jax.jit(kg_baseline)
-
-    try:
-        cand_s, base_s, _ = interleaved_times(
-            cand, base, args, warmup=max(request.warmup, 1), runs=request.runs
-        )
-        trace_dir = box / "trace"
-        with jax.profiler.trace(str(trace_dir)):
-            interleaved_times(cand, base, args, warmup=0, runs=request.trace_runs)
-        planes = sorted(trace_dir.glob("**/*.xplane.pb"))
-        xplane = planes[-1].read_bytes() if planes else b""
-    except Exception as exc:
-        return TimingResult(request.platform, device.device_kind, [], [],
-                            error=f"running on the device failed: {type(exc).__name__}: {exc}")
-    return TimingResult(request.platform, device.device_kind, cand_s, base_s, xplane)
 
 
 # ------------------------------------------------------------------------------- registry
@@ -446,12 +302,6 @@ def chip_for_target(target: str) -> str:
     """The chip whose TPU lowering a target's compile check uses ("v6e" for real targets
     other than TPU, whose own chip is only known on the device)."""
     return SIM_TARGETS.get(target, "v6e")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m tools.executors BOXDIR (run by the sandbox)")
-    _child_main(Path(sys.argv[1]))
 
 
 __all__ = [

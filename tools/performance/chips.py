@@ -2,10 +2,10 @@
 
 Figures are per TensorCore, because one `pallas_call` runs on one TensorCore (a v7 chip
 shows up as two JAX devices, one per core). Peak bf16 MXU throughput, HBM bandwidth, VMEM
-capacity, lane/sublane counts and the MXU size come from JAX's own table,
-`jax._src.pallas.mosaic.tpu_info.get_tpu_info_for_chip(chip, 1)` (the figures Google
+capacity, lane/sublane counts and the MXU size come from JAX's own table, the private
+`tpu_info.get_tpu_info_for_chip(chip, 1)` (see :mod:`tools.jaxprivate`; the figures Google
 publishes on cloud.google.com/tpu/docs/{v5e,v6e,tpu7x}), copied below in `_PUBLISHED`
-so the model does not depend on a private module; `tests/test_chips.py` checks that the
+so the model does not depend on a private module); `tests/test_chips.py` checks that the
 copy still matches JAX.
 
 What JAX does not publish is an assumption, stated here once:
@@ -23,8 +23,11 @@ What JAX does not publish is an assumption, stated here once:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
+
+from kernelgraph.errors import KernelgraphError
 
 MIB = 1024 * 1024
 
@@ -79,7 +82,7 @@ VPU_ALUS = 4
 EUP_FRACTION_OF_VPU = 0.25
 
 
-class UnknownChip(ValueError):
+class UnknownChip(KernelgraphError, ValueError):
     """A chip name the model has no figures for."""
 
 
@@ -108,15 +111,16 @@ def get_chip(name: str) -> Chip:
         transcendentals_per_s=vpu_ops * EUP_FRACTION_OF_VPU,
         source=(
             f"jax tpu_info.get_tpu_info_for_chip({pub.jax_chip_version!r}, 1) per TensorCore; "
-            "scoped VMEM, clock, VPU/EUP rates and step overhead assumed (see tools/chips.py)"
+            "scoped VMEM, clock, VPU/EUP rates and step overhead assumed (see tools/performance/chips.py)"
         ),
     )
 
 
-def jax_tpu_info(name: str):  # -> jax._src.pallas.mosaic.tpu_info.TpuInfo
+def jax_tpu_info(name: str) -> Any:  # JAX's private TpuInfo record
     """JAX's own record for the chip (used by the lowering and to check `_PUBLISHED`)."""
-    from jax._src.pallas.mosaic import tpu_info
+    from tools import jaxprivate
 
+    tpu_info = jaxprivate.tpu_info()
     chip = get_chip(name)
     version = tpu_info.ChipVersion(_PUBLISHED[chip.name].jax_chip_version)
     return tpu_info.get_tpu_info_for_chip(version, 1)

@@ -1,7 +1,7 @@
 """Firing audit: the work must happen inside Pallas kernels, read from the lowered text.
 
 Runs in the parent on the StableHLO text the child lowered for TPU (parsed by
-:func:`tools.mosaic.parse_lowered`). It requires at least one ``tpu_custom_call`` (a
+:func:`tools.lowered.mosaic.parse_lowered`). It requires at least one ``tpu_custom_call`` (a
 ``pallas_call``), and outside the kernels only layout operations (reshape, broadcast,
 transpose, slice, pad, convert, concatenate, constants). A program whose math runs in XLA
 around a copy kernel fails with the ops named.
@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.mosaic import LoweredProgram, MosaicError, MosaicKernel, Window, parse_lowered
+from tools.lowered.mosaic import LoweredProgram, MosaicError, MosaicKernel, Window, parse_lowered
 
 LAYOUT_OPS = frozenset({
     "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.broadcast",

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tools.errors import FileProblem, read_python_source
+from tools.inputs.files import FileProblem, read_python_source
 
 DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)

@@ -4,15 +4,16 @@ Order of work, all decisions in this (parent) process:
 
 1. Load the task (trusted) and read the candidate statically (never imported here).
 2. Freeze the test suite (or take the one given): inputs, float64 oracle, error floor.
-3. Run the candidate in a sandboxed child (:mod:`tools.child_worker`): it gets inputs only,
+3. Run the candidate in a sandboxed child (:mod:`tools.child.worker`): it gets inputs only,
    traces once per shape, lowers that trace for TPU and runs it under TPU interpret mode
    (NaN-poisoned memory, race detection, randomised ``parallel`` grid order).
 4. Check, from the data the child returned: the compile check and VMEM budget
-   (:mod:`tools.compile_check`), the firing audit (:mod:`tools.audit`), input integrity,
-   races, tampering, every case against the oracle (:mod:`tools.compare`), and patterns
+   (:mod:`tools.lowered.compile_check`), the firing audit (:mod:`tools.lowered.audit`), input integrity,
+   races, tampering, every case against the oracle (:mod:`tools.correctness.compare`), and patterns
    across cases (memoised results, shapes hard-coded to the tuning point).
-5. Only a correct candidate is timed, by the target's executor (:mod:`tools.executors`).
-6. Seal a receipt (:mod:`tools.receipts`).
+5. Only a correct candidate is timed, by the target's executor (:mod:`tools.performance.executors`).
+6. Seal a receipt (:mod:`tools.verification.receipts`) into a
+   :class:`~tools.verification.verdict.Verdict`.
 """
 
 from __future__ import annotations
@@ -29,73 +30,19 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools import wire
-from tools.audit import AuditReport, audit_text
-from tools.candidate import CandidateError, CandidateSource, read_candidate
-from tools.compare import FLOOR_FACTOR, CaseCheck, compare_case, failed_case
-from tools.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
-from tools.sandbox import Limits, SandboxResult, run_sandboxed
-from tools.tasks import Task, load_task
-from tools.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, build_suite
+from tools.correctness.compare import FLOOR_FACTOR, CaseCheck, compare_case, failed_case
+from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, build_suite
+from tools.inputs.candidate import CandidateError, CandidateSource, read_candidate
+from tools.inputs.tasks import Task, load_task
+from tools.lowered.audit import AuditReport, audit_text
+from tools.sandbox import wire
+from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
+from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
+from tools.verification.verdict import Verdict
 
 DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
 _MAX_CASE_REASONS = 6
 _DEFAULT_REQUEST = wire.EvalRequest(candidate_file="", config={}, groups=(), order_seed=0)
-
-
-class Verdict(msgspec.Struct):
-    verdict: str  # "pass" | "fail"
-    reasons: list[str]
-    task: str
-    candidate: str
-    config: dict[str, Any]
-    target: str
-    suite_sha256: str
-    cases: list[CaseCheck]
-    audit: AuditReport | None
-    compile_report: Any  # tools.compile_check.CompileReport | None
-    measurement: Any  # tools.executors.Measurement | None
-    diagnostics: list[wire.Diagnostic]
-    timings: dict[str, float]
-    receipt: dict[str, Any]
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    @property
-    def speedup(self) -> float | None:
-        return None if self.measurement is None else float(self.measurement.speedup)
-
-    @property
-    def measured_on(self) -> str | None:
-        return None if self.measurement is None else str(self.measurement.measured_on)
-
-    @property
-    def receipt_sha256(self) -> str:
-        return str(self.receipt["sha256"])
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON object `kernelgraph verify --json` prints."""
-        return {
-            "verdict": self.verdict,
-            "reasons": self.reasons,
-            "speedup": self.speedup,
-            "measured_on": self.measured_on,
-            "receipt_sha256": self.receipt_sha256,
-            "task": self.task,
-            "candidate": self.candidate,
-            "config": self.config,
-            "target": self.target,
-            "suite_sha256": self.suite_sha256,
-            "cases": [{"id": c.case_id, "kind": c.kind, "passed": c.passed,
-                       "max_abs": [o.max_abs for o in c.outputs],
-                       "floor_max_abs": [o.floor_max_abs for o in c.outputs],
-                       "problems": [*c.problems, *(p for o in c.outputs for p in o.problems)],
-                       "error": c.error} for c in self.cases],
-            "diagnostics": [msgspec.to_builtins(d) for d in self.diagnostics],
-            "timings": self.timings,
-        }
 
 
 def evaluate(
@@ -115,7 +62,7 @@ def evaluate(
     ``TargetUnavailable`` when a real target's device is absent. Everything wrong with the
     candidate itself is a "fail" verdict with reasons.
     """
-    from tools.executors import chip_for_target, get_executor
+    from tools.performance.executors import chip_for_target, get_executor
 
     started = time.perf_counter()
     limits = limits or DEFAULT_LIMITS
@@ -146,7 +93,7 @@ def evaluate(
 
     request = _request(source, suite, full_config, order_seed, chip)
     t = time.perf_counter()
-    box = run_sandboxed("tools.child_worker", wire.encode(request),
+    box = run_sandboxed("tools.child.worker", wire.encode(request),
                         files={"candidate.py": source.text.encode()}, limits=limits)
     timings["sandbox_s"] = time.perf_counter() - t
     context.sandbox = box
@@ -277,7 +224,7 @@ class _Context:
                        f"but the lowered one has {audit.kernels} kernel(s)")
             self.consistency.append(problem)
             self.fail(problem)
-        from tools.compile_check import check_lowered
+        from tools.lowered.compile_check import check_lowered
 
         try:
             report = check_lowered(group.stablehlo, chip=self.chip)
@@ -359,7 +306,7 @@ class _Context:
 
     # ------------------------------------------------------------------------- timing
     def measure(self, executor: Any, candidate_source: bytes) -> None:
-        from tools.mosaic import parse_lowered
+        from tools.lowered.mosaic import parse_lowered
 
         try:
             if executor.measured_on == "real":

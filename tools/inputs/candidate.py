@@ -1,26 +1,23 @@
-"""Candidate kernel files: read statically in the parent, imported only in a child.
+"""Candidate kernel files, read statically: nothing here runs the candidate's code.
 
 A candidate defines ``build(**knobs)`` returning a callable with the reference's signature,
 and optionally ``TUNABLES = {"knob": [default, alternative, ...]}``. The parent never
 imports candidate code: :func:`read_candidate` parses the file with :mod:`ast` and reads
-``TUNABLES`` with :func:`ast.literal_eval`. :func:`load_in_child` is what the sandboxed
-child uses to import the file and call ``build``.
+``TUNABLES`` with :func:`ast.literal_eval`. Importing the file and calling ``build`` is
+:mod:`tools.child.loader`'s job, in the sandboxed child only.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import itertools
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from tools.errors import FileProblem, read_python_source
+from tools.inputs.files import FileProblem, read_python_source
 
 
 class CandidateError(FileProblem):
@@ -172,29 +169,3 @@ def _find_tunables(path: Path, tree: ast.Module) -> dict[str, list[Any]]:
             raise CandidateError(path, f"TUNABLES[{name!r}] repeats a value: {values!r}")
         checked[name] = list(values)
     return checked
-
-
-# --- child side -------------------------------------------------------------------------
-
-def load_in_child(path: str | Path) -> ModuleType:
-    """Import the candidate file. Only ever called inside the sandboxed child process."""
-    path = Path(path)
-    module_name = "_kernelgraph_candidate"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise CandidateError(path, "cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def build_in_child(module: ModuleType, config: dict[str, Any]) -> Callable[..., Any]:
-    """Call ``build(**config)`` and check it returned something callable."""
-    kernel = module.build(**config)
-    if not callable(kernel):
-        raise CandidateError(
-            getattr(module, "__file__", "candidate"),
-            f"build() returned {type(kernel).__name__}, expected a callable kernel",
-        )
-    return kernel

@@ -20,13 +20,14 @@ from typing import Any
 
 import msgspec
 
-from tools.compare import FLOOR_FACTOR, CaseCheck, case_passes
+from kernelgraph.errors import KernelgraphError
+from tools.correctness.compare import FLOOR_FACTOR, CaseCheck, case_passes
 
 RECEIPT_KIND = "kernelgraph.verify-receipt"
 RECEIPT_VERSION = 1
 
 
-class ReceiptError(ValueError):
+class ReceiptError(KernelgraphError, ValueError):
     """A receipt that cannot be read at all (not JSON, not a receipt)."""
 
 

@@ -21,6 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgraph.errors import KernelgraphError
+from tools import jaxprivate
+
 _INLINED = {
     "pjit": "jaxpr",
     "jit": "jaxpr",
@@ -34,7 +37,7 @@ _INLINED = {
 }
 
 
-class UnsupportedProgram(ValueError):
+class UnsupportedProgram(KernelgraphError, ValueError):
     """A program shape the evaluator cannot run faithfully (e.g. a kernel inside a loop)."""
 
 
@@ -63,8 +66,7 @@ class RaceLog:
     states: list[Any] = field(default_factory=list)
 
     def install(self) -> None:
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-
+        ipc = jaxprivate.interpret_pallas_call()
         original = ipc.RaceDetectionState
         log = self.states
 
@@ -109,8 +111,8 @@ def reset_after_failure() -> None:
 
 
 def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], params: Any) -> list[Any]:
-    from jax._src import core, source_info_util
-
+    core = jaxprivate.core()
+    source_info_util = jaxprivate.source_info_util()
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
@@ -148,8 +150,7 @@ def _inner(eqn: Any) -> Any:
 
 
 def _sub_jaxprs(eqn: Any) -> list[Any]:
-    from jax._src import core
-
+    core = jaxprivate.core()
     found: list[Any] = []
     for value in eqn.params.values():
         items = value if isinstance(value, tuple | list) else (value,)

@@ -1,0 +1,101 @@
+"""Every use of JAX's private modules (`jax._src`), in one place.
+
+The evaluator needs a few things JAX does not export: the MLIR bindings and the TPU dialect
+(to read a lowered program), the lowering-rule tables and the interpreter's internals (to
+notice tampering and to run kernels under TPU interpret mode), and `tpu_info` (chip
+records). Private modules change between JAX releases; keeping every import of them here
+means a JAX upgrade is checked against one file. Each accessor imports on first call, so
+importing this module stays cheap and the child's import order is unchanged.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+PRIVATE_ROOT = "jax._src"
+PALLAS_PACKAGE = f"{PRIVATE_ROOT}.pallas"
+
+# Private functions the sandboxed child guards against replacement (checked by identity).
+GUARDED = (
+    f"{PALLAS_PACKAGE}.pallas_call._pallas_call_lowering",
+    f"{PALLAS_PACKAGE}.mosaic.interpret.interpret_pallas_call.interpret_pallas_call",
+)
+
+
+def core() -> ModuleType:
+    """`jax._src.core`: Jaxpr, ClosedJaxpr, Literal and the primitive machinery."""
+    from jax._src import core as module
+
+    return module
+
+
+def source_info_util() -> ModuleType:
+    """`jax._src.source_info_util`: name stacks and user contexts for re-binding equations."""
+    from jax._src import source_info_util as module
+
+    return module
+
+
+def mlir_ir() -> ModuleType:
+    """`jax._src.lib.mlir.ir`: the MLIR Python bindings bundled with jaxlib."""
+    from jax._src.lib.mlir import ir as module
+
+    return module
+
+
+def jax_mlir() -> ModuleType:
+    """`jax._src.interpreters.mlir`: IR contexts and the MLIR lowering-rule tables."""
+    from jax._src.interpreters import mlir as module
+
+    return module
+
+
+def tpu_dialect() -> ModuleType:
+    """`jax._src.lib.tpu`: registers the Mosaic TPU dialect on an MLIR context."""
+    from jax._src.lib import tpu as module
+
+    return module
+
+
+def tpu_info() -> ModuleType:
+    """`jax._src.pallas.mosaic.tpu_info`: JAX's per-chip records (VMEM, bandwidth, peaks)."""
+    from jax._src.pallas.mosaic import tpu_info as module
+
+    return module
+
+
+def mosaic_lowering() -> ModuleType:
+    """`jax._src.pallas.mosaic.lowering`: the Mosaic kernel-body lowering rules."""
+    from jax._src.pallas.mosaic import lowering as module
+
+    return module
+
+
+def interpret_pallas_call() -> ModuleType:
+    """`jax._src.pallas.mosaic.interpret.interpret_pallas_call`: TPU interpret mode."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as module
+
+    return module
+
+
+def pallas_package() -> ModuleType:
+    """`jax._src.pallas`: the package whose submodules register every Pallas lowering."""
+    import jax._src.pallas
+
+    return jax._src.pallas
+
+
+__all__ = [
+    "GUARDED",
+    "PALLAS_PACKAGE",
+    "PRIVATE_ROOT",
+    "core",
+    "interpret_pallas_call",
+    "jax_mlir",
+    "mlir_ir",
+    "mosaic_lowering",
+    "pallas_package",
+    "source_info_util",
+    "tpu_dialect",
+    "tpu_info",
+]

@@ -1,0 +1,186 @@
+"""The kernel body reader: body ops with their costs, `pl.when` branches and loops."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tools.lowered.kernel import BodyOp, Branch, Loop
+from tools.lowered.ops import Slots, attr_str, constant_value, instr, op_name
+from tools.lowered.scalar import INDEX_MAP_OPS, UNKNOWN, Instr
+from tools.lowered.types import dtype_bits, nbytes, split_shaped
+
+_FLOAT_ARITH = frozenset({
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.maximumf",
+    "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.negf", "math.absf",
+    "math.copysign", "math.floor", "math.ceil", "math.round", "math.roundeven", "math.trunc",
+    "math.fma", "arith.cmpf",
+})
+_TRANSCENDENTAL = frozenset({
+    "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.log10",
+    "math.tanh", "math.sin", "math.cos", "math.tan", "math.atan", "math.atan2", "math.sqrt",
+    "math.rsqrt", "math.powf", "math.erf", "math.erfc", "math.cbrt", "math.sinh", "math.cosh",
+    "math.asin", "math.acos", "math.asinh", "math.acosh", "math.atanh", "tpu.reciprocal",
+})
+_VPU_OTHER = frozenset({
+    "arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
+    "arith.remui", "arith.andi", "arith.ori", "arith.xori", "arith.shli", "arith.shrsi",
+    "arith.shrui", "arith.maxsi", "arith.minsi", "arith.maxui", "arith.minui", "arith.cmpi",
+    "arith.select", "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.uitofp",
+    "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "math.absi",
+    "arith.floordivsi", "arith.ceildivsi", "tpu.bitcast", "math.ctlz", "math.popcount",
+})
+_REDUCTIONS = frozenset({"vector.multi_reduction", "vector.reduction", "tpu.all_reduce"})
+# Ops that only move or reinterpret data already in vregs/VMEM: no arithmetic modelled.
+_FREE = frozenset({
+    "arith.constant", "vector.load", "vector.store", "tpu.vector_store", "tpu.load", "tpu.store",
+    "vector.broadcast", "vector.shape_cast", "vector.extract", "vector.extract_strided_slice",
+    "vector.insert", "vector.insert_strided_slice", "vector.transpose", "tpu.transpose",
+    "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
+    "memref.load", "memref.store", "tpu.iota", "tpu.concatenate", "tpu.repeat", "tpu.roll",
+    "tpu.dynamic_rotate", "tpu.rotate", "tpu.wait_dma", "tpu.wait_dma2", "tpu.sem_signal",
+    "tpu.sem_wait", "tpu.sem_read", "tpu.sem_barrier", "tpu.trace_start", "tpu.trace_stop",
+    "func.return", "scf.yield", "scf.condition", "arith.index_cast", "arith.index_castui",
+    "vector.splat", "vector.step", "tpu.broadcast_in_sublanes", "tpu.gather", "tpu.dynamic_gather",
+    "tpu.strided_load", "tpu.strided_store", "tpu.shuffled_load", "tpu.shuffled_store",
+    "tpu.masked_load", "tpu.vector_load", "tpu.device_id", "tpu.delay", "tpu.iteration_bound",
+    "tpu.program_id", "tpu.log", "tpu.assume_multiple", "tpu.erase_memref_layout",
+    "vector.create_mask", "vector.constant_mask", "tpu.create_mask", "tpu.create_subelement_mask",
+    "tpu.prng_set_seed_32", "tpu.sem_alloc", "tpu.region", "tpu.pack_subelements",
+    "tpu.unpack_subelements", "tpu.relayout", "tpu.fptosi", "tpu.sitofp",
+})
+
+
+class BodyReader:
+    """Turn the kernel body into BodyOp/Branch/Loop items plus a scalar program for conditions."""
+
+    def __init__(self, kernel_name: str, grid_args: Sequence[Any]) -> None:
+        self.kernel_name = kernel_name
+        self.slot = Slots()
+        for arg in grid_args:
+            self.slot(arg)
+        self.program: list[Instr] = []
+        self.unmodelled: set[str] = set()
+
+    def region(self, block: Any) -> tuple[Any, ...]:
+        items: list[Any] = []
+        for op in block.operations:
+            item = self.op(op)
+            if item is not None:
+                items.append(item)
+        return tuple(items)
+
+    def _blocks(self, region: Any) -> tuple[Any, ...]:
+        items: list[Any] = []
+        for block in region.blocks:
+            items.extend(self.region(block))
+        return tuple(items)
+
+    def op(self, op: Any) -> Any:
+        name = op_name(op)
+        results = op.operation.results
+        scalar_int = bool(results) and all(
+            split_shaped(str(r.type))[0] == "scalar"
+            and re.fullmatch(r"index|u?i\d+", str(r.type).strip()) is not None
+            for r in results
+        )
+        if name in INDEX_MAP_OPS and name not in {"func.return", "memref.load"} and scalar_int:
+            self.program.append(instr(op, name, self.slot))
+            return None
+        if name == "scf.if":
+            regions = op.operation.regions
+            cond = self.slot(op.operation.operands[0])
+            then = self._blocks(regions[0])
+            otherwise = self._blocks(regions[1]) if len(regions) > 1 else ()
+            return Branch(cond, then, otherwise)
+        if name == "scf.for":
+            operands = list(op.operation.operands)[:3]
+            lb, ub, step = (self._const_of(v) for v in operands)
+            trips = None
+            if lb is not None and ub is not None and step:
+                trips = max(0, -(-(ub - lb) // step))
+            bounds = tuple(self.slot(v) for v in operands)
+            return Loop(trips, self._blocks(op.operation.regions[0]), bounds)  # type: ignore[arg-type]
+        if name == "scf.while":
+            body: list[Any] = []
+            for region in op.operation.regions:
+                body.extend(self._blocks(region))
+            return Loop(None, tuple(body))
+        if name in {"scf.yield", "scf.condition", "func.return"}:
+            return None
+        if op.operation.regions and name not in {"vector.multi_reduction", "vector.contract"}:
+            nested: list[Any] = []
+            for region in op.operation.regions:
+                nested.extend(self._blocks(region))
+            self.unmodelled.add(name)
+            return Loop(1, tuple(nested)) if nested else None
+        return self._cost(op, name)
+
+    def _const_of(self, value: Any) -> int | None:
+        owner = value.owner
+        try:
+            if op_name(owner) == "arith.constant":
+                c = constant_value(owner)
+                return None if c is UNKNOWN else int(c)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        return None
+
+    def _cost(self, op: Any, name: str) -> BodyOp | None:
+        results = op.operation.results
+        shape: tuple[int, ...] = ()
+        etype = ""
+        if results:
+            _, shape, etype, _ = split_shaped(str(results[0].type))
+        elems = math.prod(shape) if shape else 1
+        if name in {"tpu.matmul", "vector.contract"}:
+            return self._matmul(op, name, shape, etype)
+        if name in _FLOAT_ARITH:
+            per = 2 if name == "math.fma" else 1
+            return BodyOp(name, shape, etype, flops=per * elems, vpu_ops=per * elems)
+        if name in _TRANSCENDENTAL:
+            return BodyOp(name, shape, etype, transcendentals=elems, vpu_ops=elems)
+        if name in _VPU_OTHER:
+            return BodyOp(name, shape, etype, vpu_ops=elems)
+        if name in _REDUCTIONS:
+            src = split_shaped(str(op.operation.operands[0].type))
+            n = math.prod(src[1]) if src[1] else 1
+            is_float = src[2].startswith(("float", "bfloat"))
+            return BodyOp(name, shape, etype, flops=n if is_float else 0, vpu_ops=n)
+        if name == "tpu.enqueue_dma":
+            src = split_shaped(str(op.operation.operands[0].type))
+            moved = nbytes(src[1], src[2]) if not src[2].startswith("!") else 0
+            return BodyOp(name, src[1], src[2], dma_bytes=moved)
+        if name in _FREE:
+            return None
+        self.unmodelled.add(name)
+        return None
+
+    def _matmul(self, op: Any, name: str, shape: tuple[int, ...], etype: str) -> BodyOp:
+        lhs = split_shaped(str(op.operation.operands[0].type))
+        rhs = split_shaped(str(op.operation.operands[1].type))
+        dims_text = attr_str(op, "dimension_numbers")
+        if dims_text:
+            groups = [
+                [int(x) for x in g.split(",") if x.strip()]
+                for g in re.findall(r"\[([^\]]*)\]", dims_text)
+            ]
+            lhs_c, _rhs_c, lhs_nc, rhs_nc = groups[0], groups[1], groups[2], groups[3]
+            lhs_b = groups[5] if len(groups) > 5 else []
+        else:
+            t_lhs = "transpose_lhs = true" in str(op.operation.attributes)
+            t_rhs = "transpose_rhs = true" in str(op.operation.attributes)
+            nl, nr = len(lhs[1]), len(rhs[1])
+            lhs_c = [nl - 2] if t_lhs else [nl - 1]
+            lhs_nc = [nl - 1] if t_lhs else [nl - 2]
+            rhs_nc = [nr - 2] if t_rhs else [nr - 1]
+            lhs_b = list(range(nl - 2))
+        k = math.prod(lhs[1][i] for i in lhs_c)
+        m = math.prod(lhs[1][i] for i in lhs_nc)
+        n = math.prod(rhs[1][i] for i in rhs_nc)
+        b = math.prod(lhs[1][i] for i in lhs_b) if lhs_b else 1
+        wider = lhs[2] if dtype_bits(lhs[2]) >= dtype_bits(rhs[2]) else rhs[2]
+        flops = 2 * b * m * n * k
+        return BodyOp(name, shape, etype, flops=flops, matmul=(b, m, n, k), matmul_dtype=wider)

@@ -1,0 +1,194 @@
+"""The kernel record: what the parent knows of one `pallas_call` and of the whole program."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tools.lowered.scalar import UNKNOWN, IndexMap, Instr, run_program
+from tools.lowered.types import MAX_GRID_STEPS, MosaicError, nbytes
+
+
+@dataclass(frozen=True)
+class Window:
+    """One blocked operand: what a grid step moves between HBM and VMEM/SMEM."""
+
+    position: int  # index in window_params (inputs first, then outputs)
+    role: str  # "input" | "output"
+    block_shape: tuple[int, ...] | None  # None: whole operand left in place (memory_space ANY)
+    dtype: str
+    memory_space: str  # "vmem" | "smem" | "any" | ...
+    array_shape: tuple[int, ...]
+    buffer_count: int  # 2 (double-buffered, the default) or 1 (pl.Buffered(1))
+    index_map: IndexMap | None  # None with a block_shape: one whole-array block (no grid)
+
+    @property
+    def block_bytes(self) -> int:
+        return 0 if self.block_shape is None else nbytes(self.block_shape, self.dtype)
+
+    @property
+    def array_bytes(self) -> int:
+        return nbytes(self.array_shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    shape: tuple[int, ...]
+    dtype: str
+    memory_space: str
+
+    @property
+    def nbytes(self) -> int:
+        if self.memory_space in {"semaphore_mem", "semaphore"} or self.dtype.startswith("!"):
+            return 0
+        return nbytes(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class BodyOp:
+    """One op of the kernel body, with the work it does each time it runs."""
+
+    name: str
+    result_shape: tuple[int, ...]
+    element_type: str
+    flops: int = 0  # float arithmetic, matmul counted 2*M*N*K
+    transcendentals: int = 0
+    vpu_ops: int = 0  # element ops on the VPU (float and int, compares, selects, converts)
+    matmul: tuple[int, int, int, int] | None = None  # (batch, M, N, K)
+    matmul_dtype: str = ""
+    dma_bytes: int = 0  # bytes a manual `tpu.enqueue_dma` moves
+
+
+@dataclass(frozen=True)
+class Branch:
+    """`scf.if`: the condition slot in the body's scalar program (None if not evaluable)."""
+
+    cond: int | None
+    then: tuple[Any, ...]
+    otherwise: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`scf.for` / `scf.while`: a constant trip count, or the slots of (lower, upper, step)
+    in the body's scalar program when the bounds are computed, or neither (data-dependent)."""
+
+    trip_count: int | None
+    body: tuple[Any, ...]
+    bounds: tuple[int, int, int] | None = None
+
+    def trips(self, env: dict[int, Any], n: int) -> np.ndarray | None:
+        """Trip count at each of `n` steps, or None when it depends on data."""
+        if self.trip_count is not None:
+            return np.full(n, self.trip_count, dtype=np.int64)
+        if self.bounds is None:
+            return None
+        lb, ub, step = (env.get(slot, UNKNOWN) for slot in self.bounds)
+        if lb is UNKNOWN or ub is UNKNOWN or step is UNKNOWN:
+            return None
+        step = np.where(np.asarray(step) == 0, 1, step)
+        trips = np.maximum(0, -((np.asarray(lb) - np.asarray(ub)) // step))
+        return np.broadcast_to(trips.astype(np.int64), (n,))
+
+
+@dataclass(frozen=True)
+class MosaicKernel:
+    name: str
+    grid: tuple[int, ...]
+    dimension_semantics: tuple[str, ...]
+    windows: tuple[Window, ...]
+    scalar_prefetch: tuple[Scratch, ...]
+    scratch: tuple[Scratch, ...]
+    body: tuple[Any, ...]  # BodyOp | Branch | Loop, in program order
+    scalar_program: tuple[Instr, ...]
+    n_grid_slots: int
+    vmem_limit_bytes: int | None  # from CompilerParams(vmem_limit_bytes=...), if set
+    unmodelled_ops: tuple[str, ...]
+    output_operand_aliases: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def grid_steps(self) -> int:
+        return math.prod(self.grid)
+
+    def steps(self) -> np.ndarray:
+        """All grid indices in execution order (last grid dimension fastest): (n_dims, n_steps)."""
+        if self.grid_steps > MAX_GRID_STEPS:
+            raise MosaicError(
+                f"kernel {self.name}: grid {self.grid} has {self.grid_steps} steps, more than "
+                f"the simulator's limit of {MAX_GRID_STEPS}"
+            )
+        if not self.grid:
+            return np.zeros((0, 1), dtype=np.int64)
+        return np.indices(self.grid, dtype=np.int64).reshape(len(self.grid), -1)
+
+    def body_ops(self) -> Iterator[BodyOp]:
+        yield from _flatten(self.body)
+
+    def scalar_env(self, steps: np.ndarray) -> dict[int, Any]:
+        """The body's scalar values (program-id arithmetic) at every step; UNKNOWN = data."""
+        slots = {i: steps[i] for i in range(min(self.n_grid_slots, steps.shape[0]))}
+        return run_program(self.scalar_program, slots)
+
+    def branch_conditions(self, steps: np.ndarray) -> dict[int, np.ndarray | None]:
+        """Each `pl.when` condition's value at every step (None where it depends on data)."""
+        env = self.scalar_env(steps)
+        n = steps.shape[1]
+        out: dict[int, np.ndarray | None] = {}
+        for item in _walk(self.body):
+            if isinstance(item, Branch) and item.cond is not None:
+                v = env.get(item.cond, UNKNOWN)
+                out[item.cond] = None if v is UNKNOWN else np.broadcast_to(np.asarray(v, bool), (n,))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready description (no evaluators) for receipts and profiles."""
+        return {
+            "name": self.name,
+            "grid": list(self.grid),
+            "dimension_semantics": list(self.dimension_semantics),
+            "windows": [
+                {
+                    "role": w.role, "block_shape": None if w.block_shape is None else list(w.block_shape),
+                    "dtype": w.dtype, "memory_space": w.memory_space,
+                    "array_shape": list(w.array_shape), "buffer_count": w.buffer_count,
+                }
+                for w in self.windows
+            ],
+            "scalar_prefetch": [[list(s.shape), s.dtype] for s in self.scalar_prefetch],
+            "scratch": [[list(s.shape), s.dtype, s.memory_space] for s in self.scratch],
+            "body_ops": sorted({op.name for op in self.body_ops()}),
+            "vmem_limit_bytes": self.vmem_limit_bytes,
+            "unmodelled_ops": list(self.unmodelled_ops),
+        }
+
+
+def _walk(items: Sequence[Any]) -> Iterator[Any]:
+    for item in items:
+        yield item
+        if isinstance(item, Branch):
+            yield from _walk(item.then)
+            yield from _walk(item.otherwise)
+        elif isinstance(item, Loop):
+            yield from _walk(item.body)
+
+
+def _flatten(items: Sequence[Any]) -> Iterator[BodyOp]:
+    for item in _walk(items):
+        if isinstance(item, BodyOp):
+            yield item
+
+
+@dataclass(frozen=True)
+class LoweredProgram:
+    """What the parent knows of a candidate: its Mosaic kernels and the XLA ops around them."""
+
+    kernels: list[MosaicKernel]
+    outside_ops: list[str]
+    outside_custom_calls: list[str] = field(default_factory=list)
+    outside_op_bytes: list[tuple[str, int]] = field(default_factory=list)  # operands + results
+    input_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+    output_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)

@@ -1,0 +1,225 @@
+"""Analytic model of the XLA baseline (the task's reference) on one chip; simulated.
+
+The kernel side and assumptions 1-6 are in :mod:`tools.performance.roofline`.
+
+XLA baseline (`reference_cost` compiles the task's reference on the host):
+7. The host's post-fusion program stands in for XLA:TPU's: flops and transcendentals from
+   its `cost_analysis()`, bytes as each launched fusion's operands + result, except that the
+   host's dtype-legalisation converts (XLA:CPU widens bf16 dot operands to f32 and narrows
+   results in separate convert fusions; TPU fuses or skips them) are transparent; the raw
+   `bytes accessed` is kept beside it. Dots (from the
+   StableHLO) run on the MXU with the same padding and dtype peaks as the kernel; the other
+   flops on the VPU and transcendentals on the EUP, overlapped; memory and compute overlap
+   across the whole program; each top-level fused kernel costs one `KERNEL_LAUNCH_S`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from tools.lowered.types import split_shaped
+from tools.performance.chips import Chip
+from tools.performance.roofline import KERNEL_LAUNCH_S, padded_matmul_flops
+
+
+class DotShape(msgspec.Struct, frozen=True):
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+
+
+class ReferenceCost(msgspec.Struct, frozen=True):
+    """The reference's post-fusion cost (assumption 7), chip-independent."""
+
+    flops: float
+    bytes_accessed: float  # launched fusions' operands + results, host-only converts removed
+    transcendentals: float
+    raw_bytes_accessed: float  # as the host's cost_analysis() reported it
+    n_kernels: int
+    dots: list[DotShape]
+    source: str = "XLA:CPU post-fusion cost_analysis()"
+
+    @property
+    def dot_flops(self) -> float:
+        return float(sum(2 * d.batch * d.m * d.n * d.k for d in self.dots))
+
+
+def reference_cost(reference_fn: Callable[..., Any], args: Sequence[Any]) -> ReferenceCost:
+    """Compile the trusted reference on the host and read its post-fusion cost."""
+    import jax
+
+    lowered = jax.jit(reference_fn).lower(*args)
+    compiled = lowered.compile()
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older jax returned one dict per computation
+        analysis = analysis[0] if analysis else {}
+    analysis = analysis or {}
+    hlo = compiled.as_text() or ""
+    entry_bytes, n_kernels = _entry_bytes(hlo)
+    raw = float(analysis.get("bytes accessed", 0.0))
+    return ReferenceCost(
+        flops=float(analysis.get("flops", 0.0)),
+        bytes_accessed=float(entry_bytes) if n_kernels else raw,
+        transcendentals=float(analysis.get("transcendentals", 0.0)),
+        raw_bytes_accessed=raw,
+        n_kernels=max(n_kernels, 1),
+        dots=_dots(lowered.as_text()),
+    )
+
+
+_HLO_BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "s64": 64, "s32": 32, "s16": 16,
+             "s8": 8, "u64": 64, "u32": 32, "u16": 16, "u8": 8, "pred": 8, "s4": 4, "u4": 4,
+             "f8e4m3fn": 8, "f8e5m2": 8}
+_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def _hlo_bytes(type_text: str) -> int:
+    total = 0
+    for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", type_text):
+        if dtype in _HLO_BITS:
+            count = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+            total += math.ceil(count * _HLO_BITS[dtype] / 8)
+    return total
+
+
+def _computation_ops(hlo: str) -> dict[str, set[str]]:
+    computations: dict[str, set[str]] = {}
+    current = None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+)\s.*\{\s*$", line)
+        if head and not line.startswith(" "):
+            current = head.group(1)
+            computations[current] = set()
+            continue
+        m = re.match(r"\s+(?:ROOT )?%?[\w.\-]+ = .*? ([\w\-]+)\(", line)
+        if current is not None and m:
+            computations[current].add(m.group(1))
+    return computations
+
+
+_INSTR = re.compile(r"\s+(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(([^)]*)\)(.*)$")
+
+
+def _entry_bytes(hlo: str) -> tuple[int, int]:
+    """(HBM bytes, launched kernels) of the ENTRY computation, host-only converts removed.
+
+    Each launched op reads its operands and writes its result. A fusion of nothing but
+    converts (XLA:CPU's dtype legalisation) is transparent: its readers read its input
+    instead, and a convert after a kernel narrows that kernel's output (TPU fuses both).
+    """
+    computations = _computation_ops(hlo)
+    entry = hlo[hlo.find("ENTRY"):] if "ENTRY" in hlo else ""
+    size: dict[str, int] = {}
+    source: dict[str, str] = {}  # transparent convert -> what it reads
+    kernels: dict[str, list[str]] = {}
+    for line in entry.splitlines()[1:]:
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        name, type_text, opcode, operand_text, rest = m.groups()
+        operands = re.findall(r"%([\w.\-]+)", operand_text)
+        size[name] = _hlo_bytes(type_text)
+        if opcode in _NOT_KERNELS:
+            continue
+        calls = re.search(r"calls=%?([\w.\-]+)", rest)
+        body = computations.get(calls.group(1), set()) if calls and opcode == "fusion" else set()
+        only_converts = opcode == "convert" or (
+            bool(body) and body <= {"parameter", "convert", "bitcast", "copy"} and "convert" in body
+        )
+        if only_converts and len(operands) == 1:
+            src = source.get(operands[0], operands[0])
+            if src in kernels:
+                size[src] = min(size[src], size[name])
+            source[name] = src
+            continue
+        kernels[name] = [source.get(o, o) for o in operands]
+    total = sum(size[k] + sum(size.get(o, 0) for o in ops) for k, ops in kernels.items())
+    return total, len(kernels)
+
+
+def _dots(stablehlo_text: str) -> list[DotShape]:
+    dots: list[DotShape] = []
+    for line in stablehlo_text.splitlines():
+        if "stablehlo.dot_general" not in line and "stablehlo.dot " not in line:
+            continue
+        sig = re.search(r":\s*\((tensor<[^>]*>),\s*(tensor<[^>]*>)\)\s*->", line)
+        if not sig:
+            continue
+        _, lhs, ldt, _ = split_shaped(sig.group(1))
+        _, rhs, rdt, _ = split_shaped(sig.group(2))
+
+        def dims(name: str, line: str = line) -> list[int]:
+            m = re.search(name + r"\s*=\s*\[([\d,\s]*)\]", line)
+            return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+
+        lb, rb = dims("batching_dims") or dims("lhs_batching_dimensions"), []
+        lc = dims("contracting_dims") or dims("lhs_contracting_dimensions")
+        pair = re.search(r"batching_dims = \[([\d, ]*)\] x \[([\d, ]*)\]", line)
+        if pair:
+            lb = [int(x) for x in pair.group(1).split(",") if x.strip()]
+            rb = [int(x) for x in pair.group(2).split(",") if x.strip()]
+        cpair = re.search(r"contracting_dims = \[([\d, ]*)\] x \[([\d, ]*)\]", line)
+        rc: list[int] = []
+        if cpair:
+            lc = [int(x) for x in cpair.group(1).split(",") if x.strip()]
+            rc = [int(x) for x in cpair.group(2).split(",") if x.strip()]
+        if not lc and len(lhs) >= 1:
+            lc, rc = [len(lhs) - 1], [0]
+        rb = rb or dims("rhs_batching_dimensions")
+        rc = rc or dims("rhs_contracting_dimensions") or [0]
+        k = math.prod(lhs[i] for i in lc)
+        batch = math.prod(lhs[i] for i in lb) if lb else 1
+        m = math.prod(s for i, s in enumerate(lhs) if i not in lc and i not in lb)
+        n = math.prod(s for i, s in enumerate(rhs) if i not in rc and i not in rb)
+        wider = ldt if _HLO_BITS.get(_short(ldt), 32) >= _HLO_BITS.get(_short(rdt), 32) else rdt
+        dots.append(DotShape(batch, m, n, k, wider))
+    return dots
+
+
+def _short(dtype: str) -> str:
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64",
+            "int8": "s8", "int32": "s32"}.get(dtype, dtype)
+
+
+class BaselineEstimate(msgspec.Struct, frozen=True):
+    latency_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    flops: float
+    bytes_accessed: float
+    matmul_padded_flops: float
+    bound: str
+
+
+def estimate_baseline(cost: ReferenceCost, chip: Chip) -> BaselineEstimate:
+    """Simulated XLA latency of the reference on `chip` (assumption 7)."""
+    mxu_s = 0.0
+    padded = 0.0
+    for d in cost.dots:
+        p = padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
+        padded += p
+        mxu_s += p / chip.matmul_peak(d.dtype)
+    other = max(cost.flops - cost.dot_flops, 0.0)
+    compute = max(mxu_s, other / chip.vpu_ops_per_s, cost.transcendentals / chip.transcendentals_per_s)
+    memory = cost.bytes_accessed / chip.hbm_bytes_per_s
+    overhead = cost.n_kernels * KERNEL_LAUNCH_S
+    latency = max(compute, memory) + overhead
+    bound = max((("memory", memory), ("compute", compute), ("overhead", overhead)), key=lambda kv: kv[1])[0]
+    return BaselineEstimate(latency, compute, memory, overhead, cost.flops, cost.bytes_accessed, padded, bound)
+
+
+__all__ = [
+    "BaselineEstimate",
+    "DotShape",
+    "ReferenceCost",
+    "estimate_baseline",
+    "reference_cost",
+]
