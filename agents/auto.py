@@ -58,6 +58,7 @@ from eventstore.events import (
     TuningSwept,
     WinnerVerified,
 )
+from kernelgraph.errors import KernelgraphError
 
 log = logging.getLogger("kernelgraph.agents")
 
@@ -68,7 +69,7 @@ FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "Unknow
 """Failures no other iteration can avoid: the run ends instead of planning again."""
 
 
-class RunAborted(Exception):
+class RunAborted(KernelgraphError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason

@@ -19,13 +19,14 @@ from nats.js.errors import NotFoundError
 
 from bus import subjects
 from bus.server import DEFAULT_MAX_PAYLOAD
+from kernelgraph.errors import KernelgraphError
 
 
-class ArtifactTooLarge(ValueError):
+class ArtifactTooLarge(KernelgraphError, ValueError):
     """An artifact above the server's max_payload cannot travel as one message."""
 
 
-class ArtifactNotFound(KeyError):
+class ArtifactNotFound(KernelgraphError, KeyError):
     """No artifact with that hash on the bus (never published, or older than the stream keeps)."""
 
 

@@ -22,9 +22,10 @@ from bus.codec import EventDecodeError, decode_event, encode
 from bus.commands import Command
 from bus.streams import BusSettings, ensure_streams
 from eventstore.events import AgentFailed, Event
+from kernelgraph.errors import KernelgraphError
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(KernelgraphError, RuntimeError):
     """The agent gave up on the command (it published AgentFailed)."""
 
     def __init__(self, failure: AgentFailed) -> None:

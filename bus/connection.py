@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import nats
 from nats.aio.client import Client as NATS
 
+from kernelgraph.errors import KernelgraphError
+
 log = logging.getLogger("kernelgraph.bus")
 
 URL_ENV = "KG_NATS_URL"
@@ -28,7 +30,7 @@ PASSWORD_ENV = "KG_NATS_PASSWORD"
 CREDS_ENV = "KG_NATS_CREDS"
 
 
-class BusConfigError(ValueError):
+class BusConfigError(KernelgraphError, ValueError):
     """A NATS URL or credential setting that cannot work; the message says which and why."""
 
 

@@ -15,9 +15,10 @@ from bus.commands import Command, Ping
 from bus.registry import register
 from bus.service import Service
 from eventstore.events import Event, PingAnswered
+from kernelgraph.errors import KernelgraphError
 
 
-class EchoError(RuntimeError):
+class EchoError(KernelgraphError, RuntimeError):
     """Raised on purpose when a Ping asks for an error."""
 
 

@@ -19,9 +19,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from bus import subjects
+from kernelgraph.errors import KernelgraphError
 
 
-class PublishError(RuntimeError):
+class PublishError(KernelgraphError, RuntimeError):
     """JetStream refused the message (no stream for the subject, limits, wrong sequence...)."""
 
 

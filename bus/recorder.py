@@ -41,6 +41,7 @@ from bus.pull import PullConsumer
 from bus.streams import BusSettings, ensure_streams, reset_recorder_consumers
 from eventstore.events import Event, MessageDeadLettered
 from eventstore.log import EventLog
+from kernelgraph.errors import KernelgraphError
 
 log = logging.getLogger("kernelgraph.recorder")
 
@@ -67,7 +68,7 @@ class RecorderStats:
         return asdict(self)
 
 
-class RecorderError(RuntimeError):
+class RecorderError(KernelgraphError, RuntimeError):
     """The log refused a batch several times over; the recorder stops rather than spin."""
 
 

@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeVar
 
+from kernelgraph.errors import KernelgraphError
+
 if TYPE_CHECKING:
     from bus.service import Service
 
@@ -25,7 +27,7 @@ S = TypeVar("S", bound="type[Service]")
 _agents: dict[str, type[Service]] = {}
 
 
-class UnknownAgent(KeyError):
+class UnknownAgent(KernelgraphError, KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
 

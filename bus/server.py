@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from kernelgraph.errors import KernelgraphError
+
 BIN_ENV = "KG_NATS_SERVER_BIN"
 DEFAULT_MAX_PAYLOAD = 8 * 1024 * 1024
 """Artifacts (kernel sources, plans, profiles) travel as single messages; 8 MiB bounds them."""
@@ -33,7 +35,7 @@ DEFAULT_MAX_PAYLOAD = 8 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
 
 
-class NatsServerError(RuntimeError):
+class NatsServerError(KernelgraphError, RuntimeError):
     """The embedded server could not be found, started or reached."""
 
 

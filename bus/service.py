@@ -50,6 +50,7 @@ from bus.publisher import JetStreamPublisher
 from bus.pull import PullConsumer
 from bus.streams import BusSettings, ensure_agent_consumer, ensure_streams
 from eventstore.events import AgentFailed, Event, MessageDeadLettered
+from kernelgraph.errors import KernelgraphError
 
 log = logging.getLogger("kernelgraph.bus")
 
@@ -58,7 +59,7 @@ E = TypeVar("E", bound=Event)
 _MAX_ERROR_CHARS = 4000
 
 
-class PermanentError(Exception):
+class PermanentError(KernelgraphError):
     """The command cannot succeed however often it is retried: fail it now."""
 
 

@@ -57,9 +57,9 @@ class BusSettings:
 
     def __post_init__(self) -> None:
         if self.ack_wait_s <= 0:
-            raise ValueError(f"ack_wait_s={self.ack_wait_s} must be > 0")
+            raise BusConfigError(f"ack_wait_s={self.ack_wait_s} must be > 0")
         if self.max_deliver < 1:
-            raise ValueError(f"max_deliver={self.max_deliver} must be >= 1")
+            raise BusConfigError(f"max_deliver={self.max_deliver} must be >= 1")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> BusSettings:

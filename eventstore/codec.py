@@ -6,6 +6,7 @@ import msgspec
 
 from eventstore.events import _CURRENT_VERSIONS, EVENT_TYPES_BY_NAME, AnyEvent, Event
 from eventstore.upcasting import upcast
+from kernelgraph.errors import KernelgraphError
 
 _encoder = msgspec.json.Encoder()
 _typed = msgspec.json.Decoder(AnyEvent)
@@ -13,7 +14,7 @@ _untyped = msgspec.json.Decoder()
 _current_by_class = {cls: _CURRENT_VERSIONS[name] for name, cls in EVENT_TYPES_BY_NAME.items()}
 
 
-class EventDecodeError(ValueError):
+class EventDecodeError(KernelgraphError, ValueError):
     """Bytes that are not a kernelgraph event this version can read."""
 
 

@@ -23,6 +23,7 @@ import msgspec
 
 from eventstore.codec import EventDecodeError, decode_event
 from eventstore.events import EVENT_TYPES_BY_NAME, Event
+from kernelgraph.errors import KernelgraphError
 
 FORMAT_NAME = "kernelgraph-log"
 SCHEMA_VERSION = 1
@@ -121,7 +122,7 @@ ORDER BY it.run_id;
 """
 
 
-class LogError(Exception):
+class LogError(KernelgraphError):
     """Base for every error a user can get from opening or reading a log."""
 
 

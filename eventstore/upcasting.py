@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kernelgraph.errors import KernelgraphError
+
 Body = dict[str, Any]
 Upcaster = Callable[[Body], Body]
 
 _UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 
 
-class UpcastError(ValueError):
+class UpcastError(KernelgraphError, ValueError):
     """An old event has no path to the current schema."""
 
 

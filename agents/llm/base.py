@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from kernelgraph.errors import KernelgraphError
+
 Purpose = Literal["plan", "implement", "fix", "inputs"]
 
 PROVIDERS_GROUP = "kernelgraph.providers"
@@ -68,7 +70,7 @@ class LlmResponse(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: float = 0.0
 
 
-class ProviderError(Exception):
+class ProviderError(KernelgraphError):
     """The provider cannot answer at all (no key, a rejected key, no such model): fail now."""
 
 

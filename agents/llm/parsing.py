@@ -10,11 +10,12 @@ import ast
 import re
 
 from agents.llm.base import PLAN_SECTIONS
+from kernelgraph.errors import KernelgraphError
 
 _FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
 
-class MalformedAnswer(ValueError):
+class MalformedAnswer(KernelgraphError, ValueError):
     """The answer cannot be used as it stands; the message says why, for the re-ask."""
 
 
