@@ -125,15 +125,20 @@ def up(
     server stops (a second Ctrl-C stops at once; unfinished commands are redelivered later).
     """
     from bus.streams import BusSettings
+    from kernelgraph.errors import KernelgraphError
     from kernelgraph.runtime import Runtime, RuntimeConfig, parse_concurrency
 
     try:
+        per_agent = parse_concurrency(concurrency or [])
+    except ValueError as exc:  # a malformed --concurrency AGENT=N
+        fail(str(exc))
+    try:
         config = RuntimeConfig(
             db_path=db, nats_url=nats, nats_dir=nats_dir, agents=agent or None,
-            concurrency=parse_concurrency(concurrency or []), default_concurrency=workers,
+            concurrency=per_agent, default_concurrency=workers,
             settings=BusSettings.from_env(),
         )
-    except ValueError as exc:  # BusConfigError is one
+    except KernelgraphError as exc:  # BusConfigError: a bad --nats or KG_BUS_* setting
         fail(str(exc))
     _setup_logging(verbose, rich_console=None if json else err_console)
 

@@ -54,11 +54,9 @@ def tune(
     when at least one configuration passed."""
     _check_paths(task, candidate)
     _check_target(target)
-    from tools.correctness.testsuite import SuiteError
+    from kernelgraph.errors import KernelgraphError
     from tools.inputs.candidate import CandidateError, read_candidate
-    from tools.inputs.tasks import TaskError
     from tools.performance.autotune import autotune
-    from tools.performance.executors import TargetUnavailable
 
     try:
         total = read_candidate(candidate).num_configs
@@ -78,7 +76,7 @@ def tune(
 
             result = autotune(task, candidate, target=target, budget_configs=budget_configs,
                               budget_s=budget_s, workers=workers, on_row=on_row)
-    except (TaskError, CandidateError, SuiteError, TargetUnavailable, ValueError) as exc:
+    except KernelgraphError as exc:  # TaskError, CandidateError, SuiteError, TargetUnavailable, ...
         fail(str(exc))
     except ImportError as exc:
         fail(f"the evaluator is not available: {exc}")
@@ -123,9 +121,7 @@ def profile(
     0 only when the candidate passed verification."""
     _check_paths(task, candidate)
     _check_target(target)
-    from tools.inputs.candidate import CandidateError
-    from tools.inputs.tasks import TaskError
-    from tools.performance.executors import TargetUnavailable
+    from kernelgraph.errors import KernelgraphError
     from tools.performance.profile import render, summarize
 
     chosen = parse_config(config or [])
@@ -134,7 +130,7 @@ def profile(
     with console.status(f"evaluating {candidate.name} on {target}", spinner="dots") if not json else contextlib.nullcontext():
         try:
             verdict = evaluate(task, candidate, config=chosen, target=target)
-        except (TaskError, CandidateError, TargetUnavailable, ValueError) as exc:
+        except KernelgraphError as exc:  # TaskError, CandidateError, TargetUnavailable, ...
             fail(str(exc))
     measurement = getattr(verdict, "measurement", None)
     if measurement is None:

@@ -50,9 +50,8 @@ def verify(
     for label, path in (("task", task), ("candidate", candidate)):
         if not path.is_file():
             fail(f"{path}: no such {label} file")
-    from tools.correctness.testsuite import SuiteError
-    from tools.inputs.tasks import TaskError
-    from tools.performance.executors import TARGETS, TargetUnavailable
+    from kernelgraph.errors import KernelgraphError
+    from tools.performance.executors import TARGETS
     from tools.sandbox.launcher import Limits
     from tools.verification.receipts import write_receipt
     from tools.verification.verify import evaluate
@@ -66,7 +65,7 @@ def verify(
         try:
             verdict = evaluate(task, candidate, config=parse_config(config or []),
                                target=target, limits=limits)
-        except (TaskError, SuiteError, TargetUnavailable, ValueError) as exc:
+        except KernelgraphError as exc:  # TaskError, SuiteError, CandidateError, TargetUnavailable, ...
             fail(str(exc))
     if receipt_out is not None:
         write_receipt(verdict.receipt, receipt_out)
