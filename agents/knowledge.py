@@ -9,10 +9,18 @@ log = logging.getLogger("kernelgraph.agents")
 
 
 def retrieve(query: str, *, limit: int = 4, cutoff_ts: float | None = None) -> list[str]:
-    """Snippets for a prompt; lessons recorded after `cutoff_ts` are left out."""
-    from tools.knowledge import shared_store
+    """Snippets for a prompt; lessons recorded after `cutoff_ts` are left out.
 
-    hits = shared_store().search(query, limit=limit, before_ts=cutoff_ts)
+    Retrieval is an aid: a store that cannot be opened gives no snippets, not a failure.
+    """
+    try:
+        from tools.knowledge import shared_store
+
+        hits = shared_store().search(query, limit=limit, before_ts=cutoff_ts)
+    except Exception as exc:
+        log.warning("knowledge retrieval failed (%s: %s); planning without it",
+                    type(exc).__name__, exc)
+        return []
     return [f"[{h.kind}] {h.title}: {h.text.strip()}" for h in hits]
 
 

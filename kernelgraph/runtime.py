@@ -31,8 +31,19 @@ from bus.service import Service
 from bus.streams import BusSettings, ensure_streams
 from eventstore.log import EventLog
 
-AGENT_MODULES: tuple[str, ...] = ()
-"""Modules that define (and `@register`) agent services; each agent issue adds its module."""
+AGENT_MODULES: tuple[str, ...] = (
+    "agents.test_synth",
+    "agents.baseline",
+    "agents.planner",
+    "agents.implementer",
+    "agents.fixer",
+    "agents.executor",
+    "agents.autotuner",
+    "agents.profiler",
+    "agents.verifier",
+    "agents.auto",
+)
+"""Modules that define (and `@register`) agent services."""
 
 
 @dataclass

@@ -116,8 +116,14 @@ def provider_names() -> list[str]:
 
 
 def provider_class(name: str) -> type[Provider]:
+    """A built-in, an entry point of the `kernelgraph.providers` group, or `module:Class`."""
     if name in _BUILTIN:
         return _load(_BUILTIN[name])
+    if ":" in name:
+        try:
+            return _load(name)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownProvider(f"provider {name!r} cannot be loaded: {exc}") from None
     for ep in importlib.metadata.entry_points(group=PROVIDERS_GROUP):
         if ep.name == name:
             return _load(ep.value)

@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.buscmds",
     "kernelgraph.cli.perfcmds",
     "kernelgraph.cli.verifycmds",
+    "kernelgraph.cli.runcmds",
 )
 
 

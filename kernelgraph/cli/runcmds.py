@@ -1,0 +1,306 @@
+"""`kernelgraph search` and `kernelgraph submit`: a kernel request, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kernelgraph.cli.app import app, emit_json, err_console, fail
+from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
+
+ProviderOpt = Annotated[str, typer.Option(
+    "--provider", help="Who writes plans and kernels: offline (deterministic, no LLM), gemini "
+    "(needs GEMINI_API_KEY), replay (the answers of a recorded run), or an installed plug-in.")]
+TargetOpt = Annotated[str, typer.Option(
+    "--target", help="sim-tpu-v6e|sim-tpu-v5e|sim-tpu-v7 (simulated figures), tpu or gpu (a device).")]
+IterOpt = Annotated[int, typer.Option("--iterations", min=1, help="Auto iterations (plan .. profile).")]
+FixOpt = Annotated[int, typer.Option("--fix-rounds", min=0, help="Fix attempts per compile failure.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the provider's choices.")]
+TuneOpt = Annotated[int, typer.Option("--tune-budget", min=1, help="Configurations timed per autotune.")]
+HintOpt = Annotated[str, typer.Option("--hint", help="A strategy hint for the planner.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", envvar="KG_GEMINI_MODEL", help="The Gemini model (gemini provider).", show_default=False)]
+ReplayOpt = Annotated[Path | None, typer.Option(
+    "--replay-from", help="The log whose answers the replay provider repeats.", show_default=False)]
+ReplayRunOpt = Annotated[str | None, typer.Option(
+    "--replay-run", help="The recorded run to replay (needed when the log holds several).",
+    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+
+
+def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds: int, seed: int,
+             tune_budget: int, hint: str, model: str | None, replay_from: Path | None,
+             replay_run: str | None) -> Any:
+    from kernelgraph.client import KernelRequest
+
+    options: dict[str, Any] = {}
+    if model:
+        options["model"] = model
+    if provider == "replay":
+        if replay_from is None:
+            fail("--provider replay needs --replay-from LOG (the recorded run's log)")
+        options["replay_from"] = str(replay_from.resolve())
+        if replay_run:
+            options["replay_run"] = replay_run
+    cutoff = _replay_cutoff(replay_from, replay_run) if provider == "replay" else None
+    return KernelRequest(task=task, target=target, provider=provider, provider_options=options,
+                         iterations=iterations, fix_rounds=fix_rounds, seed=seed,
+                         tune_budget=tune_budget, hint=hint, knowledge_cutoff_ts=cutoff)
+
+
+def _replay_cutoff(log_path: Path | None, run_id: str | None) -> float | None:
+    """A replayed run retrieves the knowledge the recorded one could see, no more."""
+    from eventstore.log import EventLog
+
+    if log_path is None:
+        return None
+    with EventLog(log_path, read_only=True) as log:
+        for event in log.events(types=["RunRequested"]):
+            if run_id is None or event.run_id == run_id:
+                return event.ts
+    return None
+
+
+class Progress:
+    """One line per phase result on stderr: iteration, phase, outcome, best so far."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.best: float | None = None
+        self.started = time.monotonic()
+
+    def __call__(self, event: Any) -> None:
+        line = self.describe(event)
+        if line and not self.quiet:
+            elapsed = time.monotonic() - self.started
+            err_console.print(f"[dim]{elapsed:6.1f}s[/] {line}", highlight=False, soft_wrap=True)
+
+    def describe(self, e: Any) -> str | None:
+        kind = e.type_name
+        it = f"[it {getattr(e, 'iteration', 0)}]"
+        if kind == "TestSuiteFrozen":
+            return f"suite frozen: {e.n_cases} cases, sha256 {e.suite_sha256[:12]}"
+        if kind == "BaselineMeasured":
+            return f"XLA baseline: {e.latency_s:.3e} s ({e.measured_on})"
+        if kind == "PlanProposed":
+            return f"{it} plan: {e.summary}" + (" (no kernel will pay off)" if e.no_gain else "")
+        if kind == "KernelWritten":
+            return f"{it} kernel written ({e.code_sha256[:12]})"
+        if kind == "CompileChecked":
+            return f"{it} compile {'ok' if e.ok else 'FAILED'} (attempt {e.attempt})" + (
+                "" if e.ok else f": {e.diagnostics[0].get('message', '')[:120]}" if e.diagnostics else "")
+        if kind == "FixAttempted":
+            return f"{it} fix round {e.attempt}: {e.error[:100]}"
+        if kind == "TestsRun":
+            verdict = "pass" if e.passed else f"FAIL ({e.n_failed}/{e.n_cases} cases)"
+            return f"{it} tests {verdict}" + (f", speedup {e.speedup:.2f}x ({e.measured_on})"
+                                              if e.passed and e.speedup else "")
+        if kind == "TuningSwept":
+            return f"{it} autotune: {e.configs_tried} configs, best {e.best_config}" + (
+                f" at {e.best_speedup:.2f}x" if e.best_speedup else "")
+        if kind == "ProfileCaptured":
+            return f"{it} profile: {e.bound}-bound; next lever: {e.top_lever[:100]}"
+        if kind == "IterationFinished":
+            if e.valid and e.speedup is not None:
+                self.best = max(self.best or 0.0, e.speedup)
+            best = f"best so far {self.best:.2f}x" if self.best else "no valid kernel yet"
+            outcome = f"valid, {e.speedup:.2f}x" if e.valid and e.speedup else (
+                f"failed in {e.failed_phase}" if e.failed_phase else "ended")
+            return f"{it} done: {outcome}; {best}"
+        if kind == "WinnerVerified":
+            return f"winner re-verified: {e.verdict}" + (f", {e.speedup:.2f}x ({e.measured_on})"
+                                                         if e.speedup else "")
+        if kind == "AgentFailed":
+            return f"[red]{e.agent} gave up on {e.command_type}:[/] {e.error[:160]}"
+        if kind == "RunFinished":
+            return f"run {e.status}" + (f": {e.reason[:200]}" if e.reason else "")
+        return None
+
+
+async def _write_winner(nc: Any, result: Any, db: Path, task_name: str) -> tuple[Path | None, Path | None]:
+    """The winner's source and receipt next to the log: DB.winners/<task>-<run>.py (.json)."""
+    from kernelgraph.client import fetch_text
+
+    if result.code_sha256 is None or not result.verified:
+        return None, None
+    folder = db.parent / f"{db.name}.winners"
+    folder.mkdir(parents=True, exist_ok=True)
+    kernel = folder / f"{task_name}-{result.run_id}.py"
+    kernel.write_text(await fetch_text(nc, result.code_sha256))
+    receipt = None
+    if result.receipt_sha256:
+        receipt = folder / f"{task_name}-{result.run_id}.receipt.json"
+        receipt.write_text(await fetch_text(nc, result.receipt_sha256))
+    return kernel, receipt
+
+
+def _summary(result: Any, run: Any, kernel: Path | None, receipt: Path | None, wall_s: float) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "task": run.task_name,
+        "status": result.status,
+        "reason": result.reason,
+        "best": {
+            "node_id": result.best_node_id,
+            "speedup": result.speedup,
+            "measured_on": result.measured_on,
+            "verified": result.verified,
+            "kernel_path": str(kernel) if kernel else None,
+            "receipt_path": str(receipt) if receipt else None,
+            "receipt_sha256": result.receipt_sha256,
+            "config": result.config,
+        },
+        "nodes": result.nodes,
+        "wall_s": round(wall_s, 2),
+    }
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    best = summary["best"]
+    out = sys.stdout
+    out.write(f"run {summary['run_id']} ({summary['task']}): {summary['status']}\n")
+    if best["verified"]:
+        label = "simulated" if best["measured_on"] == "simulated" else "measured"
+        out.write(f"winner: {best['kernel_path']}  config {best['config']}\n")
+        out.write(f"speedup ({label}): {best['speedup']:.2f}x over the XLA baseline; "
+                  f"re-verified, receipt {best['receipt_path']}\n")
+    else:
+        out.write(f"no verified kernel: {summary['reason']}\n")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from kernelgraph.cli.buscmds import _user_errors as bus_errors
+    from kernelgraph.client import RequestError
+    from tools import api
+
+    return (*bus_errors(), RequestError, api.TaskError)
+
+
+@app.command(rich_help_panel="Search")
+def search(
+    task: Annotated[Path, typer.Argument(help="A task file (tasks/rmsnorm.py) or a JAXBench baseline.py.")],
+    provider: ProviderOpt = "offline",
+    target: TargetOpt = "sim-tpu-v6e",
+    db: Annotated[Path, typer.Option("--db", help="The event log (created if missing).")] = DEFAULT_DB,
+    iterations: IterOpt = 5,
+    fix_rounds: FixOpt = 4,
+    seed: SeedOpt = 0,
+    tune_budget: TuneOpt = 8,
+    hint: HintOpt = "",
+    model: ModelOpt = None,
+    replay_from: ReplayOpt = None,
+    replay_run: ReplayRunOpt = None,
+    nats: NatsOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Turn TASK's reference into a verified Pallas kernel: one Auto trajectory.
+
+    Without --nats everything runs in this process: an embedded nats-server, the recorder
+    writing --db, and every agent. Progress goes to stderr; at the end the verified winner
+    and its receipt are written next to the log (DB.winners/) and summarised. Figures from
+    sim-* targets are simulated (a roofline model), never measured.
+
+    Exit status: 0 a verified kernel; 1 the run ended without one; 2 bad input.
+    """
+    from bus.connection import connect
+    from kernelgraph.client import check_request, submit, wait
+    from kernelgraph.runtime import Runtime, RuntimeConfig
+
+    request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
+                       model, replay_from, replay_run)
+    progress = Progress(quiet=quiet)
+
+    async def main() -> dict[str, Any]:
+        started = time.monotonic()
+        await asyncio.to_thread(check_request, request)
+        if nats is None:
+            config = RuntimeConfig(db_path=db, concurrency={"executor": 2, "verifier": 1})
+            async with Runtime(config) as runtime:
+                assert runtime.client is not None
+                nc = runtime.client.nc
+                run = await submit(nc, request)
+                result = await wait(nc, run.run_id, on_event=progress)
+                kernel, receipt = await _write_winner(nc, result, db, run.task_name)
+        else:
+            nc = await connect(nats, name="kernelgraph-search")
+            try:
+                run = await submit(nc, request)
+                result = await wait(nc, run.run_id, on_event=progress)
+                kernel, receipt = await _write_winner(nc, result, db, run.task_name)
+            finally:
+                await nc.drain()
+        return _summary(result, run, kernel, receipt, time.monotonic() - started)
+
+    try:
+        summary = asyncio.run(main())
+    except _user_errors() as exc:
+        fail(str(exc))
+    if json_out:
+        emit_json(summary)
+    else:
+        _print_summary(summary)
+    raise typer.Exit(0 if summary["best"]["verified"] else 1)
+
+
+@app.command(rich_help_panel="Search")
+def submit(
+    task: Annotated[Path, typer.Argument(help="A task file.")],
+    nats: NatsOpt = None,
+    provider: ProviderOpt = "offline",
+    target: TargetOpt = "sim-tpu-v6e",
+    iterations: IterOpt = 5,
+    fix_rounds: FixOpt = 4,
+    seed: SeedOpt = 0,
+    tune_budget: TuneOpt = 8,
+    hint: HintOpt = "",
+    model: ModelOpt = None,
+    wait_end: Annotated[bool, typer.Option("--wait", help="Follow the run to its end.")] = False,
+    db: Annotated[Path | None, typer.Option(
+        "--winner-dir", help="With --wait: write the winner next to this log path.",
+        show_default=False)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Publish a kernel request to a running deployment (`kernelgraph up`, compose) and print
+    its run id; with --wait, follow it to the end like `search`."""
+    from bus.connection import connect
+    from kernelgraph.client import submit as submit_request
+    from kernelgraph.client import wait
+
+    if nats is None:
+        fail("submit needs --nats URL (or KG_NATS_URL): the deployment to send the request to")
+    request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
+                       model, None, None)
+
+    async def main() -> dict[str, Any]:
+        started = time.monotonic()
+        nc = await connect(nats, name="kernelgraph-submit")
+        try:
+            run = await submit_request(nc, request)
+            if not wait_end:
+                return {"run_id": run.run_id, "task": run.task_name, "root_node_id": run.root_node_id}
+            if not json_out:
+                err_console.print(f"run {run.run_id} submitted; following it", highlight=False)
+            result = await wait(nc, run.run_id, on_event=Progress(quiet=json_out))
+            kernel, receipt = (await _write_winner(nc, result, db, run.task_name)) if db else (None, None)
+            return _summary(result, run, kernel, receipt, time.monotonic() - started)
+        finally:
+            await nc.drain()
+
+    try:
+        summary = asyncio.run(main())
+    except _user_errors() as exc:
+        fail(str(exc))
+    if json_out:
+        emit_json(summary)
+    elif not wait_end:
+        sys.stdout.write(summary["run_id"] + "\n")
+    else:
+        _print_summary(summary)
+    if wait_end:
+        raise typer.Exit(0 if summary["best"]["verified"] else 1)

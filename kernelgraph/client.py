@@ -1,0 +1,181 @@
+"""Publishing a kernel request and following it: the Python face of `search` and `submit`.
+
+```python
+async with await kernelgraph.client.connect_bus("nats://127.0.0.1:4222") as nc:
+    run = await submit(nc, KernelRequest(task=Path("tasks/rmsnorm.py")))
+    result = await wait(nc, run.run_id)          # RunResult: status, best node, speedup
+```
+
+A request is two messages: the task source as an artifact and a `RunRequested` event
+(the run's root node), then a `StartRun` command for the Auto orchestrator. Both carry
+deterministic ids derived from the run id, so submitting the same request twice queues it
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js.api import DeliverPolicy
+
+from agents.commands import StartRun
+from bus import artifacts, subjects
+from bus.codec import EventDecodeError, decode_event, derived_event_id, encode
+from eventstore.events import (
+    Event,
+    NodeEvaluated,
+    RunFinished,
+    RunRequested,
+    WinnerVerified,
+    new_event_id,
+)
+from kernelgraph.errors import KernelgraphError
+from tools import api
+
+DEFAULT_PROVIDER = "offline"
+
+
+class RequestError(KernelgraphError, ValueError):
+    """A kernel request that cannot be sent as it stands (bad task file, bad settings)."""
+
+
+@dataclass(frozen=True)
+class KernelRequest:
+    task: Path
+    target: str = api.DEFAULT_TARGET
+    provider: str = DEFAULT_PROVIDER
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    iterations: int = 5
+    fix_rounds: int = 4
+    seed: int = 0
+    tune_budget: int | None = 8
+    hint: str = ""
+    knowledge_cutoff_ts: float | None = None
+
+
+@dataclass(frozen=True)
+class SubmittedRun:
+    run_id: str
+    root_node_id: str
+    task_name: str
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    reason: str
+    best_node_id: str | None
+    speedup: float | None
+    measured_on: str | None
+    verified: bool
+    receipt_sha256: str | None
+    code_sha256: str | None
+    config: dict[str, Any]
+    nodes: int
+
+
+def check_request(request: KernelRequest) -> api.Task:
+    """Load the task (trusted, validated) and check the settings before anything is sent."""
+    if request.iterations < 1:
+        raise RequestError(f"iterations={request.iterations} must be at least 1")
+    if request.fix_rounds < 0:
+        raise RequestError(f"fix_rounds={request.fix_rounds} must be at least 0")
+    if request.target not in api.TARGETS:
+        raise RequestError(f"unknown target {request.target!r}; known: {', '.join(api.TARGETS)}")
+    from agents.llm.base import UnknownProvider, provider_class
+
+    try:
+        provider_class(request.provider)
+    except UnknownProvider as exc:
+        raise RequestError(str(exc)) from None
+    return api.load_task(request.task)
+
+
+async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None) -> SubmittedRun:
+    """Publish the request (task artifact, RunRequested, StartRun); returns its run id."""
+    task = await asyncio.to_thread(check_request, request)
+    source = request.task.read_bytes()
+    run_id = run_id or new_event_id()
+    js = nc.jetstream()
+    (task_sha,) = await artifacts.publish_artifacts(js, [(source, "task")],
+                                                   max_payload=nc.max_payload)
+    now = time.time()
+    root = derived_event_id(f"{run_id}/root", 0, fallback_ms=int(now * 1000))
+    budget = {"iterations": request.iterations, "fix_rounds": request.fix_rounds,
+              "tune_budget": request.tune_budget}
+    requested = RunRequested(
+        event_id=derived_event_id(f"{run_id}/request", 0, fallback_ms=int(now * 1000)),
+        run_id=run_id, ts=now, producer="kernelgraph-client@1", node_id=root,
+        task_name=task.name, task_sha256=task_sha, policy="auto", target=request.target,
+        provider=request.provider, budget=budget, seed=request.seed,
+        policy_params={"hint": request.hint} if request.hint else {})
+    await js.publish(subjects.event_subject(run_id, requested.type_name), encode(requested),
+                     headers={subjects.MSG_ID_HEADER: requested.event_id})
+    start = StartRun(
+        command_id=derived_event_id(f"{run_id}/start", 0, fallback_ms=int(now * 1000)),
+        run_id=run_id, ts=now, node_id=root, causation_id=requested.event_id,
+        task_sha256=task_sha, task_file=request.task.name, task_name=task.name,
+        target_name=request.target, provider=request.provider,
+        provider_options=dict(request.provider_options), iterations=request.iterations,
+        fix_rounds=request.fix_rounds, seed=request.seed, tune_budget=request.tune_budget,
+        hint=request.hint, knowledge_cutoff_ts=request.knowledge_cutoff_ts or now)
+    await js.publish(subjects.command_subject("auto"), encode(start),
+                     headers={subjects.MSG_ID_HEADER: start.command_id})
+    return SubmittedRun(run_id=run_id, root_node_id=root, task_name=task.name)
+
+
+async def follow(nc: NATS, run_id: str) -> AsyncIterator[Event]:
+    """Every event of the run, from its first, until (and including) RunFinished."""
+    js = nc.jetstream()
+    sub = await js.subscribe(subjects.run_events_subject(run_id), ordered_consumer=True,
+                             deliver_policy=DeliverPolicy.ALL)
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=None)
+            try:
+                event = decode_event(msg.data)
+            except EventDecodeError:
+                continue
+            yield event
+            if isinstance(event, RunFinished):
+                return
+    finally:
+        await sub.unsubscribe()
+
+
+async def wait(nc: NATS, run_id: str, *, on_event: Callable[[Event], None] | None = None,
+               timeout: float | None = None) -> RunResult:
+    """Follow the run to its end and summarise it."""
+    evaluated: dict[str, NodeEvaluated] = {}
+    verified: WinnerVerified | None = None
+    async with asyncio.timeout(timeout):
+        async for event in follow(nc, run_id):
+            if on_event is not None:
+                on_event(event)
+            if isinstance(event, NodeEvaluated) and event.node_id:
+                evaluated[event.node_id] = event
+            elif isinstance(event, WinnerVerified):
+                verified = event
+            elif isinstance(event, RunFinished):
+                best = evaluated.get(event.best_node_id or "")
+                return RunResult(
+                    run_id=run_id, status=event.status, reason=event.reason,
+                    best_node_id=event.best_node_id, speedup=event.speedup,
+                    measured_on=event.measured_on if event.best_node_id else None,
+                    verified=bool(verified and verified.verdict == "pass" and event.best_node_id),
+                    receipt_sha256=event.receipt_sha256,
+                    code_sha256=best.code_sha256 if best else None,
+                    config=dict(best.tunables) if best else {}, nodes=len(evaluated))
+    raise AssertionError("unreachable")
+
+
+async def fetch_text(nc: NATS, sha256: str) -> str:
+    data, _ = await artifacts.fetch_artifact(nc.jetstream(), sha256)
+    return data.decode()

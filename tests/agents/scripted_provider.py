@@ -1,0 +1,95 @@
+"""A provider that follows a script, so a test decides what each iteration's kernel is.
+
+Used as `--provider scripted_provider:ScriptedProvider` with `provider_options={"script":
+NAME}`. Kernels are RMSNorm row-tiled Pallas kernels (for tests/evaltasks/rmsnorm_small.py)
+that are broken, wrong, or right with a chosen block size, so the simulated latency orders
+them: fewer, larger blocks are cheaper.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from agents.llm.base import PLAN_SECTIONS, LlmRequest, LlmResponse, Provider
+
+KERNEL = '''"""RMSNorm, one block of rows per grid step."""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+TUNABLES = {{"block_rows": {blocks}}}
+
+
+def _kernel(x_ref, w_ref, o_ref):
+    x = x_ref[...].astype(jnp.float32)
+    ms = jnp.mean(x * x, axis=-1, keepdims=True)
+    o_ref[...] = (x * jax.lax.rsqrt(ms + 1e-6) * w_ref[...] * {scale}).astype(o_ref.dtype)
+
+
+def build(block_rows={default}):
+    @jax.jit
+    def rmsnorm(x, w):
+        rows, hidden = x.shape
+        block = {block_expr}
+        return pl.pallas_call(
+            _kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(pl.cdiv(rows, block),),
+            in_specs=[pl.BlockSpec((block, hidden), lambda i: (i, 0)),
+                      pl.BlockSpec((1, hidden), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((block, hidden), lambda i: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        )(x, w.reshape(1, hidden))
+
+    return rmsnorm
+'''
+
+
+def kernel(blocks: list[int], *, scale: float = 1.0, broken: bool = False) -> str:
+    block_expr = "7" if broken else "min(block_rows, rows)"
+    return KERNEL.format(blocks=blocks, default=blocks[0], scale=scale, block_expr=block_expr)
+
+
+GOOD_FAST = kernel([64, 32])
+GOOD_SLOW = kernel([8])
+WRONG = kernel([64], scale=2.0)
+BROKEN = kernel([64], broken=True)
+
+SCRIPTS: dict[str, dict[int, list[str]]] = {
+    # iteration -> the kernels the implementer and then the fixer answer with, in order
+    "broken_wrong_fast_slow": {1: [BROKEN, BROKEN, BROKEN], 2: [WRONG], 3: [GOOD_FAST], 4: [GOOD_SLOW]},
+    "fixed_once": {1: [BROKEN, GOOD_FAST]},
+    "good": {i: [GOOD_FAST] for i in range(1, 10)},
+    "malformed_then_good": {1: ["no code here, sorry", GOOD_FAST]},
+}
+
+
+def plan(iteration: int) -> str:
+    body = "\n\n".join(f"## {s}\n\nIteration {iteration}: {s.lower()}." for s in PLAN_SECTIONS)
+    return f"# Plan\n\n{body}\n"
+
+
+class ScriptedProvider(Provider):
+    name: ClassVar[str] = "scripted"
+
+    def __init__(self, *, script: str = "good", **_: Any) -> None:
+        self.script = SCRIPTS[script]
+        self.asked: dict[int, int] = {}
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        iteration = int(request.context.get("iteration", 0))
+        if request.purpose == "plan":
+            text = plan(iteration)
+        else:
+            answers = self.script[iteration]
+            index = self.asked.get(iteration, 0)
+            self.asked[iteration] = index + 1
+            body = answers[min(index, len(answers) - 1)]
+            text = body if "def build" not in body else (
+                "Error: see diagnostics\nCause: block rows\nFix: aligned blocks\n\n"
+                f"```python\n{body}```\n")
+        return LlmResponse(text=text, model="scripted-1", tokens_in=len(request.prompt) // 4,
+                           tokens_out=len(text) // 4, latency_ms=1.0)

@@ -1,0 +1,103 @@
+"""The Auto trajectory end to end on the embedded runtime: real nats-server, DuckDB, evaluator."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from eventstore.events import (
+    FixAttempted,
+    IterationFinished,
+    LlmCalled,
+    NodeEvaluated,
+    PlanProposed,
+    RunFinished,
+    TuningSwept,
+    WinnerVerified,
+)
+from eventstore.log import EventLog
+from kernelgraph.client import KernelRequest, submit, wait
+from kernelgraph.runtime import Runtime, RuntimeConfig
+from projections.searchgraph import SearchGraph
+
+TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
+SCRIPTED = "scripted_provider:ScriptedProvider"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KG_WORKSPACE", str(tmp_path / "work"))
+    monkeypatch.setenv("KG_KNOWLEDGE_PATH", str(tmp_path / "knowledge"))
+
+
+async def run_search(db: Path, request: KernelRequest) -> str:
+    config = RuntimeConfig(db_path=db, concurrency={"executor": 2})
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None
+        run = await submit(runtime.client.nc, request)
+        await wait(runtime.client.nc, run.run_id, timeout=600)
+    return run.run_id
+
+
+def events_of(db: Path, run_id: str) -> list:
+    with EventLog(db, read_only=True) as log:
+        return list(log.events(run_id=run_id))
+
+
+@pytest.mark.slow
+def test_compile_failure_and_wrong_answer_short_circuit_and_best_of_n_rolls_back(tmp_path: Path) -> None:
+    db = tmp_path / "runs.duckdb"
+    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=4, fix_rounds=2, tune_budget=2,
+                            provider_options={"script": "broken_wrong_fast_slow", "tag": "a"})
+    run_id = asyncio.run(run_search(db, request))
+    events = events_of(db, run_id)
+    iterations = [e for e in events if isinstance(e, IterationFinished)]
+    assert [(i.iteration, i.valid, i.failed_phase) for i in iterations] == [
+        (1, False, "compile"), (2, False, "test"), (3, True, None), (4, True, None)]
+    assert iterations[0].compiled is False and iterations[1].compiled is True
+    assert len([e for e in events if isinstance(e, FixAttempted) and e.iteration == 1]) == 2
+    # the failures travel to the next plans: iteration 2's and 3's prompts name them
+    plans = [e for e in events if isinstance(e, LlmCalled) and e.agent == "planner"]
+    assert len(plans) == 4
+    with EventLog(db, read_only=True) as log:
+        prompt2 = log.get_artifact(plans[1].prompt_sha256).decode()
+        prompt3 = log.get_artifact(plans[2].prompt_sha256).decode()
+    assert "iteration 1, compile" in prompt2
+    assert "iteration 1, compile" in prompt3 and "iteration 2, test" in prompt3
+    # best-of-N: iteration 3 is faster than the later iteration 4
+    assert iterations[2].latency_s < iterations[3].latency_s
+    (node,) = [e for e in events if isinstance(e, NodeEvaluated)]
+    assert node.valid and node.best_iteration == 3 and node.code_sha256 == iterations[2].code_sha256
+    (verified,) = [e for e in events if isinstance(e, WinnerVerified)]
+    assert verified.verdict == "pass"
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.status == "completed" and finished.best_node_id == node.node_id
+    assert finished.measured_on == "simulated"
+    tuned = [e for e in events if isinstance(e, TuningSwept)]
+    assert [t.iteration for t in tuned] == [3, 4] and all(t.configs_tried >= 1 for t in tuned)
+    graph = SearchGraph(run_id)
+    for event in events:
+        graph.apply(event)
+    assert graph.best is not None and graph.best.node_id == node.node_id
+    with EventLog(db, read_only=True) as log:
+        assert log.verify().ok
+    assert len({e.event_id for e in events}) == len(events)
+    assert len([e for e in events if isinstance(e, PlanProposed)]) == 4
+
+
+@pytest.mark.slow
+def test_a_malformed_answer_is_recorded_and_asked_again_once(tmp_path: Path) -> None:
+    db = tmp_path / "runs.duckdb"
+    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=1, tune_budget=1,
+                            provider_options={"script": "malformed_then_good", "tag": "b"})
+    run_id = asyncio.run(run_search(db, request))
+    events = events_of(db, run_id)
+    asks = [e for e in events if isinstance(e, LlmCalled) and e.agent == "implementer"]
+    assert len(asks) == 2
+    with EventLog(db, read_only=True) as log:
+        reask = log.get_artifact(asks[1].prompt_sha256).decode()
+    assert "could not be used" in reask and "no ```python code block" in reask
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.best_node_id is not None
