@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.perfcmds",
     "kernelgraph.cli.verifycmds",
     "kernelgraph.cli.runcmds",
+    "kernelgraph.cli.knowledgecmds",
 )
 
 
