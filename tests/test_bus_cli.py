@@ -38,7 +38,7 @@ def _compose() -> dict[str, Any]:
 
 
 def _kernelgraph_services() -> dict[str, dict[str, Any]]:
-    return {name: s for name, s in _compose()["services"].items() if name != "nats"}
+    return {name: s for name, s in _compose()["services"].items() if name not in ("nats", "qdrant")}
 
 
 def test_compose_parses_and_runs_nats_with_jetstream_and_env_file_auth() -> None:
@@ -59,7 +59,7 @@ def test_every_compose_service_runs_an_existing_cli_command() -> None:
     load_commands()
     cli = typer.main.get_command(app)
     services = _kernelgraph_services()
-    assert {"recorder", "orchestrator", "executor"} <= set(services)
+    assert {"recorder", "auto", "executor"} <= set(services)
     for name, service in services.items():
         command = service["command"]
         assert command[0] == "serve", f"{name}: {command}"
@@ -84,7 +84,6 @@ def test_recorder_writes_to_a_volume_and_executors_scale_out() -> None:
     assert all("--db" not in s["command"] for n, s in services.items() if n != "recorder")
 
 
-@pytest.mark.xfail(strict=True, reason="the agents other than echo land with later issues")
 def test_every_compose_agent_is_registered() -> None:
     registry = load_agents(AGENT_MODULES)
     missing = [
