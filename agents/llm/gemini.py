@@ -109,6 +109,24 @@ def retry_hint_s(exc: BaseException) -> float | None:
     return None
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures of whichever HTTP stack the SDK uses (aiohttp when installed)."""
+    errors: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    try:
+        import httpx
+
+        errors.append(httpx.TransportError)
+    except ImportError:
+        pass
+    try:
+        import aiohttp
+
+        errors.append(aiohttp.ClientError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
 def _is_key_error(exc: Any) -> bool:
     """401/403, or the 400 the Gemini API sends for a key it does not know."""
     if exc.code in (401, 403):
@@ -208,9 +226,9 @@ class GeminiProvider(Provider):
                              f"{exc.status or ''}): {summary}")
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        import aiohttp
         from google.genai import errors
 
+        transport_errors = _transport_errors()
         config = self._config(request)
         semaphore = shared_semaphore(self.max_concurrency)
         retry = 0
@@ -227,7 +245,7 @@ class GeminiProvider(Provider):
                         raise self._error(exc) from None
                     failure = f"{exc.code} {exc.status or ''}".rstrip()
                     hint = retry_hint_s(exc)
-                except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+                except transport_errors as exc:
                     failure = self._clean(exc)
                 else:
                     latency_ms = (time.perf_counter() - start) * 1000.0

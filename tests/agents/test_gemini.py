@@ -275,3 +275,19 @@ async def test_concurrency_is_shared_across_providers(server: FakeGemini) -> Non
         await second.aclose()
     assert len(server.requests) == 8
     assert server.max_in_flight == 2
+
+
+async def test_unreachable_server_is_retried_then_reported(server: FakeGemini) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    gemini = GeminiProvider(model=MODEL, api_key=KEY, base_url=f"http://127.0.0.1:{closed_port}",
+                            max_retries=1, retry_base_s=0.01)
+    try:
+        with pytest.raises(ProviderError, match="still failing after 1 retries") as info:
+            await gemini.complete(request())
+    finally:
+        await gemini.aclose()
+    assert "\n" not in str(info.value) and KEY not in str(info.value)
