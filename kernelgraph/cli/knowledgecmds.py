@@ -89,14 +89,14 @@ def search(
 
 @knowledge_app.command()
 def index(
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even if nothing changed.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Compare with the sources even if their fingerprint is unchanged.")] = False,
     path: PathOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Build or refresh the static part (API docs and notes) and print document counts.
 
-    A rebuild happens only when the installed JAX or the notes changed, or with --force;
-    lessons are kept either way."""
+    The static part is compared with its sources only when the installed JAX or the notes
+    changed, or with --force; changed documents are rewritten, lessons are kept."""
     from tools.knowledge import KnowledgeError
 
     store = _store(path)
@@ -108,9 +108,11 @@ def index(
         store.close()
     if json:
         emit_json({"store": store.location, "rebuilt": report.rebuilt, "counts": report.counts,
+                   "written": report.written, "deleted": report.deleted,
                    "seconds": round(report.seconds, 3), "fingerprint": report.fingerprint})
         return
-    what = "rebuilt" if report.rebuilt else "up to date"
+    what = (f"refreshed ({report.written} written, {report.deleted} deleted)" if report.rebuilt
+            else "up to date")
     counts = ", ".join(f"{n} {kind}" for kind, n in report.counts.items())
     console.print(f"{escape(store.location)}: {what} in {report.seconds:.2f} s; {counts}",
                   highlight=False)

@@ -101,11 +101,18 @@ def test_lessons_are_found_and_survive_a_rebuild(store: KnowledgeStore,
     monkeypatch.setattr(sources, "_note_files", lambda: files)
     before = store.counts()
     report = store.ensure_indexed()
-    assert report.rebuilt
+    assert report.rebuilt and (report.written, report.deleted) == (2, 0)  # only the new note
     assert report.counts == {**before, "note": before["note"] + 2}
     assert store.search("quixotic", limit=1)[0].source == "knowledge/zz_extra.md"
     assert store.search("raising block_m block_n 512 doubled MXU", limit=1)[0].id == lesson_id
     assert not store.ensure_indexed().rebuilt
+
+    monkeypatch.undo()  # the note is gone again
+    report = store.ensure_indexed()
+    assert report.rebuilt and (report.written, report.deleted) == (0, 2)
+    assert report.counts == before
+    assert store.search("quixotic", limit=3) == []
+    assert store.search("raising block_m block_n 512 doubled MXU", limit=1)[0].id == lesson_id
 
 
 def test_filters(store: KnowledgeStore) -> None:

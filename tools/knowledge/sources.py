@@ -121,7 +121,9 @@ def parse_note(name: str, text: str) -> list[Document]:
         section = section.strip()
         if not section:
             continue
-        slug = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
+        slug = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") or "section"
+        if any(d.doc_id == f"note:{stem}#{slug}" for d in docs):
+            slug = f"{slug}-{len(docs)}"
         docs.append(Document(
             doc_id=f"note:{stem}#{slug}", kind="note", title=f"{title}: {heading}",
             text=section, source=f"knowledge/{name}", kernel_classes=classes, levers=levers))

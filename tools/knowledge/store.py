@@ -6,9 +6,10 @@ Each document is one point with one sparse vector of BM25 term weights (`tools.k
 and the collection applies IDF at query time (`Modifier.IDF`): no model, no dense vectors,
 nothing downloaded.
 
-The static part (API docs and notes, `tools.knowledge.sources`) is rebuilt whenever its
-fingerprint changes (another JAX, edited notes, another tokenizer); lessons are never
-deleted by a rebuild, only re-weighted for the new average document length.
+The static part (API docs and notes, `tools.knowledge.sources`) is refreshed whenever its
+fingerprint changes (another JAX, edited notes, another tokenizer): documents whose content
+changed are rewritten, documents that are gone are deleted, the rest stay as they are.
+Lessons are never touched by a refresh.
 
 Local mode locks its folder to one client, in this process and against others. Within a
 process, use `shared_store()`: one store per location, opened and indexed on first use and
@@ -19,6 +20,7 @@ share a Qdrant server (`KG_QDRANT_URL`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.knowledge.sources import Document, corpus_fingerprint, static_documents
-from tools.knowledge.text import bm25_weights, document_terms, query_weights
+from tools.knowledge.text import TOKENIZER_VERSION, bm25_weights, document_terms, query_weights
 
 SCHEMA_VERSION = 1
 COLLECTION = f"kernelgraph_knowledge_v{SCHEMA_VERSION}"
@@ -38,8 +40,9 @@ ENV_PATH = "KG_KNOWLEDGE_PATH"
 ENV_URL = "KG_QDRANT_URL"
 KINDS: tuple[str, ...] = ("api", "note", "lesson")
 STATIC_KINDS: tuple[str, ...] = ("api", "note")
-DEFAULT_AVG_LEN = 150.0
-"""Average document length (terms) assumed before the static part has been indexed."""
+AVG_DOC_LEN = 80.0
+"""BM25's average document length in terms: fixed, near the static corpus's own (about 83),
+so that adding or changing one document never re-weights the others."""
 
 _META_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "kernelgraph:knowledge:meta"))
 _BATCH = 256
@@ -64,9 +67,14 @@ class Hit:
 @dataclass(frozen=True, slots=True)
 class IndexReport:
     rebuilt: bool
+    """The fingerprint had changed (or `force`), so the static part was compared and refreshed."""
     counts: dict[str, int]
     seconds: float
     fingerprint: str
+    written: int = 0
+    """Static documents written (new or changed)."""
+    deleted: int = 0
+    """Static documents removed because their source no longer has them."""
 
 
 def default_path() -> Path:
@@ -167,31 +175,34 @@ class KnowledgeStore:
                                              exact=True).count for kind in KINDS}
 
     def ensure_indexed(self, *, force: bool = False) -> IndexReport:
-        """Rebuild the static part if its fingerprint changed (or `force`); keep lessons."""
+        """Refresh the static part if its fingerprint changed (or `force`); lessons stay."""
         start = time.perf_counter()
         fingerprint = corpus_fingerprint()
         with self._lock:
             if not force and self._meta().get("fingerprint") == fingerprint:
                 return IndexReport(False, self.counts(), time.perf_counter() - start, fingerprint)
-            docs = static_documents()
-            avg_len = (sum(len(document_terms(d.title, d.text)) for d in docs) / len(docs)
-                       if docs else DEFAULT_AVG_LEN)
-            self._client.delete(COLLECTION, points_selector=self._models.FilterSelector(
-                filter=self._kind_filter(STATIC_KINDS)))
-            self._upsert([self._point(doc, avg_len) for doc in docs])
-            lessons = self._scroll(self._kind_filter(["lesson"]))
-            self._upsert([self._point(self._lesson_document(p.payload), avg_len) for p in lessons])
+            points = [self._point(doc) for doc in static_documents()]
+            stored = {str(p.id): (p.payload or {}).get("content_sha256") for p in self._scroll(
+                self._kind_filter(STATIC_KINDS), payload=["content_sha256"])}
+            fresh = {p.id for p in points}
+            stale = [point_id for point_id in stored if point_id not in fresh]
+            if stale:
+                self._client.delete(COLLECTION,
+                                    points_selector=self._models.PointIdsList(points=stale))
+            changed = [p for p in points if stored.get(p.id) != p.payload["content_sha256"]]
+            self._upsert(changed)
             self._client.upsert(COLLECTION, points=[self._models.PointStruct(
                 id=_META_ID, vector={}, payload={
-                    "kind": "meta", "fingerprint": fingerprint, "avg_len": avg_len,
-                    "built_ts": time.time(), "documents": len(docs)})])
-            return IndexReport(True, self.counts(), time.perf_counter() - start, fingerprint)
+                    "kind": "meta", "fingerprint": fingerprint, "built_ts": time.time(),
+                    "documents": len(points)})])
+            return IndexReport(True, self.counts(), time.perf_counter() - start, fingerprint,
+                               written=len(changed), deleted=len(stale))
 
-    def _scroll(self, scroll_filter: Any) -> list[Any]:
+    def _scroll(self, scroll_filter: Any, *, payload: bool | list[str] = True) -> list[Any]:
         points, offset = [], None
         while True:
             batch, offset = self._client.scroll(COLLECTION, scroll_filter=scroll_filter,
-                                                limit=_BATCH, offset=offset, with_payload=True)
+                                                limit=_BATCH, offset=offset, with_payload=payload)
             points.extend(batch)
             if offset is None:
                 return points
@@ -200,28 +211,20 @@ class KnowledgeStore:
         for i in range(0, len(points), _BATCH):
             self._client.upsert(COLLECTION, points=points[i:i + _BATCH])
 
-    def _point(self, doc: Document, avg_len: float) -> Any:
-        weights = bm25_weights(document_terms(doc.title, doc.text), avg_len)
+    def _point(self, doc: Document) -> Any:
+        weights = bm25_weights(document_terms(doc.title, doc.text), AVG_DOC_LEN)
         indices = sorted(weights)
         payload = {
             "doc_id": doc.doc_id, "kind": doc.kind, "title": doc.title, "text": doc.text,
             "source": doc.source, "kernel_classes": list(doc.kernel_classes),
             "levers": list(doc.levers), **doc.extra,
         }
+        payload["content_sha256"] = hashlib.sha256(
+            json.dumps([payload, TOKENIZER_VERSION, AVG_DOC_LEN], sort_keys=True,
+                       default=str).encode()).hexdigest()
         vector = self._models.SparseVector(indices=indices, values=[weights[i] for i in indices])
         return self._models.PointStruct(id=_point_id(doc.doc_id), vector={VECTOR: vector},
                                         payload=payload)
-
-    @staticmethod
-    def _lesson_document(payload: dict[str, Any] | None) -> Document:
-        payload = dict(payload or {})
-        base = {k: payload.pop(k, default) for k, default in (
-            ("doc_id", ""), ("kind", "lesson"), ("title", ""), ("text", ""), ("source", ""),
-            ("kernel_classes", []), ("levers", []))}
-        return Document(doc_id=base["doc_id"], kind=base["kind"], title=base["title"],
-                        text=base["text"], source=base["source"],
-                        kernel_classes=tuple(base["kernel_classes"]), levers=tuple(base["levers"]),
-                        extra=payload)
 
     # --- lessons --------------------------------------------------------------------------
 
@@ -249,8 +252,7 @@ class KnowledgeStore:
             extra={"run_id": run_id, "event_id": event_id, "effect": effect,
                    "created_ts": time.time() if created_ts is None else created_ts})
         with self._lock:
-            avg_len = float(self._meta().get("avg_len") or DEFAULT_AVG_LEN)
-            self._client.upsert(COLLECTION, points=[self._point(doc, avg_len)])
+            self._client.upsert(COLLECTION, points=[self._point(doc)])
         return doc.doc_id
 
     # --- retrieval ------------------------------------------------------------------------
