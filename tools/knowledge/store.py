@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelgraph.errors import KernelgraphError
 from tools.knowledge.sources import Document, corpus_fingerprint, static_documents
 from tools.knowledge.text import TOKENIZER_VERSION, bm25_weights, document_terms, query_weights
 
@@ -48,7 +49,7 @@ _META_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "kernelgraph:knowledge:meta"))
 _BATCH = 256
 
 
-class KnowledgeError(Exception):
+class KnowledgeError(KernelgraphError):
     """The store cannot be opened or used (a locked folder, an unreachable server)."""
 
 
