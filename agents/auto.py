@@ -18,7 +18,10 @@ first step that has no result yet.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -41,6 +44,7 @@ from agents.commands import (
 )
 from bus.commands import Command
 from bus.registry import register
+from bus.service import PermanentError
 from eventstore.events import (
     BaselineMeasured,
     CompileChecked,
@@ -125,7 +129,7 @@ class _AutoRun:
         try:
             event = await self.history.call(command, done)
         except CommandFailed as failed:
-            error = failed.failure.error
+            error = failed.failure.error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")
             if error.startswith(FATAL_ERRORS):
                 raise RunAborted(f"{failed.failure.agent}: {error}") from failed
             raise
@@ -289,7 +293,7 @@ class _AutoRun:
             yield self.agent.event(RunFinished, cmd, status="failed",
                                    reason=f"re-verification failed to run: {_reason(exc)}")
             return
-        self.record_lessons(state, evaluated)
+        await self.record_lessons(state)
         if verified.verdict != "pass":
             yield self.agent.event(
                 RunFinished, cmd, status="completed", receipt_sha256=verified.receipt_sha256,
@@ -300,25 +304,43 @@ class _AutoRun:
             speedup=verified.speedup, measured_on=verified.measured_on,
             receipt_sha256=verified.receipt_sha256)
 
-    def record_lessons(self, state: Trajectory, evaluated: NodeEvaluated) -> None:
+    async def record_lessons(self, state: Trajectory) -> None:
         """What each valid iteration's plan did to the speedup, for later runs' planners."""
         lessons, previous = [], None
         for finished in state.finished:
             if not finished.valid or finished.speedup is None:
                 continue
-            effect = f"simulated speedup {finished.speedup:.2f}x" if finished.measured_on == \
-                "simulated" else f"measured speedup {finished.speedup:.2f}x"
+            label = "simulated" if finished.measured_on == "simulated" else "measured"
+            effect = f"{label} speedup {finished.speedup:.2f}x"
             if previous is not None:
                 effect += f" (parent {previous:.2f}x)"
+            decisions = await self.plan_decisions(finished.plan_sha256)
             summary = state.summaries.get(finished.iteration, "")
-            lessons.append({"run_id": self.cmd.run_id, "kernel_class": "", "lever": summary,
-                            "effect": effect, "event_id": state.proofs.get(finished.iteration, ""),
+            lever = ", ".join(map(str, decisions.get("levers") or [])) or summary
+            lessons.append({"run_id": self.cmd.run_id,
+                            "kernel_class": str(decisions.get("kernel_class") or "unknown"),
+                            "lever": lever[:200], "effect": effect,
+                            "event_id": state.proofs.get(finished.iteration, ""),
                             "text": f"{self.cmd.task_name}: {summary} -> {effect}"})
             previous = finished.speedup
         try:
-            knowledge.record_lessons(lessons)
+            await asyncio.to_thread(knowledge.record_lessons, lessons)
         except Exception as exc:  # lessons are an aid to later runs; never fail this one
             log.warning("could not record lessons for run %s: %s", self.cmd.run_id, exc)
+
+    async def plan_decisions(self, plan_sha256: str | None) -> dict[str, Any]:
+        """The machine-readable decisions a plan may carry in a ```json block."""
+        if not plan_sha256:
+            return {}
+        text = (await self.agent.get_artifact(plan_sha256)).decode()
+        match = re.search(r"```json\s*\n(.*?)```", text, re.S)
+        if not match:
+            return {}
+        try:
+            decoded = json.loads(match.group(1))
+        except ValueError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
 
 
 def _reason(exc: BaseException) -> str:

@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, final
 
 import msgspec
+import nats.errors
 
 from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError, Purpose, get_provider
 from agents.llm.parsing import MalformedAnswer
+from bus.artifacts import ArtifactNotFound
 from bus.commands import Command
 from bus.service import PermanentError, Service
 from eventstore.events import Event, LlmCalled
@@ -42,6 +44,10 @@ C = TypeVar("C", bound=Command)
 T = TypeVar("T")
 
 WORKSPACE_ENV = "KG_WORKSPACE"
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.Error, ConnectionError, TimeoutError, ArtifactNotFound)
+"""Errors another delivery can cure (the bus, a connection, an artifact not yet replicated);
+every other error of an agent is permanent and fails its command at once."""
 PROMPTS = Path(__file__).with_name("prompts")
 
 
@@ -219,10 +225,17 @@ class Agent(Service, Generic[C]):
     @final
     async def handle(self, cmd: C) -> AsyncIterator[Event]:
         ctx = AgentContext(self, cmd)
-        async for event in self._run(ctx):
-            for call in ctx.take_llm_events():
-                yield call
-            yield event
+        try:
+            async for event in self._run(ctx):
+                for call in ctx.take_llm_events():
+                    yield call
+                yield event
+        except TRANSIENT_ERRORS:
+            raise
+        except PermanentError:
+            raise
+        except Exception as exc:  # a bug fails the command now, with its cause, not after minutes of retries
+            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         for call in ctx.take_llm_events():
             yield call
 

@@ -9,6 +9,7 @@ stored as one artifact, which the profiler and the autotuner read.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -34,11 +35,20 @@ def verdict_record(verdict: api.Verdict) -> dict[str, Any]:
             "compile_report": msgspec.to_builtins(verdict.compile_report)}
 
 
+_BOX_PATH = re.compile(r"(?:/[^\s/:'\"]+)*/kg-sandbox-[^\s/:'\"]+/")
+
+
+def unboxed(text: str) -> str:
+    """A message without the sandbox's temporary directory: "candidate.py:12", the same on every
+    run, so prompts built from it are the same too (replay matches them by hash)."""
+    return _BOX_PATH.sub("", text)
+
+
 def diagnostics_of(verdict: api.Verdict) -> list[dict[str, Any]]:
     found = [msgspec.to_builtins(d) for d in verdict.diagnostics]
     if not found:
         found = [{"message": reason, "phase": "verify"} for reason in verdict.reasons]
-    return found
+    return [{k: unboxed(v) if isinstance(v, str) else v for k, v in d.items()} for d in found]
 
 
 def error_stats(verdict: api.Verdict) -> tuple[int, float | None, float | None]:
@@ -95,16 +105,18 @@ class ExecutorAgent(Agent[Any]):
         timing = {"latency_s": None if measurement is None else measurement.latency_s,
                   "speedup": verdict.speedup, "measured_on": verdict.measured_on}
         if isinstance(cmd, MeasureConfig):
-            yield self.event(ConfigMeasured, cmd, code_sha256=cmd.code_sha256, config=config,
+            yield self.event(ConfigMeasured, cmd, code_sha256=cmd.code_sha256,
+                             config=dict(verdict.config),
                              passed=verdict.passed, verdict_sha256=record_sha,
-                             reasons=verdict.reasons[:8], iteration=cmd.iteration, wall_s=wall_s,
+                             reasons=[unboxed(r) for r in verdict.reasons[:8]], iteration=cmd.iteration, wall_s=wall_s,
                              **timing)
             return
         failed, max_abs, mean_abs = error_stats(verdict)
         yield self.event(TestsRun, cmd, code_sha256=cmd.code_sha256, suite_sha256=suite.sha256,
                          passed=verdict.passed, n_cases=len(verdict.cases), n_failed=failed,
-                         max_abs_err=max_abs, mean_abs_err=mean_abs, reasons=verdict.reasons[:8],
-                         verdict_sha256=record_sha, config=config, iteration=cmd.iteration,
+                         max_abs_err=max_abs, mean_abs_err=mean_abs, reasons=[unboxed(r) for r in verdict.reasons[:8]],
+                         verdict_sha256=record_sha, config=dict(verdict.config),
+                         iteration=cmd.iteration,
                          wall_s=wall_s, **timing)
 
     def _refused(self, cmd: Any, problem: str, wall_s: float) -> Event:

@@ -155,6 +155,10 @@ class Runtime:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.services:
+            from tools.knowledge import close_shared_stores
+
+            close_shared_stores()
 
     async def __aenter__(self) -> Runtime:
         return await self.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 
 from kernelgraph.cli.app import app
 
@@ -23,6 +24,8 @@ def load_commands() -> None:
 
 
 def main() -> None:
+    # Sandboxed children are started by fork + exec at once, which JAX's warning is not about.
+    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     load_commands()
     app()
 

@@ -82,7 +82,7 @@ class Progress:
 
     def describe(self, e: Any) -> str | None:
         kind = e.type_name
-        it = f"[it {getattr(e, 'iteration', 0)}]"
+        it = f"\\[it {getattr(e, 'iteration', 0)}]"
         if kind == "TestSuiteFrozen":
             return f"suite frozen: {e.n_cases} cases, sha256 {e.suite_sha256[:12]}"
         if kind == "BaselineMeasured":

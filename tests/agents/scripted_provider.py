@@ -61,7 +61,7 @@ BROKEN = kernel([64], broken=True)
 SCRIPTS: dict[str, dict[int, list[str]]] = {
     # iteration -> the kernels the implementer and then the fixer answer with, in order
     "broken_wrong_fast_slow": {1: [BROKEN, BROKEN, BROKEN], 2: [WRONG], 3: [GOOD_FAST], 4: [GOOD_SLOW]},
-    "fixed_once": {1: [BROKEN, GOOD_FAST]},
+    "fixed_once": {1: [BROKEN, GOOD_FAST], 2: [GOOD_SLOW]},
     "good": {i: [GOOD_FAST] for i in range(1, 10)},
     "malformed_then_good": {1: ["no code here, sorry", GOOD_FAST]},
 }
@@ -84,7 +84,7 @@ class ScriptedProvider(Provider):
         if request.purpose == "plan":
             text = plan(iteration)
         else:
-            answers = self.script[iteration]
+            answers = self.script[iteration]  # a KeyError is a bug the agent base fails at once
             index = self.asked.get(iteration, 0)
             self.asked[iteration] = index + 1
             body = answers[min(index, len(answers) - 1)]
