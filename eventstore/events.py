@@ -351,8 +351,10 @@ class MessageDeadLettered(Event, frozen=True, kw_only=True, tag="MessageDeadLett
 
 
 class HumanFeedbackGiven(Event, frozen=True, kw_only=True, tag="HumanFeedbackGiven"):
+    """A user's step in a HITL session: `goto` names the next phase in `phase_name`."""
+
     phase_name: str
-    action: Literal["approve", "edit", "feedback", "reject"]
+    action: Literal["approve", "edit", "feedback", "reject", "goto"]
     text: str = ""
     artifact_sha256: str | None = None
 

@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.perfcmds",
     "kernelgraph.cli.verifycmds",
     "kernelgraph.cli.runcmds",
+    "kernelgraph.cli.hitlcmds",
     "kernelgraph.cli.knowledgecmds",
 )
 

@@ -1,0 +1,76 @@
+"""HITL driven through its commands: one phase per `next`, edits and jumps as events."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from eventstore.events import HumanFeedbackGiven, LlmCalled, RunFinished, WinnerVerified
+from eventstore.log import EventLog
+from kernelgraph.cli import app, load_commands
+
+TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
+PROVIDER = ["--provider", "scripted_provider:ScriptedProvider"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KG_WORKSPACE", str(tmp_path / "work"))
+    monkeypatch.setenv("KG_KNOWLEDGE_PATH", str(tmp_path / "knowledge"))
+    load_commands()
+
+
+def kg(*args: str, env: dict[str, str] | None = None) -> str:
+    result = CliRunner().invoke(app, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_a_session_runs_one_phase_per_step_and_resumes_from_the_log(tmp_path: Path) -> None:
+    db = str(tmp_path / "session.duckdb")
+    started = json.loads(kg("hitl", "start", str(TASK), "--db", db, *PROVIDER, "--json"))
+    assert started["next_phase"] == "suite"
+    assert "suite frozen" in kg("hitl", "next", "--db", db)
+    assert "baseline" in kg("hitl", "next", "--db", db)
+    # a jump whose inputs do not exist yet is refused
+    refused = CliRunner().invoke(app, ["hitl", "goto", "test", "--db", db])
+    assert refused.exit_code == 2 and "needs a kernel first" in refused.output
+    assert "## Strategy" in kg("hitl", "next", "--db", db)
+    kernel = kg("hitl", "next", "--db", db, "--feedback", "prefer 128-row blocks")
+    assert "def build" in kernel
+    editor = tmp_path / "editor.sh"
+    editor.write_text('#!/bin/sh\nsed -i "s/\\[64, 32\\]/[128, 64]/" "$1"\n')
+    editor.chmod(editor.stat().st_mode | stat.S_IEXEC)
+    assert "next: compile" in kg("hitl", "edit", "kernel", "--db", db, env={"EDITOR": str(editor)})
+    assert kg("hitl", "next", "--db", db).strip() == "compiled"
+    assert "tests pass" in kg("hitl", "next", "--db", db)
+    status = json.loads(kg("hitl", "status", "--db", db, "--json"))
+    assert status["next_phase"] == "tune" and status["best"] is None
+    assert "best {'block_rows': 128}" in kg("hitl", "next", "--db", db)
+    assert "next: verify" in kg("hitl", "goto", "verify", "--db", db)
+    assert "re-verification: pass" in kg("hitl", "next", "--db", db)
+    ended = CliRunner().invoke(app, ["hitl", "next", "--db", db])
+    assert ended.exit_code == 2 and "has ended" in ended.output
+
+    with EventLog(db, read_only=True) as log:
+        events = list(log.events(run_id=started["run_id"]))
+        human = [e for e in events if isinstance(e, HumanFeedbackGiven)]
+        assert [(h.action, h.phase_name) for h in human] == [
+            ("feedback", "implement"), ("edit", "kernel"), ("goto", "verify")]
+        implement = next(e for e in events if isinstance(e, LlmCalled) and e.agent == "implementer")
+        assert "prefer 128-row blocks" in log.get_artifact(implement.prompt_sha256).decode()
+        (verified,) = [e for e in events if isinstance(e, WinnerVerified)]
+        assert verified.verdict == "pass"
+        (finished,) = [e for e in events if isinstance(e, RunFinished)]
+        assert finished.best_node_id is not None and finished.status == "completed"
+        assert log.get_artifact(human[1].artifact_sha256 or "").decode().count("[128, 64]") == 1
+
+
+def test_status_of_a_log_without_a_session_is_a_clear_error(tmp_path: Path) -> None:
+    missing = CliRunner().invoke(app, ["hitl", "status", "--db", str(tmp_path / "none.duckdb")])
+    assert missing.exit_code == 2 and "start a session" in missing.output
