@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -213,11 +214,16 @@ def run_sandboxed(
         prlimit = shutil.which("prlimit")
         if prlimit:
             command = [prlimit, *_prlimit_args(limits), "--", *command]
+        command = _die_with_parent(command)
         started = time.monotonic()
-        with open(box / "stdout.txt", "wb") as out, open(box / "stderr.txt", "wb") as err:
+        # The parent keeps its own descriptors on the child's stdout and stderr files and
+        # reads only through them: the child may replace the paths (a link to a secret, a
+        # FIFO), never the open files.
+        out_fd, err_fd = _output_file(box / "stdout.txt"), _output_file(box / "stderr.txt")
+        try:
             proc = subprocess.Popen(
-                command, cwd=box, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, close_fds=True,
+                command, cwd=box, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
+                stderr=err_fd, start_new_session=True, close_fds=True,
                 # prlimit applies the limits without running Python between fork and exec
                 # (unsafe in a process with JAX's threads); the hook is the fallback.
                 preexec_fn=None if prlimit else functools.partial(_limit_child, limits),
@@ -241,17 +247,21 @@ def run_sandboxed(
             finally:
                 if proc.poll() is None:
                     _kill_tree(proc)
-        wall = time.monotonic() - started
-        group.kill_members()  # anything that left the session: before reading what came back
-        result_path = box / RESULT_FILE
-        usable = result_path.is_file() and not timed_out and not disk_exceeded
-        result = result_path.read_bytes() if usable else None
+            wall = time.monotonic() - started
+            group.kill_members()  # anything that left the session: before reading what came back
+            result = None
+            if proc.returncode == 0 and not timed_out and not disk_exceeded:
+                result = read_regular_file(box / RESULT_FILE, limits.file_bytes)
+            stdout_tail, stderr_tail = _tail(out_fd), _tail(err_fd)
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
         return SandboxResult(
             returncode=proc.returncode,
             timed_out=timed_out,
-            result=result if proc.returncode == 0 else None,
-            stdout_tail=_tail(box / "stdout.txt"),
-            stderr_tail=_tail(box / "stderr.txt"),
+            result=result,
+            stdout_tail=stdout_tail,
+            stderr_tail=stderr_tail,
             wall_s=wall,
             limits=limits,
             isolation=tuple(isolation),
@@ -360,12 +370,49 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _tail(path: Path) -> str:
+def _output_file(path: Path) -> int:
+    """A new file for the child's output, opened by the parent before the child exists."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _tail(fd: int) -> str:
+    """The last bytes of an output file, through the parent's own descriptor."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - _TAIL))
-            return f.read().decode(errors="replace")
+        size = os.fstat(fd).st_size
+        return os.pread(fd, _TAIL, max(0, size - _TAIL)).decode(errors="replace")
     except OSError:
         return ""
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes | None:
+    """A file the child wrote, or None unless it is a plain regular file of at most
+    `max_bytes` with one link: never a link followed, a FIFO waited on or a device read."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > max_bytes:
+            return None
+        chunks, left = [], info.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _die_with_parent(command: list[str]) -> list[str]:
+    """Prefix that makes the child's first process get SIGKILL when the verifier dies (the
+    signal survives the execs of prlimit, unshare and sh; unshare's --kill-child and the PID
+    namespace carry it to everything inside)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command

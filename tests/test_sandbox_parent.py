@@ -1,0 +1,120 @@
+"""The sandbox cannot be used against the parent: output files are read only through the
+parent's own descriptors (never a link followed or a FIFO waited on), and a sandboxed
+candidate dies with a verifier that was killed.
+
+Real sandboxed children; each test asserts on its own process tree and files only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.sandbox import wire
+from tools.sandbox.launcher import Limits, read_regular_file, run_sandboxed
+
+ROOT = Path(__file__).resolve().parent.parent
+CANDIDATES = ROOT / "tests" / "candidates"
+_EMPTY = wire.EvalRequest(candidate_file="candidate.py", config={}, groups=(), order_seed=0)
+
+
+def _sandboxed(candidate: str, wall_s: float = 60.0):
+    return run_sandboxed("tools.child.worker", wire.encode(_EMPTY),
+                         files={"candidate.py": (CANDIDATES / candidate).read_bytes()},
+                         limits=Limits(wall_s=wall_s))
+
+
+def test_swapped_output_files_leak_nothing_and_hang_nothing(monkeypatch) -> None:
+    secret = "kg-parent-secret-6f1d"
+    monkeypatch.setenv("NATS_TOKEN", secret)
+    started = time.monotonic()
+    box = _sandboxed("swaps_output_files.py")
+    assert time.monotonic() - started < 50  # no FIFO waited on
+    assert box.returncode == 0 and box.result is None and not box.ok
+    assert "no result" in box.failure()
+    assert secret not in box.stderr_tail + box.stdout_tail
+    assert "NATS_TOKEN" not in box.stderr_tail
+
+
+def test_only_plain_files_are_read(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    os.symlink("/proc/self/environ", tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    os.link(tmp_path / "plain", tmp_path / "hardlink")
+    (tmp_path / "big").write_bytes(b"x" * 100)
+    (tmp_path / "solo").write_bytes(b"solo")
+    assert read_regular_file(tmp_path / "solo", 100) == b"solo"
+    assert read_regular_file(tmp_path / "big", 99) is None
+    for name in ("link", "fifo", "plain", "missing"):
+        assert read_regular_file(tmp_path / name, 100) is None, name
+
+
+_VERIFIER = """
+import sys
+from pathlib import Path
+from tools.sandbox import wire
+from tools.sandbox.launcher import Limits, run_sandboxed
+request = wire.EvalRequest(candidate_file="candidate.py", config={}, groups=(), order_seed=0)
+run_sandboxed("tools.child.worker", wire.encode(request),
+              files={"candidate.py": Path(sys.argv[1]).read_bytes()}, limits=Limits(wall_s=600))
+"""
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = set(), [root]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            found.add(pid)
+            stack.append(pid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals are Linux's")
+def test_a_sandboxed_candidate_dies_with_its_killed_verifier() -> None:
+    verifier = subprocess.Popen([sys.executable, "-c", _VERIFIER,
+                                 str(CANDIDATES / "never_returns.py")], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        tree: set[int] = set()
+        while time.monotonic() < deadline:  # the worker runs build() once it is there
+            tree = _descendants(verifier.pid)
+            if any(b"tools.child.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+                   for p in tree if _alive(p)):
+                break
+            time.sleep(0.2)
+        assert tree, "the sandbox never started"
+        time.sleep(1.0)
+        tree = _descendants(verifier.pid)
+        verifier.send_signal(signal.SIGKILL)
+        verifier.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
+            time.sleep(0.2)
+        assert not [p for p in tree if _alive(p)], "the sandbox outlived its verifier"
+    finally:
+        if verifier.poll() is None:
+            verifier.kill()
+            verifier.wait()
