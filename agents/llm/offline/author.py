@@ -1,0 +1,54 @@
+"""Candidate files from a class and parameters, plus the fixer's ladder of safer variants."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agents.llm.offline import attention, matmul, rows
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import LANES, SUBLANES
+
+_JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def plan_spec(plan: str) -> dict[str, Any]:
+    """The json decisions of a plan's Strategy section; {} when it has none (or bad json)."""
+    for body in _JSON_BLOCK.findall(plan or ""):
+        try:
+            spec = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(spec, dict):
+            return spec
+    return {}
+
+
+def candidate_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
+                     chip: dict[str, Any] | None = None, kernel_class: str | None = None) -> str:
+    c = kernel_class or facts.kernel_class
+    if c == "single_block" or facts.kernel_class == "single_block":
+        return rows.single_source(facts, task_name)
+    if c == "matmul_epilogue":
+        return matmul.matmul_source(facts, params, task_name, chip)
+    if c == "attention":
+        return attention.attention_source(facts, params, task_name, chip)
+    return rows.rows_source(facts, params, task_name)
+
+
+def safer_ladder(facts: TaskFacts, params: dict[str, int]) -> list[tuple[str, dict[str, Any], str]]:
+    """(kernel_class, params, what changed) from the least to the most conservative."""
+    c = facts.kernel_class
+    steps: list[tuple[str, dict[str, Any], str]] = []
+    if params:
+        half = {k: max(LANES if k in ("block_n", "block_k") else SUBLANES, v // 2) for k, v in params.items()}
+        steps.append((c, {**half, "tunables": {k: [v] for k, v in half.items()}},
+                      "halved every block and kept one configuration"))
+        small = {k: (LANES if k in ("block_n", "block_k") else 2 * SUBLANES if k == "block_rows" else LANES)
+                 for k in params}
+        steps.append((c, {**small, "tunables": {k: [v] for k, v in small.items()}},
+                      "minimal aligned blocks (8 sublanes / 128 lanes)"))
+    if facts.body_source:
+        steps.append(("single_block", {}, "fell back to the single-block kernel (whole arrays, one step)"))
+    return steps

@@ -1,0 +1,334 @@
+"""Which kernel class a task's reference belongs to, read from its jaxpr (never its name).
+
+The reference is traced with symbolic dimensions: a dimension that takes the same sizes in
+every shape of the task gets one name (`D0`, `D1`, ...), so the jaxpr says which axes are
+the same axis. The classes, tried in order:
+
+1. `elementwise`: elementwise and broadcasting ops only, output shaped like the main input;
+2. `rowwise`: reductions over the last axis only, broadcast back, rows independent;
+3. `matmul_epilogue`: one dot_general of two inputs, then elementwise ops on its result;
+4. `attention`: softmax(q k^T * scale) v (optionally causal), checked against the numbers;
+5. `rows_generic`: anything whose rows (leading axis) are independent, checked by probing;
+6. `single_block`: the whole arrays as one block.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
+
+CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "rows_generic",
+           "single_block")
+
+UNARY = {
+    "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "neg", "abs", "sqrt", "rsqrt",
+    "cbrt", "integer_pow", "square", "erf", "erfc", "erf_inv", "sin", "cos", "tan", "sign",
+    "floor", "ceil", "round", "convert_element_type", "is_finite", "not", "reduce_precision",
+    "asinh", "acosh", "atanh", "sinh", "cosh", "atan", "asin", "acos",
+}
+BINARY = {
+    "add", "sub", "mul", "div", "max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq",
+    "ne", "lt", "le", "gt", "ge", "nextafter", "select_n", "clamp",
+}
+SHAPE_ONLY = {"broadcast_in_dim", "dim_as_value"}
+REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
+              "reduce_and", "reduce_or"}
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    dims: tuple[Any, ...]  # a symbol name per axis, or 1 for a unit axis
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class TaskFacts:
+    """Everything the planner and the kernel writers need to know about one task."""
+
+    kernel_class: str
+    args: list[Arg]
+    outs: list[tuple[tuple[Any, ...], str]]  # (dim expressions, dtype) per output
+    out_shapes: list[tuple[int, ...]]
+    dim_values: dict[str, int]
+    symbols: list[str]
+    reasons: list[str]
+    primitives: list[str]
+    flops: int
+    detail: dict[str, Any] = field(default_factory=dict)
+    body_source: str = ""  # the whole reference as `_body(*args, <dims>)`, when it emits
+
+    @property
+    def io_bytes(self) -> int:
+        out = sum(math.prod(s) * np.dtype(d).itemsize
+                  for s, (_, d) in zip(self.out_shapes, self.outs, strict=True))
+        return sum(a.nbytes for a in self.args) + out
+
+
+def _symbols_for(shapes_per_case: list[list[tuple[int, ...]]]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """A symbol per distinct size sequence across the task's shapes; unit axes stay 1."""
+    names: dict[tuple[int, ...], str] = {}
+    dims: list[tuple[Any, ...]] = []
+    for arg_index, shape in enumerate(shapes_per_case[0]):
+        arg_dims: list[Any] = []
+        for axis in range(len(shape)):
+            sizes = tuple(case[arg_index][axis] for case in shapes_per_case)
+            if all(s == 1 for s in sizes):
+                arg_dims.append(1)
+                continue
+            if sizes not in names:
+                names[sizes] = f"D{len(names)}"
+            arg_dims.append(names[sizes])
+        dims.append(tuple(arg_dims))
+    return dims, list(names.values())
+
+
+def _arg_names(fn: Any, count: int) -> list[str]:
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(count)]
+
+
+def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str]) -> Any:
+    import jax
+    from jax import export
+
+    scope = dict(zip(symbols, export.symbolic_shape(", ".join(symbols)), strict=True)) if symbols else {}
+    specs = [jax.ShapeDtypeStruct(tuple(scope[d] if isinstance(d, str) else d for d in a.dims),
+                                  np.dtype(a.dtype)) for a in args]
+    return jax.make_jaxpr(reference)(*specs)
+
+
+def _out_dims(aval_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(d if isinstance(d, int) else str(d) for d in aval_shape)
+
+
+def _rows_independent(reference: Any, inputs: tuple[Any, ...], row_inputs: list[bool]) -> bool:
+    """Probe: a perturbed first row moves only the first output row, and a prefix of rows
+    gives the prefix of the output."""
+    import jax
+    import jax.numpy as jnp
+
+    rows = next(x.shape[0] for x, r in zip(inputs, row_inputs, strict=True) if r)
+    if rows < 16:
+        return False
+    full = [np.asarray(o) for o in jax.tree.leaves(reference(*inputs))]
+    bumped = tuple(x.at[0].add(jnp.asarray(0.5, x.dtype)) if r and jnp.issubdtype(x.dtype, jnp.floating)
+                   else x for x, r in zip(inputs, row_inputs, strict=True))
+    moved = [np.asarray(o) for o in jax.tree.leaves(reference(*bumped))]
+    for a, b in zip(full, moved, strict=True):
+        if a.ndim == 0 or not np.array_equal(a[1:], b[1:], equal_nan=True):
+            return False
+    half = (rows // 2) // 8 * 8
+    prefix = tuple(x[:half] if r else x for x, r in zip(inputs, row_inputs, strict=True))
+    part = [np.asarray(o) for o in jax.tree.leaves(reference(*prefix))]
+    return all(np.allclose(p, f[:half], rtol=1e-5, atol=1e-5, equal_nan=True)
+               for p, f in zip(part, full, strict=True))
+
+
+def _attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+                         causal: bool) -> np.ndarray:
+    s = np.einsum("...qd,...kd->...qk", q, k) * scale
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s = np.where(np.arange(n_q)[:, None] >= np.arange(n_k)[None, :], s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p = p / p.sum(-1, keepdims=True)
+    return np.einsum("...qk,...kd->...qd", p, v)
+
+
+def _match_attention(reference: Any, inputs: tuple[Any, ...], qkv: tuple[int, int, int],
+                     causal_hint: bool) -> dict[str, Any] | None:
+    q, k, v = (np.asarray(inputs[i], np.float64) for i in qkv)
+    want = np.asarray(reference(*inputs), np.float64)
+    for causal in (causal_hint, not causal_hint):
+        for scale_kind in ("rsqrt_d", "one"):
+            scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+            got = _attention_reference(q, k, v, scale, causal)
+            if got.shape == want.shape and np.allclose(got, want, rtol=2e-3, atol=2e-4):
+                return {"causal": causal, "scale": scale_kind}
+    return None
+
+
+def _producer_map(eqns: list[Any]) -> dict[Any, Any]:
+    return {v: e for e in eqns for v in e.outvars}
+
+
+def _trace_to_input(v: Any, producers: dict[Any, Any], invars: list[Any]) -> int | None:
+    while v not in invars:
+        e = producers.get(v)
+        if e is None or e.primitive.name not in ("convert_element_type", "transpose"):
+            return None
+        v = e.invars[0]
+    return invars.index(v)
+
+
+def _classify_matmul(invars: list[Any], eqns: list[Any], outvars: list[Any], args: list[Arg],
+                     symbols: list[str], consts: dict[Any, Any]) -> tuple[dict[str, Any] | None, str]:
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    dot = dots[0]
+    (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
+    if tuple(lb) or tuple(rb) or tuple(lc) != (1,) or tuple(rc) != (0,):
+        return None, "the dot is not a plain (M,K)x(K,N) contraction"
+    if dot.invars[0] not in invars or dot.invars[1] not in invars:
+        return None, "the dot's operands are computed, not inputs"
+    ia, ib = invars.index(dot.invars[0]), invars.index(dot.invars[1])
+    a, b = args[ia], args[ib]
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return None, "the dot's operands are not 2-D"
+    rest = [e for e in eqns if e is not dot]
+    if any(e.primitive.name not in UNARY | BINARY | SHAPE_ONLY for e in rest):
+        return None, "ops after the dot are not all elementwise"
+    if any(v in (dot.invars[0], dot.invars[1]) for e in rest for v in e.invars):
+        return None, "the dot's operands are used again outside it"
+    m_sym, n_sym = a.dims[0], b.dims[1]
+    epilogue_args = [i for i in range(len(args)) if i not in (ia, ib)]
+    allowed = {(n_sym,), (1, n_sym), (m_sym, n_sym), (m_sym, 1)}
+    for i in epilogue_args:
+        if args[i].dims not in allowed:
+            return None, f"epilogue input {args[i].name} {args[i].shape} does not tile with the output"
+    if len(outvars) != 1 or _out_dims(outvars[0].aval.shape) != (m_sym, n_sym):
+        return None, "the output is not the dot's (M, N)"
+    try:
+        source = function_source("_epilogue", rest, [dot.outvars[0]] + [invars[i] for i in epilogue_args],
+                                 outvars, symbols, consts)
+    except EmitError as exc:
+        return None, f"the epilogue cannot be written out: {exc}"
+    return {"a": ia, "b": ib, "epilogue_args": epilogue_args, "m": m_sym, "k": a.dims[1],
+            "n": n_sym, "epilogue_ops": sorted({e.primitive.name for e in rest}),
+            "epilogue_source": source, "dot_dtype": str(dot.outvars[0].aval.dtype)}, ""
+
+
+def classify_task(task_path: str | Path) -> TaskFacts:
+    """Trace the task's reference and classify it; see the module docstring for the order."""
+    return _classify_cached(str(Path(task_path).resolve()), Path(task_path).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _classify_cached(path: str, _mtime: int) -> TaskFacts:
+    import jax
+
+    from tools.api import load_task
+
+    task = load_task(path)
+    reference = task.reference
+    inputs = task.make_inputs(0, 0)
+    shapes = [[tuple(x.shape) for x in inputs]]
+    for index in task.unseen_shape_indices:
+        shapes.append([tuple(x.shape) for x in jax.eval_shape(lambda i=index: task.make_inputs(0, i))])
+    names = _arg_names(reference, len(inputs))
+    dims, symbols = _symbols_for(shapes)
+    args = [Arg(n, str(x.dtype), tuple(x.shape), d) for n, x, d in zip(names, inputs, dims, strict=True)]
+    dim_values = {d: size for a in args for d, size in zip(a.dims, a.shape, strict=True)
+                  if isinstance(d, str)}
+    try:
+        closed = _symbolic_jaxpr(reference, args, symbols)
+        shape_note = ""
+    except Exception as exc:  # the reference does Python arithmetic on a dimension
+        closed = jax.make_jaxpr(reference)(*inputs)
+        shape_note = (f"traced at the tuning shapes only (symbolic tracing failed: "
+                      f"{str(exc).splitlines()[0][:120]})")
+    invars, eqns, outvars, consts = flatten(closed)
+    concrete_outs = jax.eval_shape(reference, *inputs)
+    out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
+    outs = [(_out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]
+    prims = sorted({e.primitive.name for e in eqns})
+    cost = jax.jit(reference).lower(*inputs).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    facts = TaskFacts("single_block", args, outs, out_shapes, dim_values, symbols, [], prims,
+                      int((cost or {}).get("flops", 0)))
+    if shape_note:
+        facts.reasons.append(shape_note)
+    try:
+        facts.body_source = function_source("_body", eqns, invars, outvars, symbols, consts)
+    except EmitError as exc:
+        facts.reasons.append(f"the reference cannot be written out as a kernel body: {exc}")
+    _decide(facts, reference, inputs, invars, eqns, outvars, consts)
+    return facts
+
+
+def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: list[Any],
+            eqns: list[Any], outvars: list[Any], consts: dict[Any, Any]) -> None:
+    names = set(facts.primitives)
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    reductions = [e for e in eqns if e.primitive.name in REDUCTIONS]
+    args = facts.args
+    if len(dots) == 2 and "exp" in names and reductions:
+        producers = _producer_map(eqns)
+        q = _trace_to_input(dots[0].invars[0], producers, invars)
+        k = _trace_to_input(dots[0].invars[1], producers, invars)
+        v = _trace_to_input(dots[1].invars[1], producers, invars)
+        if None not in (q, k, v) and len({q, k, v}) == 3 and args[q].shape[-1] == args[v].shape[-1]:
+            match = _match_attention(reference, inputs, (q, k, v), "iota" in names)
+            if match and len(args[q].shape) in (3, 4):
+                facts.kernel_class = "attention"
+                facts.detail = {"q": q, "k": k, "v": v, **match}
+                facts.reasons.append(f"two dot_generals around exp/{reductions[0].primitive.name}: "
+                                     f"softmax(q k^T) v, scale {match['scale']}, "
+                                     f"causal={match['causal']} (checked on the tuning inputs)")
+                return
+        facts.reasons.append("two dots and a softmax, but not q k^T / v shaped")
+    if len(dots) == 1:
+        detail, why = _classify_matmul(invars, eqns, outvars, args, facts.symbols, consts)
+        if detail is not None and facts.body_source:
+            facts.kernel_class = "matmul_epilogue"
+            facts.detail = detail
+            epi = ", ".join(o for o in detail["epilogue_ops"] if o not in SHAPE_ONLY) or "none"
+            facts.reasons.append(f"one dot_general (M,K)x(K,N) then elementwise ops ({epi})")
+            return
+        facts.reasons.append(f"one dot_general, not a matmul with epilogue: {why}")
+    _decide_rows(facts, reference, inputs, eqns, dots, reductions)
+
+
+def _decide_rows(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], eqns: list[Any],
+                 dots: list[Any], reductions: list[Any]) -> None:
+    args = facts.args
+    row_sym = facts.outs[0][0][0] if facts.outs and facts.outs[0][0] else None
+    row_inputs = [bool(a.dims) and a.dims[0] == row_sym for a in args]
+    rows_ok = (isinstance(row_sym, str) and row_sym in facts.dim_values and any(row_inputs)
+               and all(o[0] and o[0][0] == row_sym for o in facts.outs) and bool(facts.body_source))
+    independent = rows_ok and _rows_independent(reference, inputs, row_inputs)
+    if independent:
+        facts.detail = {"row": row_sym, "row_inputs": row_inputs}
+    main = max((a for a, r in zip(args, row_inputs, strict=True) if r), key=lambda a: a.nbytes,
+               default=None)
+    same_shape = main is not None and all(o[0] == main.dims for o in facts.outs)
+    simple = all(e.primitive.name in UNARY | BINARY | SHAPE_ONLY for e in eqns)
+    if independent and not dots and not reductions and simple and same_shape:
+        facts.kernel_class = "elementwise"
+        facts.reasons.append("elementwise and broadcasting ops only; output shaped like the input")
+        return
+    last_axis = all(tuple(e.params.get("axes", ())) == (len(e.invars[0].aval.shape) - 1,)
+                    for e in reductions)
+    broadcast_back = simple is False and all(
+        e.primitive.name in UNARY | BINARY | SHAPE_ONLY | REDUCTIONS for e in eqns)
+    if independent and not dots and reductions and last_axis and broadcast_back and same_shape:
+        facts.kernel_class = "rowwise"
+        ops = sorted({e.primitive.name for e in reductions})
+        facts.reasons.append(f"reductions over the last axis only ({', '.join(ops)}), broadcast "
+                             "back to the input's shape; rows independent")
+        return
+    if independent:
+        facts.kernel_class = "rows_generic"
+        facts.reasons.append("rows (leading axis) independent by probing; ops "
+                             f"{', '.join(facts.primitives)} fit no specialised class")
+        return
+    facts.kernel_class = "single_block"
+    facts.reasons.append("rows are not independent (or the output has no row axis)")

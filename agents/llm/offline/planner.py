@@ -1,0 +1,282 @@
+"""The offline planner: picks a kernel class's parameters and levers from the evidence.
+
+Evidence, in order of weight: the parent's profile (what bounds it, steps, bandwidth
+fraction, suggestions), failures so far (a lever that failed is not repeated; a VMEM
+failure forbids growing blocks), the strategy hint, then the seed (which of the equally
+good variants to try). The decisions travel in a ```json block inside Strategy, which the
+implementer reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from agents.llm.base import NO_GAIN_MARKER
+from agents.llm.offline import attention, matmul, rows
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
+
+BLOCK_KNOBS = {
+    "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
+    "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
+    "single_block": (),
+}
+FIXED_LEVERS = {
+    "elementwise": ["row_blocks_parallel", "f32_in_vmem"],
+    "rowwise": ["whole_rows_in_vmem", "row_blocks_parallel", "f32_reductions"],
+    "rows_generic": ["reference_jaxpr_in_kernel", "row_blocks_parallel"],
+    "matmul_epilogue": ["fuse_epilogue", "f32_accumulator", "k_axis_arbitrary_innermost"],
+    "attention": ["online_softmax", "f32_accumulator", "kv_axis_arbitrary"],
+    "single_block": ["single_block"],
+}
+TUNING_LEVERS = ("bigger_blocks", "smaller_blocks", "full_k", "mxu_aligned_tiles", "whole_kv_row")
+
+
+def default_params(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
+    c = facts.kernel_class
+    if c in ("elementwise", "rowwise", "rows_generic"):
+        return {"block_rows": rows.default_block_rows(facts, chip)}
+    if c == "matmul_epilogue":
+        return matmul.default_blocks(facts, chip)
+    if c == "attention":
+        return attention.default_blocks(facts, chip)
+    return {}
+
+
+def extents(facts: TaskFacts) -> dict[str, int]:
+    """The largest useful value of each knob at the tuning point."""
+    c, d, v = facts.kernel_class, facts.detail, facts.dim_values
+    if c in ("elementwise", "rowwise", "rows_generic"):
+        return {"block_rows": v[d["row"]]}
+    if c == "matmul_epilogue":
+        return {"block_m": v[d["m"]], "block_n": v[d["n"]], "block_k": v[d["k"]]}
+    if c == "attention":
+        q, k = facts.args[d["q"]].shape, facts.args[d["k"]].shape
+        return {"block_q": q[-2], "block_kv": k[-2]}
+    return {}
+
+
+def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
+    """Double-buffered blocks plus scratch, with the arithmetic written out."""
+    c, d = facts.kernel_class, facts.detail
+    if c in ("elementwise", "rowwise", "rows_generic"):
+        br, per_row = params["block_rows"], rows.row_bytes(facts)
+        fixed = sum(a.nbytes for a, r in zip(facts.args, d["row_inputs"], strict=True) if not r)
+        total = 2 * br * per_row + 2 * fixed
+        return total, f"2 buffers x {br} rows x {per_row} B/row + 2 x {fixed} B of whole inputs = {total:,} B"
+    if c == "matmul_epilogue":
+        bm, bn, bk = params["block_m"], params["block_n"], params["block_k"]
+        total = 2 * 4 * (bm * bk + bk * bn) + 2 * 4 * bm * bn + 4 * bm * bn + 2 * 4 * bn
+        return total, (f"2 x 4 B x ({bm}x{bk} + {bk}x{bn}) operands + 2 x 4 B x {bm}x{bn} out "
+                       f"+ 4 B x {bm}x{bn} f32 accumulator (+ bias) = {total:,} B")
+    if c == "attention":
+        bq, bkv = params["block_q"], params["block_kv"]
+        depth = facts.args[d["q"]].shape[-1]
+        total = 2 * 4 * (bq * depth + 2 * bkv * depth) + 2 * 4 * bq * depth + 4 * (bq * depth + 2 * bq * LANES)
+        return total, (f"2 x 4 B x ({bq}x{depth} q + 2 x {bkv}x{depth} k,v) + 2 x 4 B x {bq}x{depth} out "
+                       f"+ scratch 4 B x ({bq}x{depth} acc + 2 x {bq}x{LANES} padded m,l) = {total:,} B")
+    total = facts.io_bytes * 2
+    return total, f"2 x {facts.io_bytes:,} B of whole inputs and outputs = {total:,} B"
+
+
+def _align(knob: str, value: int) -> int:
+    floor = LANES if knob == "block_n" or knob == "block_k" else SUBLANES
+    return max(floor, value // floor * floor)
+
+
+def _failed_levers(failures: list[dict[str, Any]]) -> tuple[set[str], bool]:
+    failed: set[str] = set()
+    vmem = False
+    for f in failures or []:
+        text = json.dumps(f, default=str).lower()
+        failed |= {lever for lever in TUNING_LEVERS if lever in text}
+        vmem = vmem or "vmem" in text
+    return failed, vmem
+
+
+def _hint_levers(hint: str) -> list[str]:
+    text = (hint or "").lower()
+    wanted = [lever for lever in TUNING_LEVERS if lever in text or lever.replace("_", " ") in text]
+    if re.search(r"\b(larger|bigger|fewer steps|per-step overhead)\b", text):
+        wanted.append("bigger_blocks")
+    if re.search(r"\b(smaller|pipelin|overlap)\b", text):
+        wanted.append("smaller_blocks")
+    return list(dict.fromkeys(wanted))
+
+
+def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
+    """The plan's decisions: class, levers, params, evidence lines, or a no-gain verdict."""
+    chip = ctx.get("chip") or {}
+    parent = ctx.get("parent") or None
+    failures = list(ctx.get("failures") or [])
+    seed = int(ctx.get("seed") or 0)
+    c = facts.kernel_class
+    knobs = BLOCK_KNOBS[c]
+    evidence: list[str] = []
+    params = default_params(facts, chip)
+    base_config = dict((parent or {}).get("config") or {})
+    for k in knobs:
+        if isinstance(base_config.get(k), int):
+            params[k] = base_config[k]
+    failed, vmem_failed = _failed_levers(failures)
+    candidates: list[str] = []
+    profile = (parent or {}).get("profile") or {}
+    if profile:
+        bound = profile.get("bound", "")
+        steps = int(profile.get("grid_steps") or 0)
+        bw = float(profile.get("achieved_bandwidth_fraction") or 0.0)
+        speedup = float(profile.get("speedup") or (parent or {}).get("speedup") or 0.0)
+        evidence.append(f"parent profile: bound {bound}, {steps} grid steps, {bw:.0%} of peak HBM "
+                        f"bandwidth, speedup {speedup:.2f}x (simulated)" if profile.get(
+                            "measured_on") == "simulated" else
+                        f"parent profile: bound {bound}, {steps} grid steps, {bw:.0%} of peak HBM "
+                        f"bandwidth, speedup {speedup:.2f}x")
+        suggestions = " ".join(profile.get("suggestions") or []).lower()
+        if bound == "memory" and bw > 0.9 and 0.9 <= speedup <= 1.1:
+            evidence.append(f"memory-bound at {bw:.0%} of peak bandwidth and {speedup:.2f}x: the "
+                            "XLA baseline already moves the minimum bytes at nearly full bandwidth")
+            return {"no_gain": True, "evidence": evidence, "kernel_class": c}
+        if bound == "overhead" or "larger blocks" in suggestions or (bound == "memory" and steps > 4):
+            candidates.append("bigger_blocks")
+            evidence.append("many short steps: the fixed per-step cost is a large share -> bigger blocks")
+        if "re-fetched" in suggestions and c == "matmul_epilogue":
+            candidates.append("full_k")
+        if "mxu" in suggestions and c == "matmul_epilogue":
+            candidates.append("mxu_aligned_tiles")
+        if bound in ("memory", "compute") and steps <= 2:
+            candidates.append("smaller_blocks")
+            evidence.append(f"only {steps} steps: the first fetch and last write-back are not "
+                            "overlapped -> smaller blocks pipeline better")
+        if c == "attention":
+            candidates.append("whole_kv_row")
+    hinted = _hint_levers(ctx.get("hint", ""))
+    if hinted:
+        evidence.append(f"hint asks for: {', '.join(hinted)}")
+    ordered = list(dict.fromkeys(hinted + candidates + (["bigger_blocks", "smaller_blocks"] if parent else [])))
+    usable = [lv for lv in ordered if lv not in failed and not (vmem_failed and lv == "bigger_blocks")]
+    if failed:
+        evidence.append(f"not repeating failed levers: {', '.join(sorted(failed))}")
+    if vmem_failed:
+        evidence.append("a failure mentions VMEM: no bigger blocks")
+    levers = list(FIXED_LEVERS[c])
+    if knobs and usable:
+        lever = usable[seed % len(usable)] if not hinted and not candidates else usable[0]
+        params = _apply(facts, lever, params, chip)
+        levers.append(lever)
+    elif knobs and seed and not parent:
+        params = _seed_variant(facts, params, seed)
+        levers.append("seeded_block_variant")
+    return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
+            "evidence": evidence}
+
+
+def _apply(facts: TaskFacts, lever: str, params: dict[str, int], chip: dict[str, Any]) -> dict[str, int]:
+    out = dict(params)
+    ext = extents(facts)
+    budget = scoped_vmem(chip) // 2
+    if lever == "bigger_blocks":
+        for k in out:
+            if k != "block_k":
+                out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), SUBLANES))
+        if vmem_bytes(facts, out)[0] > budget:
+            return dict(params)
+    elif lever == "smaller_blocks":
+        for k in out:
+            out[k] = _align(k, max(out[k] // 2, 1))
+    elif lever == "full_k" and "block_k" in out:
+        out["block_k"] = ext["block_k"]
+        if vmem_bytes(facts, out)[0] > budget:
+            out["block_k"] = params["block_k"]
+    elif lever == "mxu_aligned_tiles":
+        mxu = int(chip.get("mxu_dim") or chip.get("mxu_size") or 256)
+        for k in ("block_m", "block_n", "block_k"):
+            if k in out:
+                out[k] = max(mxu, out[k] // mxu * mxu)
+    elif lever == "whole_kv_row" and "block_kv" in out:
+        out["block_kv"] = -(-ext["block_kv"] // SUBLANES) * SUBLANES
+        if vmem_bytes(facts, out)[0] > budget:
+            out["block_kv"] = params["block_kv"]
+    return out
+
+
+def _seed_variant(facts: TaskFacts, params: dict[str, int], seed: int) -> dict[str, int]:
+    out = dict(params)
+    factor = (1, 2, 0.5)[seed % 3]
+    for k in out:
+        out[k] = _align(k, int(out[k] * factor))
+    return out
+
+
+def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], task_name: str) -> str:
+    """The markdown plan with every section of PLAN_SECTIONS, in order."""
+    chip = ctx.get("chip") or {}
+    c = facts.kernel_class
+    shapes = ", ".join(f"{a.name} {a.dtype}{list(a.shape)}" for a in facts.args)
+    analysis = [f"Task `{task_name}` at the tuning point: {shapes} -> "
+                + ", ".join(f"{dt}{list(s)}" for s, (_, dt) in zip(facts.out_shapes, facts.outs, strict=True)) + ".",
+                f"Kernel class: **{c}** (from the jaxpr: {'; '.join(facts.reasons)}).",
+                f"Primitives: {', '.join(facts.primitives)}. Bytes in+out {facts.io_bytes:,}, "
+                f"flops {facts.flops:,}."]
+    baseline = ctx.get("baseline_s")
+    if isinstance(baseline, int | float) and baseline > 0:
+        analysis.append(f"XLA baseline {baseline * 1e6:.2f} us.")
+    analysis += [f"- {e}" for e in decision.get("evidence", [])]
+    if ctx.get("feedback"):
+        analysis.append(f"Human feedback taken into account: {ctx['feedback']}")
+    if decision.get("no_gain"):
+        return "\n".join([
+            "## Analysis", *analysis, "", "## Strategy", "Stop: no kernel will beat the baseline.",
+            "```json", json.dumps({"kernel_class": c, "levers": [], "params": {}}), "```", "",
+            "## Memory layout and tiling", "Unchanged from the parent.", "",
+            "## TPU levers", "None left: the parent is at the bandwidth roofline.", "",
+            "## Grid and BlockSpecs", "Unchanged.", "",
+            "## Expected effect", NO_GAIN_MARKER, ""])
+    params = decision["params"]
+    spec = {"kernel_class": c, "levers": decision["levers"], "params": params}
+    vmem, arithmetic = vmem_bytes(facts, params) if params or c == "single_block" else (0, "")
+    limit = scoped_vmem(chip)
+    return "\n".join([
+        "## Analysis", *analysis, "",
+        "## Strategy", _strategy(c), "```json", json.dumps(spec, sort_keys=True), "```", "",
+        "## Memory layout and tiling", f"VMEM: {arithmetic}; scoped limit {limit:,} B "
+        f"({vmem / limit:.0%} used; chip VMEM {chip.get('vmem_bytes', 'unknown')} B).",
+        "Blocks keep the (8, 128) rule: second-to-last dim a multiple of 8 (or whole), last a "
+        "multiple of 128 (or whole); tails through pl.cdiv grids.", "",
+        "## TPU levers", *[f"- {lv}" for lv in decision["levers"]], "",
+        "## Grid and BlockSpecs", _grid(c, params), "",
+        "## Expected effect", _effect(facts, params), ""])
+
+
+def _strategy(c: str) -> str:
+    return {
+        "elementwise": "Row blocks of the whole width; the elementwise chain runs once per block in VMEM.",
+        "rowwise": "Whole rows per step so each row's reductions stay in VMEM; one HBM read and write.",
+        "rows_generic": "Blocks of independent rows; the reference's own ops evaluated per block.",
+        "matmul_epilogue": "Tiled matmul with an f32 VMEM accumulator; the epilogue runs on the "
+                           "finished tile at the last K step, so the product never round-trips HBM.",
+        "attention": "Flash attention: online softmax over KV blocks with running max/sum in VMEM.",
+        "single_block": "One block holding the whole arrays; correctness first.",
+    }[c]
+
+
+def _grid(c: str, params: dict[str, int]) -> str:
+    if c in ("elementwise", "rowwise", "rows_generic"):
+        return (f"grid (cdiv(rows, {params['block_rows']}),) parallel; row arrays blocked "
+                f"({params['block_rows']}, whole rest), others one whole block at index 0.")
+    if c == "matmul_epilogue":
+        return (f"grid (cdiv(M, {params['block_m']}), cdiv(N, {params['block_n']}), K/{params['block_k']}); "
+                "(i, j) parallel, k arbitrary and innermost; a (i,k), b (k,j), out (i,j).")
+    if c == "attention":
+        return (f"grid (batch*heads, cdiv(Sq, {params['block_q']}), cdiv(Sk, {params['block_kv']})); "
+                "first two parallel, KV arbitrary; q/out (g,i,0), k/v (g,j,0).")
+    return "grid (1,); every array one whole block."
+
+
+def _effect(facts: TaskFacts, params: dict[str, int]) -> str:
+    ext = extents(facts)
+    steps = math.prod(-(-ext[k] // max(v, 1)) for k, v in params.items() if k in ext) if params else 1
+    return (f"About {steps} grid steps at the tuning point; one pass over the {facts.io_bytes:,} "
+            "bytes of inputs and outputs; fewer HBM round trips than the XLA program.")

@@ -1,0 +1,121 @@
+"""OfflineProvider: a deterministic kernel author that answers every purpose without an LLM.
+
+It reads only `request.context` (never the prompt): classifies the task from its jaxpr,
+plans levers from the parent's profile, writes the candidate for the kernel class, fixes by
+regenerating safer variants, and writes `make_inputs` from a signature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any, ClassVar
+
+from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError
+from agents.llm.offline import planner
+from agents.llm.offline.author import candidate_source, plan_spec, safer_ladder
+from agents.llm.offline.classify import CLASSES, classify_task
+from agents.llm.offline.inputs import inputs_source
+
+MODEL = "offline-author-1"
+
+
+def _code_answer(code: str, preface: str = "") -> str:
+    return (preface + "\n\n" if preface else "") + "```python\n" + code.rstrip("\n") + "\n```\n"
+
+
+class OfflineProvider(Provider):
+    """Plans, writes and fixes Pallas TPU kernels by rule; seeded and deterministic."""
+
+    name: ClassVar[str] = "offline"
+
+    def __init__(self, *, seed: int = 0, **options: Any) -> None:
+        del options  # options meant for other providers (model, temperature, ...) do not apply
+        self.seed = seed
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        start = time.perf_counter()
+        text = await asyncio.to_thread(self.answer, request)
+        return LlmResponse(text=text, model=MODEL, tokens_in=len(request.prompt) // 4,
+                           tokens_out=len(text) // 4,
+                           latency_ms=(time.perf_counter() - start) * 1000.0)
+
+    def answer(self, request: LlmRequest) -> str:
+        ctx = dict(request.context)
+        ctx.setdefault("seed", request.seed if request.seed else self.seed)
+        handler = {"plan": self._plan, "implement": self._implement, "fix": self._fix,
+                   "inputs": self._inputs}.get(request.purpose)
+        if handler is None:
+            raise ProviderError(f"the offline author has no answer for purpose {request.purpose!r}")
+        return handler(ctx)
+
+    def _facts(self, ctx: dict[str, Any]) -> Any:
+        path = ctx.get("task_path")
+        if not path:
+            raise ProviderError("the request context has no task_path")
+        return classify_task(path)
+
+    def _plan(self, ctx: dict[str, Any]) -> str:
+        facts = self._facts(ctx)
+        decision = planner.choose(facts, ctx)
+        return planner.plan_text(facts, decision, ctx, str(ctx.get("task_name") or "task"))
+
+    def _implement(self, ctx: dict[str, Any]) -> str:
+        facts = self._facts(ctx)
+        spec = plan_spec(str(ctx.get("plan") or ""))
+        params = planner.default_params(facts, ctx.get("chip"))
+        given = spec.get("params") if isinstance(spec.get("params"), dict) else {}
+        params.update({k: int(v) for k, v in given.items() if k in params and isinstance(v, int) and v > 0})
+        wanted = spec.get("kernel_class")
+        kernel_class = "single_block" if wanted == "single_block" else facts.kernel_class
+        note = (f"Kernel class {facts.kernel_class}"
+                + (f" (plan asked for {wanted})" if wanted in CLASSES and wanted != facts.kernel_class else "")
+                + f"; parameters {params}.")
+        code = candidate_source(facts, params, str(ctx.get("task_name") or "task"), ctx.get("chip"),
+                                kernel_class)
+        return _code_answer(code, note)
+
+    def _fix(self, ctx: dict[str, Any]) -> str:
+        facts = self._facts(ctx)
+        current = str(ctx.get("code") or "")
+        diagnostics = list(ctx.get("diagnostics") or [])
+        history = list(ctx.get("history") or [])
+        message = next((str(d.get("message", "")) for d in diagnostics if isinstance(d, dict)
+                        and d.get("message")), "the candidate failed without a diagnostic")
+        params = planner.default_params(facts, ctx.get("chip"))
+        ladder = safer_ladder(facts, params)
+        level = max(len(history), int(ctx.get("round") or 1) - 1)
+        task_name = str(ctx.get("task_name") or "task")
+        for kernel_class, step_params, step_change in ladder[level:] + ladder[:level]:
+            code = candidate_source(facts, step_params, task_name, ctx.get("chip"), kernel_class)
+            change = step_change
+            if _digest(code) != _digest(current):
+                break
+        else:
+            code = candidate_source(facts, params, task_name, ctx.get("chip"))
+            change = "regenerated the default kernel of its class"
+        first_line = message.strip().splitlines()[0][:300] if message.strip() else message
+        summary = "\n".join([f"Error: {first_line}", f"Cause: {_cause(message)}",
+                             f"Fix: {change}."])
+        return _code_answer(code, summary)
+
+    def _inputs(self, ctx: dict[str, Any]) -> str:
+        return _code_answer(inputs_source(ctx.get("signature") or {}))
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.strip().encode()).hexdigest()
+
+
+def _cause(message: str) -> str:
+    text = message.lower()
+    if "vmem" in text:
+        return "the blocks (double-buffered) and scratch do not fit the scoped VMEM"
+    if "lower" in text or "mosaic" in text or "unimplemented" in text or "not supported" in text:
+        return "the Mosaic TPU lowering rejects an op or a block shape of this kernel"
+    if "shape" in text or "divisible" in text or "block" in text:
+        return "a block shape breaks the (8, 128) tiling rule or does not cover the array"
+    if "mismatch" in text or ("error" in text and "max" in text) or "tolerance" in text:
+        return "numbers differ from the reference, most likely in a tail block or a mask"
+    return "unknown; regenerating with more conservative blocks"

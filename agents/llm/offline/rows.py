@@ -1,0 +1,193 @@
+"""Row-block kernels (elementwise, row-wise reductions, any row-independent op) and the
+single-block kernel: the reference's own jaxpr runs inside the kernel on a block.
+
+Each grid step owns `block_rows` whole rows of every row-shaped input and output, so
+reductions over the other axes stay in VMEM; inputs without a row axis (weights, biases)
+are one block fetched once. The grid is `pl.cdiv(rows, block_rows)` and `parallel`: the
+last block may hang past the end, and its extra rows are computed and dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import (
+    LANES,
+    SUBLANES,
+    dim_check_source,
+    dims_expr,
+    header,
+    pow2_floor,
+    round_down,
+    scoped_vmem,
+    tunables_literal,
+)
+from agents.llm.offline.jaxpr_source import NARY_HELPER
+
+
+def row_bytes(facts: TaskFacts) -> int:
+    """Bytes one row of every row-shaped input and output occupies."""
+    row_in = facts.detail.get("row_inputs", [])
+    total = sum(a.nbytes // max(a.shape[0], 1) for a, r in zip(facts.args, row_in, strict=True) if r)
+    for shape, (_, dtype) in zip(facts.out_shapes, facts.outs, strict=True):
+        total += math.prod(shape[1:]) * np.dtype(dtype).itemsize
+    return max(total, 1)
+
+
+def row_align(facts: TaskFacts) -> int:
+    """1-D row arrays put rows on lanes (x128); otherwise rows are sublanes (x8)."""
+    row_in = facts.detail.get("row_inputs", [])
+    one_d = any(len(a.shape) == 1 for a, r in zip(facts.args, row_in, strict=True) if r)
+    one_d = one_d or any(len(s) == 1 for s in facts.out_shapes)
+    return LANES if one_d else SUBLANES
+
+
+def default_block_rows(facts: TaskFacts, chip: dict[str, Any] | None, target_steps: int = 2,
+                       max_block_bytes: int = 8 * 1024 * 1024) -> int:
+    """Rows per step: about `target_steps` steps (pipelining hides the DMAs), each block at
+    most `max_block_bytes` per row array, all double-buffered blocks within half the VMEM."""
+    rows = facts.dim_values[facts.detail["row"]]
+    per_row = row_bytes(facts)
+    fixed = sum(a.nbytes for a, r in zip(facts.args, facts.detail["row_inputs"], strict=True) if not r)
+    budget = max(scoped_vmem(chip) // 2 - 2 * fixed, per_row * SUBLANES * 2)
+    by_vmem = budget // (2 * per_row)
+    by_block = max_block_bytes // max(per_row // max(len(facts.outs), 1), 1)
+    by_steps = math.ceil(rows / target_steps)
+    align = row_align(facts)
+    block = min(by_vmem, by_block, max(by_steps, align))
+    return max(align, round_down(pow2_floor(block), align))
+
+
+def rows_tunables(default: int, align: int) -> dict[str, list[int]]:
+    values = [default]
+    for v in (default // 2, default * 2, default // 4, default * 4):
+        if v >= align and v % align == 0 and v not in values:
+            values.append(v)
+    return {"block_rows": values[:4]}
+
+
+_ROW_WRAPPER = '''
+
+def _kernel(*refs, dims, n_in):
+    values = [ref[...] for ref in refs[:n_in]]
+    outs = _body(*values, **dims)
+    for ref, value in zip(refs[n_in:], outs, strict=True):
+        ref[...] = value.astype(ref.dtype)
+
+
+def _row_spec(shape, block_rows):
+    rest = (0,) * (len(shape) - 1)
+    return pl.BlockSpec((block_rows, *shape[1:]), lambda i: (i, *rest))
+
+
+def _whole_spec(shape):
+    zeros = (0,) * len(shape)
+    return pl.BlockSpec(tuple(shape), lambda i: zeros)
+
+
+@functools.partial(jax.jit, static_argnames=("block_rows",))
+def %NAME%(%ARGS%, *, block_rows: int = %DEFAULT%):
+%CHECKS%
+    rows = dims[_ROW]
+    if block_rows % _ROW_ALIGN:
+        raise ValueError(f"{block_rows=} must be a multiple of {_ROW_ALIGN}")
+    block_rows = rows if rows <= block_rows else block_rows
+    args = (%ARGS%,)
+    out_avals = _out_avals(**dims)
+    block_dims = {**dims, _ROW: block_rows}
+    in_specs = [_row_spec(x.shape, block_rows) if is_row else _whole_spec(x.shape)
+                for x, is_row in zip(args, _ROW_INPUTS, strict=True)]
+    out_specs = [_row_spec(shape, block_rows) for shape, _ in out_avals]
+    outs = pl.pallas_call(
+        functools.partial(_kernel, dims=block_dims, n_in=len(args)),
+        out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
+        grid=(pl.cdiv(rows, block_rows),),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(*args)
+    return %RETURN%
+
+
+def build(block_rows: int = %DEFAULT%):
+    return functools.partial(%NAME%, block_rows=block_rows)
+'''
+
+_SINGLE_WRAPPER = '''
+
+def _kernel(*refs, dims, n_in):
+    values = [ref[...] for ref in refs[:n_in]]
+    outs = _body(*values, **dims)
+    for ref, value in zip(refs[n_in:], outs, strict=True):
+        ref[...] = value.astype(ref.dtype)
+
+
+def _whole_spec(shape):
+    zeros = (0,) * len(shape)
+    return pl.BlockSpec(tuple(shape), lambda i: zeros)
+
+
+@jax.jit
+def %NAME%(%ARGS%):
+%CHECKS%
+    args = (%ARGS%,)
+    out_avals = _out_avals(**dims)
+    outs = pl.pallas_call(
+        functools.partial(_kernel, dims=dims, n_in=len(args)),
+        out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
+        grid=(1,),
+        in_specs=[_whole_spec(x.shape) for x in args],
+        out_specs=[_whole_spec(shape) for shape, _ in out_avals],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+    )(*args)
+    return %RETURN%
+
+
+def build():
+    return %NAME%
+'''
+
+
+def _out_avals_source(facts: TaskFacts) -> str:
+    dims = ", ".join(f"{s}=None" for s in facts.symbols)
+    items = ", ".join(f"({dims_expr(d)}, {dtype!r})" for d, dtype in facts.outs)
+    signature = f"*, {dims}" if dims else ""
+    return f"def _out_avals({signature}):\n    return [{items}]"
+
+
+def _fill(template: str, facts: TaskFacts, fn_name: str, default: int = 0) -> str:
+    names = [a.name for a in facts.args]
+    ret = "outs[0]" if len(facts.outs) == 1 else "tuple(outs)"
+    return (template.replace("%NAME%", fn_name).replace("%ARGS%", ", ".join(names))
+            .replace("%CHECKS%", dim_check_source(names, [a.dims for a in facts.args]))
+            .replace("%RETURN%", ret).replace("%DEFAULT%", str(default)))
+
+
+def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str) -> str:
+    """A row-block candidate file; `params['block_rows']` is the default block."""
+    align = row_align(facts)
+    default = int(params.get("block_rows") or 0) or default_block_rows(facts, None)
+    default = round_down(default, align)
+    tunables = params.get("tunables") or rows_tunables(default, align)
+    doc = (f"{facts.kernel_class} kernel for {task_name}: blocks of whole rows, the reference's "
+           "ops evaluated in VMEM.\n\n" + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    constants = "\n".join([
+        tunables_literal(tunables),
+        f"_ROW = {facts.detail['row']!r}",
+        f"_ROW_ALIGN = {'LANES' if align == LANES else 'SUBLANES'}",
+        f"_ROW_INPUTS = {tuple(facts.detail['row_inputs'])!r}",
+    ])
+    return (header(doc) + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + facts.body_source
+            + "\n\n\n" + _out_avals_source(facts) + _fill(_ROW_WRAPPER, facts, "rows_kernel", default))
+
+
+def single_source(facts: TaskFacts, task_name: str) -> str:
+    """The whole arrays as one block, one grid step: correct whenever it fits VMEM."""
+    doc = (f"single-block kernel for {task_name}: the whole arrays in VMEM, one grid step, the "
+           "reference's ops evaluated inside.\n\n" + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    return (header(doc) + "\nTUNABLES = {}\n" + NARY_HELPER + "\n\n" + facts.body_source + "\n\n\n"
+            + _out_avals_source(facts) + _fill(_SINGLE_WRAPPER, facts, "single_block_kernel"))
