@@ -322,7 +322,10 @@ def test_receipt_hash_and_verdict_are_rechecked() -> None:
                     tampering=(), inputs_unmodified=True, inputs_as_sent=True, races_in=(),
                     consistency_problems=(), timing_valid=True, floor_factor=2.0,
                     tolerance=dict(DEFAULT_TOLERANCE), cases=(case,))
-    receipt = seal({"kind": RECEIPT_KIND, "verdict": "pass", "checks": checks})
+    measurement = {"measured_on": "simulated", "speedup": 2.0, "latency_s": 1e-6,
+                   "baseline_s": 2e-6, "valid": True}
+    receipt = seal({"kind": RECEIPT_KIND, "verdict": "pass", "checks": checks,
+                    "measurement": measurement})
     assert check_receipt(receipt).ok
     edited = json.loads(json.dumps(receipt))
     edited["checks"]["cases"][0]["outputs"][0]["max_abs"] = 1.0

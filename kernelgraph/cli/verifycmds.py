@@ -137,21 +137,35 @@ def _error(value: float) -> str:
 def verify_receipt(
     file: Annotated[Path, typer.Argument(help="A receipt written by `kernelgraph verify "
                                               "--receipt-out`.", show_default=False)],
+    trust_key: Annotated[list[str] | None, typer.Option(
+        "--trust-key", help="Also accept receipts signed by the key with this fingerprint "
+        "(repeat); default: only this installation's key.")] = None,
     json: _JsonOpt = False,
 ) -> None:
-    """Re-check a receipt: its own sha256 matches its contents and its verdict follows from the numbers in it (the same rule the verifier applies). Exit status 0 when both hold."""
-    from tools.verification.receipts import ReceiptError, check_receipt, load_receipt
+    """Re-check a receipt: its Ed25519 signature and which key made it, its sha256, that its verdict follows from the numbers in it (the same rule the verifier applies) and its speedup from its latency and baseline. Exit status 0 when all hold."""
+    from tools.verification.receipts import (
+        ReceiptError,
+        check_receipt,
+        installation_fingerprints,
+        load_receipt,
+    )
+    from tools.verification.signing import SigningError
 
     try:
-        result = check_receipt(load_receipt(file))
-    except ReceiptError as exc:
+        own = installation_fingerprints()
+        result = check_receipt(load_receipt(file), trusted=own | set(trust_key or ()))
+    except (ReceiptError, SigningError) as exc:
         fail(str(exc))
     if json:
         emit_json(msgspec.to_builtins(result))
     else:
         mark = "[green]ok[/]" if result.ok else "[red]FAILED[/]"
+        whose = ("this installation's key" if result.key_fingerprint in own
+                 else "a trusted key" if result.key_trusted else "an untrusted key")
         console.print(f"{file}: {mark}  verdict {result.recorded_verdict!r}, sha256 "
-                      f"{result.sha256[:16]}...")
+                      f"{result.sha256[:16]}...", highlight=False)
+        if result.key_fingerprint:
+            console.print(f"  signed by key {result.key_fingerprint} ({whose})", highlight=False)
         for problem in result.problems:
             console.print(f"  - {problem}", highlight=False)
     raise typer.Exit(0 if result.ok else 1)

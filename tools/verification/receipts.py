@@ -1,12 +1,16 @@
-"""Self-hashed verdict receipts, and the check that a receipt's verdict follows from it.
+"""Signed verdict receipts, and the check that a receipt's verdict follows from it.
 
 A receipt is one JSON object: task and candidate hashes, the suite hash, every number the
 verdict depends on (per case and output: errors, floor, thresholds, tolerance violations),
-the audit and compile results, timings, the environment and the verdict. Its ``sha256``
-field is the sha256 of the canonical JSON of everything else (sorted keys, no spaces,
-UTF-8). :func:`check_receipt` recomputes the hash and re-derives the verdict with the same
-rule the evaluator used (:func:`derive_verdict`), so a receipt edited by hand, or one whose
-verdict does not follow from its numbers, is caught.
+the audit and compile results, the measurement, timings, the environment and the verdict.
+Its ``sha256`` field is the sha256 of the canonical JSON of everything but ``sha256`` and
+``signature`` (sorted keys, no spaces, UTF-8), and ``signature`` is the Ed25519 signature of
+the same bytes by this installation's key (:mod:`tools.verification.signing`).
+:func:`check_receipt` checks the signature and which key made it, recomputes the hash,
+re-derives the verdict with the same rule the evaluator used (:func:`derive_verdict`) and
+the speedup from the latency and baseline figures, so a receipt edited by hand (even with
+its hash recomputed), one signed by another key, or one whose verdict or speedup does not
+follow from its numbers, is caught.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +26,12 @@ import msgspec
 
 from kernelgraph.errors import KernelgraphError
 from tools.correctness.compare import FLOOR_FACTOR, CaseCheck, case_passes
+from tools.verification import signing
 
 RECEIPT_KIND = "kernelgraph.verify-receipt"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
+_UNSIGNED = ("sha256", "signature")
+_SPEEDUP_RTOL = 1e-9
 
 
 class ReceiptError(KernelgraphError, ValueError):
@@ -80,17 +87,25 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def seal(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The receipt: ``body`` as plain JSON data plus its own sha256."""
+def seal(body: Mapping[str, Any], key: signing.ReceiptKey | None = None) -> dict[str, Any]:
+    """The receipt: ``body`` as plain JSON data plus its sha256 and its signature by ``key``
+    (default: this installation's key, created on first use)."""
     plain = _finite(msgspec.to_builtins(dict(body)))
-    plain.pop("sha256", None)
-    plain["sha256"] = hashlib.sha256(canonical_json(plain)).hexdigest()
+    for name in _UNSIGNED:
+        plain.pop(name, None)
+    message = canonical_json(plain)
+    plain["sha256"] = hashlib.sha256(message).hexdigest()
+    plain["signature"] = (key or signing.load_key()).sign(message)
     return plain
 
 
 class ReceiptCheck(msgspec.Struct, frozen=True):
     ok: bool
     hash_ok: bool
+    signature_ok: bool  # a valid Ed25519 signature of the contents by the key it names
+    key_trusted: bool  # ...and that key is one of the trusted ones (this installation's)
+    key_fingerprint: str  # the key that signed it ("" when unsigned)
+    speedup_ok: bool
     verdict_ok: bool
     recorded_verdict: str
     derived_verdict: str
@@ -99,33 +114,98 @@ class ReceiptCheck(msgspec.Struct, frozen=True):
     problems: tuple[str, ...]
 
 
-def check_receipt(receipt: Mapping[str, Any]) -> ReceiptCheck:
-    """Re-check a receipt's own hash and that its verdict follows from its numbers."""
+def check_receipt(receipt: Mapping[str, Any],
+                  trusted: Collection[str] | None = None) -> ReceiptCheck:
+    """Re-check a receipt: its signature and the key that made it (``trusted``: public-key
+    fingerprints; default this installation's), its own hash, that its verdict follows from
+    its numbers and its speedup from its latency and baseline."""
     if receipt.get("kind") != RECEIPT_KIND:
         raise ReceiptError(f"not a kernelgraph receipt (kind={receipt.get('kind')!r})")
-    body = dict(receipt)
-    recorded_sha = str(body.pop("sha256", ""))
-    computed = hashlib.sha256(canonical_json(body)).hexdigest()
+    body = {k: v for k, v in receipt.items() if k not in _UNSIGNED}
+    message = canonical_json(body)
+    recorded_sha = str(receipt.get("sha256", ""))
+    computed = hashlib.sha256(message).hexdigest()
     problems: list[str] = []
     hash_ok = computed == recorded_sha
     if not hash_ok:
         problems.append("the receipt's sha256 does not match its contents (it was edited)")
+    signature_ok, key_trusted, key_fp = _check_signature(receipt.get("signature"), message,
+                                                         trusted, problems)
     recorded = str(receipt.get("verdict", ""))
     try:
         checks = msgspec.convert(receipt.get("checks"), Checks)
         derived = derive_verdict(checks)
     except msgspec.ValidationError as exc:
-        derived = "unreadable"
+        checks, derived = None, "unreadable"
         problems.append(f"the receipt's checks cannot be read: {exc}")
     verdict_ok = derived == recorded
     if not verdict_ok and derived != "unreadable":
         problems.append(f"the verdict {recorded!r} does not follow from the numbers, which "
                         f"give {derived!r}")
+    speedup_ok = _check_measurement(receipt.get("measurement"), recorded, checks, problems)
     return ReceiptCheck(
-        ok=hash_ok and verdict_ok, hash_ok=hash_ok, verdict_ok=verdict_ok,
+        ok=hash_ok and signature_ok and key_trusted and speedup_ok and verdict_ok,
+        hash_ok=hash_ok, signature_ok=signature_ok, key_trusted=key_trusted,
+        key_fingerprint=key_fp, speedup_ok=speedup_ok, verdict_ok=verdict_ok,
         recorded_verdict=recorded, derived_verdict=derived, sha256=recorded_sha,
         computed_sha256=computed, problems=tuple(problems),
     )
+
+
+def _check_signature(signature: Any, message: bytes, trusted: Collection[str] | None,
+                     problems: list[str]) -> tuple[bool, bool, str]:
+    if not isinstance(signature, dict):
+        problems.append("the receipt is not signed")
+        return False, False, ""
+    try:
+        key_fp = signing.fingerprint(signing.public_key_of(signature))
+    except (signing.SigningError, ValueError):
+        problems.append("the receipt's signature names no readable Ed25519 public key")
+        return False, False, ""
+    valid = signing.signature_valid(signature, message)
+    if not valid:
+        problems.append(f"the signature by key {key_fp} does not match the receipt's contents "
+                        "(it was edited after signing)")
+    if trusted is None:
+        trusted = installation_fingerprints()
+    known = key_fp in trusted
+    if not known:
+        problems.append(f"signed by another key ({key_fp}), not a trusted one "
+                        f"({', '.join(sorted(trusted)) or 'none'})")
+    return valid, known, key_fp
+
+
+def installation_fingerprints() -> set[str]:
+    """The fingerprint of this installation's key (none before it signed anything)."""
+    try:
+        return {signing.load_key(create=False).fingerprint}
+    except signing.SigningError:
+        return set()
+
+
+def _check_measurement(measurement: Any, verdict: str, checks: Checks | None,
+                       problems: list[str]) -> bool:
+    """A pass carries a valid measurement whose speedup is its baseline over its latency."""
+    if measurement is None:
+        if verdict == "pass":
+            problems.append("a passing verdict without a measurement")
+            return False
+        return True
+    try:
+        latency, baseline = float(measurement["latency_s"]), float(measurement["baseline_s"])
+        speedup, valid = float(measurement["speedup"]), measurement.get("valid", True)
+    except (KeyError, TypeError, ValueError):
+        problems.append("the measurement cannot be read (latency_s, baseline_s, speedup)")
+        return False
+    expected = baseline / latency if latency > 0 else 0.0
+    ok = math.isfinite(expected) and math.isclose(speedup, expected, rel_tol=_SPEEDUP_RTOL)
+    if not ok:
+        problems.append(f"the speedup {speedup:g} does not follow from the figures: baseline "
+                        f"{baseline:g} s / latency {latency:g} s = {expected:g}")
+    if checks is not None and bool(valid) != checks.timing_valid and checks.timing_valid:
+        problems.append("the measurement is marked invalid but the checks say timing was valid")
+        ok = False
+    return ok
 
 
 def load_receipt(path: str | Path) -> dict[str, Any]:

@@ -1,0 +1,155 @@
+"""Signed receipts: an edited receipt fails even with its hash recomputed, a receipt signed by
+another key is reported as such, the speedup is re-derived from its figures, and the key is
+created private on first use. Quick: no sandbox, no JAX tracing."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typer.testing import CliRunner
+
+from tools.correctness.compare import FLOOR_FACTOR, compare_case
+from tools.correctness.testsuite import SuiteCase
+from tools.inputs.tasks import DEFAULT_TOLERANCE
+from tools.sandbox.wire import WireArray
+from tools.verification import signing
+from tools.verification.receipts import (
+    RECEIPT_KIND,
+    Checks,
+    canonical_json,
+    check_receipt,
+    seal,
+    write_receipt,
+)
+
+
+def _passing_body() -> dict:
+    oracle = np.linspace(-1, 1, 256).reshape(2, 128)
+    case = SuiteCase(
+        case_id="c", shape_index=0, seed=0, kind="seed", inputs=(), inputs_sha256="",
+        oracle=(WireArray.of(oracle),), out_dtypes=("float32",), out_shapes=(oracle.shape,),
+        floor_max_abs=(1e-6,), floor_mean_abs=(1e-7,), ceiling_applies=(True,))
+    checks = Checks(candidate_loaded=True, sandbox_ok=True, compile_ok=True, audit_ok=True,
+                    tampering=(), inputs_unmodified=True, inputs_as_sent=True, races_in=(),
+                    consistency_problems=(), timing_valid=True, floor_factor=FLOOR_FACTOR,
+                    tolerance=dict(DEFAULT_TOLERANCE),
+                    cases=(compare_case(case, [oracle.astype(np.float32)], DEFAULT_TOLERANCE),))
+    return {"kind": RECEIPT_KIND, "verdict": "pass", "checks": checks,
+            "measurement": {"measured_on": "simulated", "speedup": 1.25, "latency_s": 8e-6,
+                            "baseline_s": 1e-5, "valid": True}}
+
+
+@pytest.fixture
+def key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> signing.ReceiptKey:
+    monkeypatch.setenv(signing.KEY_ENV, str(tmp_path / "keys" / "receipt-key"))
+    return signing.load_key()
+
+
+def _rehash(receipt: dict) -> dict:
+    body = {k: v for k, v in receipt.items() if k not in ("sha256", "signature")}
+    receipt["sha256"] = hashlib.sha256(canonical_json(body)).hexdigest()
+    return receipt
+
+
+def test_a_signed_receipt_checks_and_names_its_key(key: signing.ReceiptKey) -> None:
+    receipt = seal(_passing_body())
+    result = check_receipt(receipt)
+    assert result.ok, result.problems
+    assert result.key_fingerprint == key.fingerprint and result.key_trusted
+    assert receipt["signature"]["algorithm"] == "ed25519"
+
+
+def test_an_edited_receipt_with_a_recomputed_hash_fails(key: signing.ReceiptKey) -> None:
+    edited = copy.deepcopy(seal(_passing_body()))
+    edited["measurement"].update(speedup=100.0, latency_s=1e-7)  # consistent figures
+    result = check_receipt(_rehash(edited))
+    assert result.hash_ok and result.speedup_ok and result.verdict_ok
+    assert not result.signature_ok and not result.ok
+    assert any("does not match the receipt's contents" in p for p in result.problems)
+
+
+def test_a_receipt_signed_by_another_key_is_reported(key: signing.ReceiptKey) -> None:
+    other = signing.ReceiptKey(Ed25519PrivateKey.generate())
+    body = _passing_body()
+    body["measurement"].update(speedup=100.0, latency_s=1e-7)
+    result = check_receipt(seal(body, key=other))
+    assert result.signature_ok and result.hash_ok and not result.key_trusted and not result.ok
+    assert result.key_fingerprint == other.fingerprint
+    assert any(f"signed by another key ({other.fingerprint})" in p for p in result.problems)
+    assert check_receipt(seal(body, key=other), trusted={other.fingerprint}).ok
+
+
+def test_the_speedup_is_rederived_from_latency_and_baseline(key: signing.ReceiptKey) -> None:
+    body = _passing_body()
+    body["measurement"]["speedup"] = 100.0  # signed, but not baseline / latency
+    result = check_receipt(seal(body))
+    assert result.signature_ok and not result.speedup_ok and not result.ok
+    assert any("does not follow from the figures" in p for p in result.problems)
+    body = _passing_body()
+    body["measurement"] = None
+    result = check_receipt(seal(body))
+    assert not result.ok and "a passing verdict without a measurement" in result.problems
+
+
+def test_an_unsigned_receipt_fails(key: signing.ReceiptKey) -> None:
+    receipt = seal(_passing_body())
+    del receipt["signature"]
+    result = check_receipt(receipt)
+    assert not result.ok and "the receipt is not signed" in result.problems
+
+
+def test_the_key_is_created_private_once_and_a_readable_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cfg" / "kernelgraph" / "receipt-key"
+    monkeypatch.setenv(signing.KEY_ENV, str(path))
+    first = signing.load_key()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert signing.load_key().fingerprint == first.fingerprint
+    os.chmod(path, 0o644)
+    with pytest.raises(signing.SigningError, match="readable by others"):
+        signing.load_key()
+    monkeypatch.delenv(signing.KEY_ENV)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert signing.key_path() == tmp_path / "home" / ".config" / "kernelgraph" / "receipt-key"
+
+
+def test_cli_verify_receipt(key: signing.ReceiptKey, tmp_path: Path) -> None:
+    from kernelgraph.cli import app, load_commands
+
+    load_commands()
+    runner = CliRunner()
+    good = tmp_path / "good.json"
+    write_receipt(seal(_passing_body()), good)
+    result = runner.invoke(app, ["verify-receipt", str(good)])
+    assert result.exit_code == 0, result.output
+    assert f"signed by key {key.fingerprint} (this installation's key)" in result.output
+
+    edited = json.loads(good.read_text())
+    edited["measurement"].update(speedup=100.0, latency_s=1e-7)
+    forged = tmp_path / "forged.json"
+    write_receipt(_rehash(edited), forged)
+    result = runner.invoke(app, ["verify-receipt", str(forged), "--json"])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.output)["signature_ok"] is False
+
+    other = signing.ReceiptKey(Ed25519PrivateKey.generate())
+    foreign = tmp_path / "foreign.json"
+    write_receipt(seal(_passing_body(), key=other), foreign)
+    result = runner.invoke(app, ["verify-receipt", str(foreign)])
+    assert result.exit_code == 1 and "an untrusted key" in result.output
+    assert f"signed by another key ({other.fingerprint})" in result.output
+    result = runner.invoke(app, ["verify-receipt", str(foreign), "--trust-key", other.fingerprint])
+    assert result.exit_code == 0, result.output
+
+    (tmp_path / "not.json").write_text("[]")
+    assert runner.invoke(app, ["verify-receipt", str(tmp_path / "not.json")]).exit_code == 2
