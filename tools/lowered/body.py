@@ -56,13 +56,19 @@ _FREE = frozenset({
 class BodyReader:
     """Turn the kernel body into BodyOp/Branch/Loop items plus a scalar program for conditions."""
 
-    def __init__(self, kernel_name: str, grid_args: Sequence[Any]) -> None:
+    def __init__(self, kernel_name: str, grid_args: Sequence[Any],
+                 prefetch_args: Sequence[Any] = ()) -> None:
         self.kernel_name = kernel_name
         self.slot = Slots()
-        for arg in grid_args:
+        for arg in [*grid_args, *prefetch_args]:  # slots 0.. grid, then the prefetch refs
             self.slot(arg)
+        self._prefetch = list(prefetch_args)
         self.program: list[Instr] = []
         self.unmodelled: set[str] = set()
+        # Whether the kernel does anything to its scalar-prefetch refs but read them with
+        # `memref.load`: a store (or a view that could be stored through) would make the
+        # values it reads differ from the operands it was given.
+        self.prefetch_written = False
 
     def region(self, block: Any) -> tuple[Any, ...]:
         items: list[Any] = []
@@ -81,12 +87,16 @@ class BodyReader:
     def op(self, op: Any) -> Any:
         name = op_name(op)
         results = op.operation.results
+        if self._prefetch and name != "memref.load" and any(
+            v in self._prefetch for v in op.operation.operands
+        ):
+            self.prefetch_written = True
         scalar_int = bool(results) and all(
             split_shaped(str(r.type))[0] == "scalar"
             and re.fullmatch(r"index|u?i\d+", str(r.type).strip()) is not None
             for r in results
         )
-        if name in INDEX_MAP_OPS and name not in {"func.return", "memref.load"} and scalar_int:
+        if name in INDEX_MAP_OPS and name != "func.return" and scalar_int:
             self.program.append(instr(op, name, self.slot))
             return None
         if name == "scf.if":
@@ -99,9 +109,10 @@ class BodyReader:
             operands = list(op.operation.operands)[:3]
             lb, ub, step = (self._const_of(v) for v in operands)
             trips = None
-            if lb is not None and ub is not None and step:
+            unsigned_cmp = "unsignedCmp" in str(op.operation.attributes)
+            if lb is not None and ub is not None and step is not None and step > 0 and not unsigned_cmp:
                 trips = max(0, -(-(ub - lb) // step))
-            bounds = tuple(self.slot(v) for v in operands)
+            bounds = None if unsigned_cmp else tuple(self.slot(v) for v in operands)
             return Loop(trips, self._blocks(op.operation.regions[0]), bounds)  # type: ignore[arg-type]
         if name == "scf.while":
             body: list[Any] = []

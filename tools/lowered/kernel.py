@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.lowered.scalar import UNKNOWN, IndexMap, Instr, run_program
+from tools.lowered.scalar import UNKNOWN, IndexMap, Instr, run_with_memory
 from tools.lowered.types import MAX_GRID_STEPS, MosaicError, nbytes
 
 
@@ -90,8 +90,10 @@ class Loop:
         lb, ub, step = (env.get(slot, UNKNOWN) for slot in self.bounds)
         if lb is UNKNOWN or ub is UNKNOWN or step is UNKNOWN:
             return None
-        step = np.where(np.asarray(step) == 0, 1, step)
-        trips = np.maximum(0, -((np.asarray(lb) - np.asarray(ub)) // step))
+        lb, ub, step = (np.asarray(x, dtype=np.int64) for x in (lb, ub, step))
+        if np.any(step <= 0):  # a zero or negative step never ends: not a count
+            return None
+        trips = np.maximum(0, -((lb - ub) // step))
         return np.broadcast_to(trips.astype(np.int64), (n,))
 
 
@@ -109,6 +111,10 @@ class MosaicKernel:
     vmem_limit_bytes: int | None  # from CompilerParams(vmem_limit_bytes=...), if set
     unmodelled_ops: tuple[str, ...]
     output_operand_aliases: tuple[tuple[int, int], ...] = ()
+    # Which argument of the program's main function each scalar-prefetch operand is (None:
+    # computed inside the program), and whether the body only ever reads those refs.
+    prefetch_sources: tuple[int | None, ...] = ()
+    prefetch_read_only: bool = True
 
     @property
     def grid_steps(self) -> int:
@@ -128,14 +134,27 @@ class MosaicKernel:
     def body_ops(self) -> Iterator[BodyOp]:
         yield from _flatten(self.body)
 
-    def scalar_env(self, steps: np.ndarray) -> dict[int, Any]:
-        """The body's scalar values (program-id arithmetic) at every step; UNKNOWN = data."""
-        slots = {i: steps[i] for i in range(min(self.n_grid_slots, steps.shape[0]))}
-        return run_program(self.scalar_program, slots)
+    def prefetch_memory(self, prefetch: Sequence[np.ndarray] | None) -> dict[int, np.ndarray]:
+        """Slot -> value of each scalar-prefetch ref, when the caller knows them and the body
+        never writes them (else empty: loads stay unknown)."""
+        if prefetch is None or not self.prefetch_read_only:
+            return {}
+        if len(prefetch) != len(self.scalar_prefetch):
+            raise MosaicError(f"kernel {self.name}: {len(prefetch)} scalar-prefetch values for "
+                              f"{len(self.scalar_prefetch)} operands")
+        return {self.n_grid_slots + i: np.asarray(v) for i, v in enumerate(prefetch)}
 
-    def branch_conditions(self, steps: np.ndarray) -> dict[int, np.ndarray | None]:
+    def scalar_env(self, steps: np.ndarray,
+                   prefetch: Sequence[np.ndarray] | None = None) -> dict[int, Any]:
+        """The body's scalar values at every step; UNKNOWN = data the caller did not supply."""
+        slots = {i: steps[i] for i in range(min(self.n_grid_slots, steps.shape[0]))}
+        return run_with_memory(self.scalar_program, slots, self.prefetch_memory(prefetch))
+
+    def branch_conditions(self, steps: np.ndarray,
+                          prefetch: Sequence[np.ndarray] | None = None,
+                          ) -> dict[int, np.ndarray | None]:
         """Each `pl.when` condition's value at every step (None where it depends on data)."""
-        env = self.scalar_env(steps)
+        env = self.scalar_env(steps, prefetch)
         n = steps.shape[1]
         out: dict[int, np.ndarray | None] = {}
         for item in _walk(self.body):

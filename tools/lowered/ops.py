@@ -45,10 +45,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def int_bits(type_text: str) -> int:
+    """Width of a scalar integer type (`index` is 64 bits on TPU's scalar core as modelled)."""
     t = type_text.strip()
     if t == "index":
         return 64
-    m = re.fullmatch(r"u?i(\d+)", t)
+    m = re.fullmatch(r"[us]?i(\d+)", t)
     return int(m.group(1)) if m else 64
 
 
@@ -76,9 +77,16 @@ def instr(op: Any, name: str, slot: Callable[[Any], int]) -> Instr:
     results = tuple(slot(r) for r in op.operation.results)
     operands = tuple(slot(v) for v in op.operation.operands)
     bits = int_bits(str(op.operation.results[0].type)) if op.operation.results else 64
+    in_bits = int_bits(str(op.operation.operands[0].type)) if op.operation.operands else bits
     attr: Any = None
     if name == "arith.constant":
         attr = constant_value(op)
     elif name == "arith.cmpi":
         attr = int_attr(attr_str(op, "predicate"))
-    return Instr(name, results, operands, attr, bits)
+    overflow = attr_str(op, "overflowFlags") or ""
+    flags = {f for f in ("nsw", "nuw") if f in overflow}
+    if op.operation.results and str(op.operation.results[0].type).strip() == "index":
+        flags.add("index_result")
+    if op.operation.operands and str(op.operation.operands[0].type).strip() == "index":
+        flags.add("index_operand")
+    return Instr(name, results, operands, attr, bits, in_bits, frozenset(flags))

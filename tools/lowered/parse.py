@@ -235,7 +235,8 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
     scratch = tuple(
         Scratch(t[1], t[2], t[3] or "vmem") for t in arg_types[n_grid + n_prefetch + n_windows:]
     )
-    reader = BodyReader(kernel_name, [block.arguments[i] for i in range(n_grid)])
+    reader = BodyReader(kernel_name, [block.arguments[i] for i in range(n_grid)],
+                        [block.arguments[i] for i in range(n_grid, n_grid + n_prefetch)])
     body = reader.region(block)
     return MosaicKernel(
         name=(attr_str(main, "sym_name") or kernel_name).strip('"'),
@@ -250,6 +251,7 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
         vmem_limit_bytes=vmem_limit,
         unmodelled_ops=tuple(sorted(reader.unmodelled)),
         output_operand_aliases=aliases,
+        prefetch_read_only=not reader.prefetch_written,
     )
 
 
