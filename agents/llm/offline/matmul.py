@@ -94,22 +94,24 @@ def _epilogue_spec(kind, bm, bn):
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))
 def %NAME%(%ARGS%, *, block_m: int = %BM%, block_n: int = %BN%, block_k: int = %BK%):
-    a, b = %A%, %B%
-    epilogue_args = (%EPI%)
+    args = (%ARGS%,)
+    other_dims = %OTHER_DIMS%
+    a, b = args[%A%], args[%B%]
+    epilogue_args = tuple(args[i] for i in _EPILOGUE_ARGS)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"{a.shape=} and {b.shape=} do not chain")
     m, k = a.shape
     n = b.shape[1]
     if block_m % SUBLANES or block_n % LANES:
         raise ValueError(f"{block_m=} must be a multiple of {SUBLANES}, {block_n=} of {LANES}")
-    for x, kind in zip(epilogue_args, _EPILOGUE_KINDS, strict=True):
+    for operand, kind in zip(epilogue_args, _EPILOGUE_KINDS, strict=True):
         want = {"n": (n,), "1n": (1, n), "m1": (m, 1), "mn": (m, n)}[kind]
-        if x.shape != want:
-            raise ValueError(f"{x.shape=} must be {want}")
+        if operand.shape != want:
+            raise ValueError(f"{operand.shape=} must be {want}")
     bm = m if m <= block_m else block_m
     bn = n if n <= block_n else block_n
     bk = _fit_k(block_k, k)
-    dims = {**{_M: m, _K: k, _N: n}, **%OTHER_DIMS%, _M: bm, _N: bn}
+    dims = {**{_M: m, _K: k, _N: n}, **other_dims, _M: bm, _N: bn}
     return pl.pallas_call(
         functools.partial(_kernel, dims=dims, n_epilogue=len(epilogue_args)),
         out_shape=jax.ShapeDtypeStruct((m, n), %OUT_DTYPE%),
@@ -151,7 +153,6 @@ def matmul_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     other = {s: f"{names[i]}.shape[{ax}]" for i, a in enumerate(facts.args)
              for ax, s in enumerate(a.dims) if isinstance(s, str) and s not in (d["m"], d["k"], d["n"])}
     other_src = "{" + ", ".join(f"{s!r}: {expr}" for s, expr in other.items()) + "}"
-    epi_src = ", ".join(names[i] for i in epi) + ("," if len(epi) == 1 else "")
     ops = ", ".join(o for o in d.get("epilogue_ops", []) if o not in ("broadcast_in_dim", "dim_as_value"))
     doc = (f"matmul + fused epilogue kernel for {task_name}: (i, j) tiles parallel, K arbitrary "
            f"into a VMEM f32 accumulator; epilogue ops ({ops or 'none'}) at the last K step.\n\n"
@@ -159,11 +160,12 @@ def matmul_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     constants = "\n".join([
         tunables_literal(tunables),
         f"_M, _K, _N = {d['m']!r}, {d['k']!r}, {d['n']!r}",
+        f"_EPILOGUE_ARGS = {tuple(epi)!r}",
         f"_EPILOGUE_KINDS = {kinds!r}",
         f"_DOT_DTYPE = jnp.{d['dot_dtype']}",
     ])
     body = (_TEMPLATE.replace("%NAME%", "matmul_epilogue_kernel").replace("%ARGS%", ", ".join(names))
-            .replace("%A%", names[d["a"]]).replace("%B%", names[d["b"]]).replace("%EPI%", epi_src)
+            .replace("%A%", str(d["a"])).replace("%B%", str(d["b"]))
             .replace("%OTHER_DIMS%", other_src).replace("%OUT_DTYPE%", f"jnp.{facts.outs[0][1]}")
             .replace("%BM%", str(blocks["block_m"])).replace("%BN%", str(blocks["block_n"]))
             .replace("%BK%", str(blocks["block_k"])))

@@ -1,0 +1,261 @@
+"""The offline provider: classification from the jaxpr, passing kernels for every shipped
+task, profile-driven levers, the fixer and the inputs writer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.llm.base import NO_GAIN_MARKER, LlmRequest, get_provider
+from agents.llm.offline import OfflineProvider
+from agents.llm.offline.classify import classify_task
+from agents.llm.parsing import check_plan, extract_code, fix_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "tasks"
+SHIPPED_CLASSES = {
+    "gelu.py": "elementwise",
+    "rmsnorm.py": "rowwise",
+    "softmax.py": "rowwise",
+    "layernorm.py": "rowwise",
+    "matmul.py": "matmul_epilogue",
+    "matmul_bias_gelu.py": "matmul_epilogue",
+    "attention.py": "attention",
+    "causal_attention.py": "attention",
+    "mean_pool_l2.py": "rows_generic",
+}
+CHIP = {"vmem_bytes": 128 * 1024 * 1024, "mxu_dim": 256, "hbm_bytes_per_s": 1.64e12,
+        "peak_bf16_flops": 9.2e14}
+
+
+def _task_files() -> list[Path]:
+    return sorted(p for p in TASKS.glob("*.py") if p.name != "__init__.py")
+
+
+def _ctx(task: Path, **extra: Any) -> dict[str, Any]:
+    base = {"task_path": str(task), "task_name": task.stem, "target": "sim-tpu-v6e", "chip": CHIP,
+            "iteration": 0, "seed": 0, "parent": None, "failures": [], "hint": "",
+            "knowledge": [], "baseline_s": 1e-5, "feedback": ""}
+    return {**base, **extra}
+
+
+def _ask(purpose: str, context: dict[str, Any], seed: int = 0) -> str:
+    provider = OfflineProvider(seed=seed, model="ignored")
+    request = LlmRequest(agent="test", purpose=purpose, prompt="(prose the offline author ignores)",
+                         context=context, seed=seed)
+    response = asyncio.run(provider.complete(request))
+    assert response.model == "offline-author-1"
+    return response.text
+
+
+def _plan_json(plan: str) -> dict[str, Any]:
+    match = re.search(r"^```json\n(.*?)^```", plan, re.M | re.S)
+    assert match, plan
+    return json.loads(match.group(1))
+
+
+def _write_task(path: Path, body: str, shapes: str) -> Path:
+    path.write_text(
+        "import jax\nimport jax.numpy as jnp\n\n"
+        f"SHAPES = {shapes}\n\n"
+        f"{body}\n\n"
+        "def make_inputs(key, shape_index=0):\n"
+        "    shapes = SHAPES[shape_index]\n"
+        "    keys = jax.random.split(key, len(shapes))\n"
+        "    return tuple(jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, shapes))\n")
+    return path
+
+
+# ----------------------------------------------------------------------------- (a) classes
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_CLASSES))
+def test_shipped_task_classes(name: str) -> None:
+    assert classify_task(TASKS / name).kernel_class == SHIPPED_CLASSES[name]
+
+
+def test_every_task_file_has_an_expected_class() -> None:
+    assert {p.name for p in _task_files()} <= set(SHIPPED_CLASSES)
+
+
+def test_renamed_copy_keeps_its_class(tmp_path: Path) -> None:
+    """The class comes from the jaxpr: softmax saved as `gelu.py` named "matmul" is rowwise."""
+    copy = tmp_path / "gelu.py"
+    shutil.copy(TASKS / "softmax.py", copy)
+    copy.write_text(copy.read_text().replace('NAME = "softmax"', 'NAME = "matmul"'))
+    assert classify_task(copy).kernel_class == "rowwise"
+    attn = tmp_path / "layernorm.py"
+    shutil.copy(TASKS / "causal_attention.py", attn)
+    assert classify_task(attn).kernel_class == "attention"
+    assert classify_task(attn).detail["causal"] is True
+
+
+@pytest.mark.parametrize(("body", "shapes", "expected"), [
+    ("def reference(x, y):\n    return jnp.maximum(x, 0.0) * jnp.tanh(y)",
+     "[((256, 256), (256, 256)), ((96, 128), (96, 128))]", "elementwise"),
+    ("def reference(x):\n    return x - jax.scipy.special.logsumexp(x, axis=-1, keepdims=True)",
+     "[((256, 256),), ((96, 384),)]", "rowwise"),
+    ("def reference(a, b, r):\n    return jax.nn.relu(a @ b) + r",
+     "[((128, 256), (256, 384), (128, 384)), ((64, 128), (128, 256), (64, 256))]",
+     "matmul_epilogue"),
+    ("def reference(x):\n    return jnp.max(x, axis=1)",
+     "[((64, 32, 128),), ((40, 16, 256),)]", "rows_generic"),
+    ("def reference(x):\n    return x / jnp.sum(x)",
+     "[((64, 128),), ((32, 256),)]", "single_block"),
+    ("def reference(x):\n    return x @ x.T",
+     "[((64, 128),), ((32, 256),)]", "single_block"),
+])
+def test_small_variants(tmp_path: Path, body: str, shapes: str, expected: str) -> None:
+    task = _write_task(tmp_path / "variant.py", body, shapes)
+    assert classify_task(task).kernel_class == expected
+
+
+# ----------------------------------------------------------------------------- (b) kernels
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", _task_files(), ids=lambda p: p.stem)
+def test_plan_then_implement_passes_the_verifier(task: Path, tmp_path: Path) -> None:
+    from tools.api import evaluate
+
+    plan = check_plan(_ask("plan", _ctx(task)))
+    assert _plan_json(plan)["kernel_class"] == SHIPPED_CLASSES[task.name]
+    code = extract_code(_ask("implement", {**_ctx(task), "plan": plan}))
+    candidate = tmp_path / f"{task.stem}_offline.py"
+    candidate.write_text(code)
+    verdict = evaluate(task, candidate)
+    assert verdict.verdict == "pass", verdict.reasons
+    assert verdict.speedup and verdict.speedup > 0
+
+
+# ----------------------------------------------------------------------------- (c) planner
+
+
+def _profile(**overrides: Any) -> dict[str, Any]:
+    base = {"target": "sim-tpu-v6e", "measured_on": "simulated", "source": "cost model",
+            "latency_s": 2e-5, "baseline_s": 2e-5, "speedup": 1.0, "hbm_bytes": 8_000_000,
+            "flops": 4_000_000, "achieved_bandwidth_fraction": 0.4, "achieved_compute_fraction": 0.01,
+            "bound": "memory", "grid_steps": 16, "vmem_bytes": 1_000_000,
+            "vmem_limit_bytes": 33_554_432, "kernels": [], "suggestions": []}
+    return {**base, **overrides}
+
+
+def _parent(code: str, plan: str, config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+    return {"code": code, "plan": plan, "profile": profile, "config": config,
+            "speedup": profile["speedup"]}
+
+
+def test_many_memory_bound_steps_give_bigger_blocks() -> None:
+    task = TASKS / "rmsnorm.py"
+    parent = _parent("", "", {"block_rows": 128}, _profile(
+        grid_steps=16, suggestions=["k: 16 grid steps at 0.50 us each; Use larger blocks (fewer steps)."]))
+    plan = check_plan(_ask("plan", _ctx(task, parent=parent, iteration=1)))
+    spec = _plan_json(plan)
+    assert "bigger_blocks" in spec["levers"]
+    assert spec["params"]["block_rows"] > 128
+    code = extract_code(_ask("implement", {**_ctx(task, parent=parent), "plan": plan}))
+    assert f"block_rows: int = {spec['params']['block_rows']}" in code
+
+
+def test_failed_lever_is_not_repeated() -> None:
+    task = TASKS / "rmsnorm.py"
+    parent = _parent("", "", {"block_rows": 128}, _profile(grid_steps=16))
+    failures = [{"iteration": 1, "phase": "compile", "error": "bigger_blocks: VMEM limit exceeded"}]
+    spec = _plan_json(_ask("plan", _ctx(task, parent=parent, failures=failures, iteration=2)))
+    assert "bigger_blocks" not in spec["levers"]
+    assert spec["params"]["block_rows"] <= 128
+
+
+def test_hint_steers_the_lever() -> None:
+    task = TASKS / "matmul_bias_gelu.py"
+    parent = _parent("", "", {"block_m": 256, "block_n": 256, "block_k": 256},
+                     _profile(bound="compute", grid_steps=8))
+    spec = _plan_json(_ask("plan", _ctx(task, parent=parent, hint="try full_k")))
+    assert spec["levers"][-1] == "full_k"
+    assert spec["params"]["block_k"] == 512
+
+
+def test_no_gain_marker_when_baseline_is_at_the_roofline() -> None:
+    task = TASKS / "gelu.py"
+    parent = _parent("", "", {"block_rows": 512}, _profile(
+        achieved_bandwidth_fraction=0.95, speedup=1.0, grid_steps=2))
+    plan = check_plan(_ask("plan", _ctx(task, parent=parent)))
+    assert NO_GAIN_MARKER in plan
+    assert "95%" in plan
+    busy = _parent("", "", {"block_rows": 512}, _profile(achieved_bandwidth_fraction=0.5))
+    assert NO_GAIN_MARKER not in _ask("plan", _ctx(task, parent=busy))
+
+
+def test_plans_are_deterministic_per_seed() -> None:
+    task = TASKS / "softmax.py"
+    first = _ask("plan", _ctx(task, seed=0), seed=0)
+    assert first == _ask("plan", _ctx(task, seed=0), seed=0)
+    other = _ask("plan", _ctx(task, seed=1), seed=1)
+    assert other == _ask("plan", _ctx(task, seed=1), seed=1)
+    assert _plan_json(first)["params"] != _plan_json(other)["params"]
+
+
+def test_a_plan_without_json_falls_back_to_defaults() -> None:
+    task = TASKS / "layernorm.py"
+    plan = "## Analysis\nx\n## Strategy\nrow blocks\n## Memory layout and tiling\n-\n" \
+           "## TPU levers\n-\n## Grid and BlockSpecs\n-\n## Expected effect\n-\n"
+    code = extract_code(_ask("implement", {**_ctx(task), "plan": plan}))
+    assert "TUNABLES" in code and "pltpu.CompilerParams" in code
+
+
+def test_registry_builds_the_offline_provider() -> None:
+    provider = get_provider("offline", seed=3, temperature=0.7)
+    assert isinstance(provider, OfflineProvider) and provider.name == "offline"
+
+
+# ----------------------------------------------------------------------------- (d) fixer
+
+
+@pytest.mark.parametrize("name", ["rmsnorm.py", "matmul.py", "attention.py"])
+def test_fixer_returns_different_parseable_code(name: str) -> None:
+    task = TASKS / name
+    code = extract_code(_ask("implement", {**_ctx(task), "plan": _ask("plan", _ctx(task))}))
+    seen = {code}
+    history: list[dict[str, Any]] = []
+    for round_ in (1, 2, 3):
+        diagnostics = [{"message": "Mosaic lowering failed: unsupported shape", "phase": "compile",
+                        "line": 40, "hint": ""}]
+        answer = _ask("fix", {**_ctx(task), "code": code, "diagnostics": diagnostics,
+                              "history": history, "round": round_, "api_lookup": ""})
+        summary = fix_summary(answer)
+        assert set(summary) == {"error", "cause", "fix"}
+        fixed = extract_code(answer)
+        assert fixed not in seen
+        seen.add(fixed)
+        history.append({"round": round_, **summary})
+        code = fixed
+
+
+# ----------------------------------------------------------------------------- (e) inputs
+
+
+def test_inputs_writes_a_make_inputs_that_runs() -> None:
+    import jax
+
+    signature = {"args": [
+        {"name": "x", "dtype": "float32", "shapes": [[64, 128], [40, 256]]},
+        {"name": "ids", "dtype": "int32", "shapes": [[64], [40]]},
+        {"name": "key", "dtype": "bfloat16", "shapes": [[128], [256]]},
+    ]}
+    answer = _ask("inputs", {**_ctx(TASKS / "gelu.py"), "reference_source": "def reference(x, ids, key): ...",
+                             "signature": signature})
+    namespace: dict[str, Any] = {}
+    exec(compile(extract_code(answer), "make_inputs.py", "exec"), namespace)
+    for index, rows in ((0, 64), (1, 40)):
+        x, ids, k = namespace["make_inputs"](jax.random.key(0), shape_index=index)
+        assert x.shape == (rows, 128 if index == 0 else 256) and str(x.dtype) == "float32"
+        assert ids.shape == (rows,) and str(ids.dtype) == "int32"
+        assert str(k.dtype) == "bfloat16"
+    again = namespace["make_inputs"](jax.random.key(0), shape_index=0)
+    assert bool((again[0] == namespace["make_inputs"](jax.random.key(0), 0)[0]).all())
