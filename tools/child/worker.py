@@ -27,6 +27,7 @@ from tools import jaxprivate
 from tools.child import interpret
 from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
+from tools.verification.allowlist import program_problems
 
 CANDIDATE_FILE = "candidate.py"
 
@@ -45,6 +46,7 @@ GUARDED = (
     "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
     "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
     "tools.child.interpret.RaceLog.races_since", "tools.child.worker.run_group",
+    "tools.verification.allowlist.program_problems", "tools.verification.allowlist._check",
     "tools.child.worker.run_case",
 )
 
@@ -258,6 +260,7 @@ def run_group(
         if name not in tampering:
             tampering.append(name)
     n_pallas = interpret.count_pallas_calls(traced.jaxpr)
+    problems = tuple(program_problems(traced.jaxpr))
     cases: list[wire.CaseResult] = []
     if request.run_cases:
         # Two simulated cores split the parallel grid between threads (the race detector
@@ -281,13 +284,15 @@ def run_group(
                 except interpret.UnsupportedProgram as exc:
                     return wire.GroupResult(
                         group.shape_index, stablehlo=text, pallas_calls_in_trace=n_pallas,
-                        trace_error=str(exc), diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
+                        program_problems=problems, trace_error=str(exc),
+                        diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
             cases.append(run_case(runners[cores], case, races))
             _note(tampering, guard)
     return wire.GroupResult(
         shape_index=group.shape_index,
         stablehlo=text,
         pallas_calls_in_trace=n_pallas,
+        program_problems=problems,
         cases=tuple(sorted(cases, key=lambda c: c.case_id)),
         trace_seconds=traced_at - started,
         lower_seconds=lowered_at - traced_at,

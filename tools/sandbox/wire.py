@@ -101,6 +101,8 @@ class GroupResult(msgspec.Struct, frozen=True):
     stablehlo: str = ""
     pallas_calls_in_trace: int = 0
     trace_error: str = ""
+    # Why the trace cannot be verified by interpreting it (tools.verification.allowlist).
+    program_problems: tuple[str, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
     cases: tuple[CaseResult, ...] = ()
     trace_seconds: float = 0.0

@@ -219,6 +219,10 @@ class _Context:
         self.audits[index] = audit
         for problem in audit.problems:
             self.fail(problem)
+        for problem in group.program_problems:  # what runs would not be what is audited
+            if problem not in self.consistency:
+                self.consistency.append(problem)
+            self.fail(problem)
         if audit.kernels != group.pallas_calls_in_trace and not audit.problems:
             problem = (f"the program that ran has {group.pallas_calls_in_trace} pallas_call(s) "
                        f"but the lowered one has {audit.kernels} kernel(s)")
@@ -315,7 +319,8 @@ class _Context:
             else:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
                 cost = executor.reference_cost(self.task.reference, inputs)
-                self.measurement = executor.estimate(parse_lowered(self.tuning_text), cost)
+                self.measurement = executor.estimate(parse_lowered(self.tuning_text), cost,
+                                                     inputs=inputs)
         except Exception as exc:  # fail the candidate (closed), never crash the verifier
             message = f"timing failed: {type(exc).__name__}: {exc}"
             self.timing_error = message
