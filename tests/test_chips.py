@@ -12,6 +12,7 @@ def test_figures_match_jax_tpu_info(name: str) -> None:
     assert chip.peak_bf16_flops == pytest.approx(info.bf16_ops_per_second, rel=1e-6)
     assert chip.hbm_bytes_per_s == pytest.approx(info.mem_bw_bytes_per_second, rel=1e-6)
     assert chip.vmem_bytes == info.vmem_capacity_bytes
+    assert chip.smem_bytes == info.smem_capacity_bytes
     assert chip.mxu_dim == info.mxu_column_size
     assert chip.scoped_vmem_limit_bytes < chip.vmem_bytes
 

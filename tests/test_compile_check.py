@@ -98,3 +98,20 @@ def test_raised_vmem_limit_is_honoured_but_capped() -> None:
 def test_unreadable_text_is_a_parse_diagnostic() -> None:
     report = check_lowered("garbage", chip="v6e")
     assert not report.ok and report.diagnostics[0].kind == "parse"
+
+
+def test_smem_over_capacity_is_a_diagnostic() -> None:
+    """A scalar-prefetch table larger than SMEM (1 MiB) cannot be prefetched."""
+    import jax
+    import jax.numpy as jnp
+
+    from tests.perf_kernels import good, lower
+    from tools.lowered.compile_check import check_lowered
+
+    small = lower(good.gather_rows, jnp.zeros((4,), jnp.int32), jnp.ones((32, 128), jnp.float32))
+    assert check_lowered(small, chip="v6e").ok
+    big = lower(good.gather_rows, jax.ShapeDtypeStruct((300_000,), jnp.int32),
+                jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    report = check_lowered(big, chip="v6e")
+    assert not report.ok
+    assert any(d.kind == "smem" and "SMEM" in d.message for d in report.diagnostics)

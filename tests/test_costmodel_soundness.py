@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from pathlib import Path
 
 import jax
@@ -37,3 +38,62 @@ def test_unsigned_compare_hides_nothing() -> None:
     assert est.matmul_flops == honest.matmul_flops == 2 * 1024**3
     assert est.fetches == honest.fetches
     assert est.latency_s >= honest.latency_s * 0.999
+
+
+def test_serial_manual_dma_ranks_below_pipelined() -> None:
+    """start(); wait(); compute in a loop exposes every transfer; double-buffering hides them."""
+    from tests.perf_kernels import dma
+
+    x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
+    chip = get_chip("v6e")
+    est = {}
+    for pipelined in (False, True):
+        (k,) = parse_lowered(lower(lambda v, p=pipelined: dma.scale_tanh(v, pipelined=p), x)).kernels
+        est[pipelined] = estimate_kernel(k, chip)
+    serial, piped = est[False], est[True]
+    assert "manual DMAs waited for in place: their transfer time is exposed" in serial.caveats
+    assert serial.latency_s > piped.latency_s
+    assert serial.unsound == piped.unsound == []
+
+
+def _masked_inputs(density_rows: list[list[int]]):
+    import numpy as np
+
+    mask = np.array(density_rows, np.int32)
+    prev = np.zeros_like(mask)
+    for i, row in enumerate(mask):
+        last = 0
+        for k, bit in enumerate(row):
+            last = k if bit else last
+            prev[i, k] = last
+    return mask.ravel(), prev.ravel()
+
+
+def test_scalar_prefetch_values_price_the_masked_matmul() -> None:
+    """With the case's mask, skipped blocks are neither multiplied nor fetched; without it,
+    both branches count and every block is fetched every step (never cheaper)."""
+    from tests.perf_kernels import sparse
+
+    mask, prev = _masked_inputs([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1], [1, 1, 1, 1]])
+    a = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
+    text = lower(sparse.masked_matmul, jnp.asarray(mask), jnp.asarray(prev), a, a)
+    program = parse_lowered(text)
+    (k,) = program.kernels
+    assert k.prefetch_sources == (0, 1) and k.prefetch_read_only
+    chip = get_chip("v6e")
+    blind = estimate_kernel(k, chip)
+    seen = estimate_kernel(k, chip, [mask, prev])
+    n_j = 4
+    assert seen.matmul_flops == int(mask.sum()) * n_j * 2 * 128**3
+    assert blind.matmul_flops == 64 * 2 * 128**3
+    assert seen.latency_s < blind.latency_s
+    # A's block (i, prev[i, k]) is fetched when it differs from the previous step's.
+    order = [(i, j, kk) for i in range(4) for j in range(n_j) for kk in range(4)]
+    blocks = [(i, int(prev[i * 4 + kk])) for i, _, kk in order]
+    want = 1 + sum(x != y for x, y in itertools.pairwise(blocks))
+    assert seen.fetches[0] == want < blind.fetches[0] == 64
+    assert seen.prefetch_bytes == 2 * 16 * 4
+    from tools.performance.roofline import estimate_program
+
+    whole = estimate_program(program, chip, [mask, prev, None, None])
+    assert whole.kernels[0].matmul_flops == seen.matmul_flops

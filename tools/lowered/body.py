@@ -40,7 +40,7 @@ _FREE = frozenset({
     "vector.insert", "vector.insert_strided_slice", "vector.transpose", "tpu.transpose",
     "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
     "memref.load", "memref.store", "tpu.iota", "tpu.concatenate", "tpu.repeat", "tpu.roll",
-    "tpu.dynamic_rotate", "tpu.rotate", "tpu.wait_dma", "tpu.wait_dma2", "tpu.sem_signal",
+    "tpu.dynamic_rotate", "tpu.rotate", "tpu.sem_signal",
     "tpu.sem_wait", "tpu.sem_read", "tpu.sem_barrier", "tpu.trace_start", "tpu.trace_stop",
     "func.return", "scf.yield", "scf.condition", "arith.index_cast", "arith.index_castui",
     "vector.splat", "vector.step", "tpu.broadcast_in_sublanes", "tpu.gather", "tpu.dynamic_gather",
@@ -164,6 +164,8 @@ class BodyReader:
             src = split_shaped(str(op.operation.operands[0].type))
             moved = nbytes(src[1], src[2]) if not src[2].startswith("!") else 0
             return BodyOp(name, src[1], src[2], dma_bytes=moved)
+        if name in {"tpu.wait_dma", "tpu.wait_dma2"}:
+            return BodyOp(name, (), "", dma_wait=True)  # costs nothing; orders the DMAs
         if name in _FREE:
             return None
         self.unmodelled.add(name)

@@ -42,7 +42,7 @@ class Diagnostic(msgspec.Struct, frozen=True):
     line: int | None = None
     hint: str = ""
     file: str | None = None
-    kind: str = "lowering"  # "lowering" | "tracing" | "vmem" | "parse"
+    kind: str = "lowering"  # "lowering" | "tracing" | "vmem" | "smem" | "parse"
 
 
 class KernelVmem(msgspec.Struct, frozen=True):
@@ -246,6 +246,20 @@ def kernel_vmem(kernel: MosaicKernel, chip: Chip) -> KernelVmem:
     return KernelVmem(kernel.name, blocks + scratch, limit, blocks, scratch)
 
 
+def kernel_smem(kernel: MosaicKernel) -> int:
+    """Bytes of SMEM a kernel holds: prefetched scalars, SMEM blocks and scratch, each
+    element padded to a 32-bit word (SMEM is word-addressed)."""
+    def words(shape: tuple[int, ...]) -> int:
+        return 4 * math.prod(shape) if shape else 4
+
+    total = sum(words(s.shape) for s in kernel.scalar_prefetch)
+    total += sum(w.buffer_count * words(w.block_shape) for w in kernel.windows
+                 if w.block_shape is not None and w.memory_space == "smem")
+    total += sum(words(s.shape) for s in kernel.scratch
+                 if s.memory_space == "smem" and s.nbytes > 0)
+    return total
+
+
 def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e") -> CompileReport:
     """Check a lowered program's VMEM budget on `chip`; parse failures are diagnostics too."""
     chip = get_chip(chip) if isinstance(chip, str) else chip
@@ -275,6 +289,16 @@ def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e") -> CompileRe
                 f"limit of {u.vmem_limit_bytes} bytes on {chip.name}",
                 k.name, None, _hint_for("VMEM"), None, "vmem",
             ))
+    for k in program.kernels:
+        smem = kernel_smem(k)
+        if smem > chip.smem_bytes:
+            diagnostics.append(Diagnostic(
+                f"kernel {k.name}: needs {smem} bytes of SMEM (scalar-prefetch operands, SMEM "
+                f"blocks and SMEM scratch, in 4-byte words), over the {chip.smem_bytes} bytes "
+                f"of SMEM on {chip.name}",
+                k.name, None, "Prefetch fewer scalars (e.g. one row of the table per call) or "
+                "keep large tables in HBM and copy the slice a step needs.", None, "smem",
+            ))
     total = max((u.vmem_bytes for u in usage), default=0)
     limit = max((u.vmem_limit_bytes for u in usage), default=chip.scoped_vmem_limit_bytes)
     return CompileReport(not diagnostics, diagnostics, total, limit, chip.name, usage)
@@ -286,6 +310,7 @@ __all__ = [
     "KernelVmem",
     "check_lowered",
     "diagnose",
+    "kernel_smem",
     "kernel_vmem",
     "lower_for_tpu",
     "tpu_info_for",

@@ -61,6 +61,7 @@ class BodyOp:
     matmul: tuple[int, int, int, int] | None = None  # (batch, M, N, K)
     matmul_dtype: str = ""
     dma_bytes: int = 0  # bytes a manual `tpu.enqueue_dma` moves
+    dma_wait: bool = False  # a `tpu.wait_dma`: the kernel stops until a DMA lands
 
 
 @dataclass(frozen=True)

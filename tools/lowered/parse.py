@@ -20,6 +20,7 @@ per step where their condition depends on program ids only.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -64,19 +65,53 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                 ftype = ir.FunctionType(ir.TypeAttr(top.operation.attributes["function_type"]).value)
                 inputs = [_tensor(t) for t in ftype.inputs]
                 outputs = [_tensor(t) for t in ftype.results]
+        sources = _ArgumentSources(module.body.operations)
         for op in _all_ops(module.body.operations):
             name = op_name(op)
             if name == "stablehlo.custom_call":
                 target = attr_str(op, "call_target_name") or ""
                 target = target.strip('"')
                 if target == "tpu_custom_call":
-                    kernels.append(_parse_custom_call(op))
+                    kernel = _parse_custom_call(op)
+                    n_prefetch = len(kernel.scalar_prefetch)
+                    found = tuple(sources.of(v) for v in list(op.operation.operands)[:n_prefetch])
+                    kernels.append(dataclasses.replace(kernel, prefetch_sources=found))
                     continue
                 custom_targets.append(target)
             if name not in _STRUCTURAL:
                 outside.append(name)
                 outside_bytes.append((name, _tensor_bytes(op)))
     return LoweredProgram(kernels, outside, custom_targets, outside_bytes, inputs, outputs)
+
+
+class _ArgumentSources:
+    """Which argument of `main` a value is, through `func.call`s to private functions."""
+
+    def __init__(self, top_ops: Any) -> None:
+        self.calls: dict[str, list[Any]] = {}
+        for top in top_ops:
+            if op_name(top) != "func.func":
+                continue
+            for op in _all_ops([top]):
+                if op_name(op) == "func.call":
+                    callee = (attr_str(op, "callee") or "").strip().lstrip("@").strip('"')
+                    self.calls.setdefault(callee, []).append(op)
+
+    def of(self, value: Any, depth: int = 0) -> int | None:
+        ir = ir_module()
+        if not isinstance(value, ir.BlockArgument) or depth > 32:
+            return None
+        arg = ir.BlockArgument(value)
+        owner = arg.owner.owner
+        if op_name(owner) != "func.func":
+            return None
+        sym = (attr_str(owner, "sym_name") or "").strip('"')
+        if sym == "main":
+            return int(arg.arg_number)
+        sites = self.calls.get(sym, [])
+        if len(sites) != 1:  # called from several places: not one argument of main
+            return None
+        return self.of(sites[0].operation.operands[arg.arg_number], depth + 1)
 
 
 def _tensor_bytes(op: Any) -> int:

@@ -43,6 +43,7 @@ class Chip(msgspec.Struct, frozen=True):
     vmem_bytes: int
     scoped_vmem_limit_bytes: int
     per_step_overhead_s: float
+    smem_bytes: int
     mxu_dim: int
     num_lanes: int
     num_sublanes: int
@@ -66,6 +67,7 @@ class _Published:
     mxu_dim: int
     scoped_vmem_limit_bytes: int
     clock_hz: float
+    smem_bytes: int = 1 * MIB
 
 
 # Per TensorCore; mirrors jax tpu_info._get_tpu_info_impl (jax 0.10.2).
@@ -76,7 +78,7 @@ _PUBLISHED: dict[str, _Published] = {
 }
 
 CHIP_NAMES: tuple[str, ...] = tuple(_PUBLISHED)
-PER_STEP_OVERHEAD_S = 0.35e-6
+PER_STEP_OVERHEAD_S = 0.33e-6
 F32_MATMUL_PASSES = 3
 VPU_ALUS = 4
 EUP_FRACTION_OF_VPU = 0.25
@@ -103,6 +105,7 @@ def get_chip(name: str) -> Chip:
         vmem_bytes=pub.vmem_bytes,
         scoped_vmem_limit_bytes=pub.scoped_vmem_limit_bytes,
         per_step_overhead_s=PER_STEP_OVERHEAD_S,
+        smem_bytes=pub.smem_bytes,
         mxu_dim=pub.mxu_dim,
         num_lanes=128,
         num_sublanes=8,

@@ -89,8 +89,11 @@ class SimExecutor:
     def reference_cost(self, reference_fn: Callable[..., Any], args: Sequence[Any]) -> ReferenceCost:
         return reference_cost(reference_fn, args)
 
-    def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost) -> Measurement:
-        program = estimate_program(lowered, self.chip)
+    def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost,
+                 inputs: Sequence[Any] | None = None) -> Measurement:
+        """Price the lowered program; `inputs` (the case's arguments) supply the values of
+        scalar-prefetch operands, so data-dependent index maps and conditions are evaluated."""
+        program = estimate_program(lowered, self.chip, inputs)
         baseline = estimate_baseline(reference_cost, self.chip)
         latency = program.latency_s
         breakdown = {

@@ -8,28 +8,39 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
    chip; on v7 each core is its own device).
 2. Bytes moved: a blocked input is fetched at a step when its block index differs from the
    previous step's (step 0 always fetches); a blocked output is written back when the next
-   step's index differs, and after the last step. A block whose index depends on data
-   (scalar prefetch) is assumed to change every step. `memory_space=ANY` operands move only
-   through the kernel's own `enqueue_dma` ops, counted each time they run.
+   step's index differs, and after the last step. Index maps and `pl.when` conditions that
+   read scalar-prefetch values are evaluated on the values of the case being priced when
+   the caller supplies them (`prefetch`, or `inputs` for a whole program) and the kernel
+   never writes those refs; otherwise such a block is assumed to change every step and
+   both branches of such a condition are counted. Scalar-prefetch operands are copied to
+   SMEM before step 0 (their bytes are part of the prologue). `memory_space=ANY` operands
+   move only through the kernel's own `enqueue_dma` ops, counted each time they run.
 3. Pipelining: the standard Pallas double-buffered pipeline. Step 0's inputs are fetched
    before any compute (prologue) and the last step's outputs are written after it
    (epilogue). During step t the DMA engine fetches step t+1's inputs and writes step t-1's
-   outputs; the step takes max(compute, those DMAs at HBM bandwidth) + the per-step overhead.
-   Operands with `pl.Buffered(1)` are not overlapped: their transfers add to their step.
+   outputs; the step takes max(compute + the per-step overhead, those DMAs at HBM
+   bandwidth) - the fit of the published 128^3-block matmul times (the overhead is issue
+   and bookkeeping work the core does while the DMAs fly). Operands with `pl.Buffered(1)`
+   are not overlapped: their transfers add to their step. A manual DMA whose wait comes
+   later in the same region overlaps only the compute issued between its start and its
+   wait; the rest of its transfer is exposed (a serial `start(); wait()` gains nothing).
+   A DMA waited elsewhere (a later step or iteration) overlaps the step's compute.
 4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
    the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
    third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
    op per input element) and EUP time (transcendentals); the three units overlap, so the
    step's compute is the largest of the three. Data movement ops inside VMEM (loads, stores,
    broadcasts, reshapes, transposes) are free.
-5. `pl.when` branches run on the steps their condition holds (conditions on program ids are
-   evaluated per step); a condition that depends on data counts both branches. `fori_loop`
-   bodies count trip-count times when the bounds are known from constants and program ids.
-   A loop whose trip count depends on data (or a `while_loop`), and an op with no cost
-   rule, make the estimate unsound (`KernelEstimate.unsound`): the model could only
+5. `pl.when` branches run on the steps their condition holds (conditions on program ids, and
+   on known scalar-prefetch values, are evaluated per step with exact integer semantics,
+   :mod:`tools.lowered.scalar`); a condition that cannot be evaluated counts both branches.
+   `fori_loop` bodies count trip-count times when the bounds are known. A loop whose trip
+   count cannot be evaluated (data, a while loop, an undefined result), and an op with no
+   cost rule, make the estimate unsound (`KernelEstimate.unsound`): the model could only
    under-count them, so the executor declares such a measurement invalid (fail closed).
 6. Each kernel launch costs `KERNEL_LAUNCH_S`; XLA ops outside the kernels (layout work)
-   each cost a launch plus their operand and result bytes at HBM bandwidth, reshapes free.
+   each cost a launch plus their operand and result bytes at HBM bandwidth, reshapes free,
+   and a transpose that a later transpose undoes (XLA cancels the pair) free.
 
 The XLA baseline's model (assumption 7) is in :mod:`tools.performance.baseline`.
 """
@@ -86,6 +97,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     bound: str  # "memory" | "compute" | "overhead"
     caveats: list[str]
     unsound: list[str] = []  # work the model cannot count: the latency is not a bound
+    prefetch_bytes: int = 0  # scalar-prefetch operands copied to SMEM before step 0
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -103,6 +115,11 @@ class ProgramEstimate(msgspec.Struct, frozen=True):
     def flops(self) -> int:
         return sum(k.flops for k in self.kernels)
 
+    @property
+    def sound(self) -> bool:
+        """Whether every kernel's work was counted (an unsound estimate is no bound)."""
+        return bool(self.kernels) and not any(k.unsound for k in self.kernels)
+
 
 @dataclass
 class _StepWork:
@@ -112,7 +129,41 @@ class _StepWork:
     flops: np.ndarray
     mm_flops: np.ndarray
     mm_padded: np.ndarray
-    dma: np.ndarray
+    dma: np.ndarray  # bytes of manual DMAs that overlap the step's compute
+    dma_bytes: np.ndarray  # all manual DMA bytes
+    serial_s: np.ndarray  # exposed time of manual DMAs the kernel waits for in place
+
+
+def _op_seconds(op: BodyOp, chip: Chip) -> float:
+    """One run of `op` on its busiest unit (what a DMA issued before it can hide behind)."""
+    mxu = 0.0
+    if op.matmul is not None:
+        b, m, n, k = op.matmul
+        mxu = padded_matmul_flops(b, m, n, k, chip.mxu_dim) / chip.matmul_peak(op.matmul_dtype)
+    return max(mxu, op.vpu_ops / chip.vpu_ops_per_s,
+               op.transcendentals / chip.transcendentals_per_s)
+
+
+def _serialised(items: Sequence[Any], chip: Chip) -> dict[int, float]:
+    """Manual DMAs waited for later in the same region: index -> exposed seconds.
+
+    Starts and waits pair first-in first-out. A DMA hides only behind the ops issued
+    between its start and its wait (a branch or loop in between earns no credit).
+    """
+    pending: list[tuple[int, float]] = []  # (index of the start, compute seen since)
+    exposed: dict[int, float] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, BodyOp) and item.dma_bytes:
+            pending.append((index, 0.0))
+        elif isinstance(item, BodyOp) and item.dma_wait:
+            if pending:
+                start, hidden = pending.pop(0)
+                dma = items[start]
+                exposed[start] = max(0.0, dma.dma_bytes / chip.hbm_bytes_per_s - hidden)
+        elif isinstance(item, BodyOp):
+            seconds = _op_seconds(item, chip)
+            pending = [(start, hidden + seconds) for start, hidden in pending]
+    return exposed
 
 
 def _accumulate(
@@ -120,13 +171,14 @@ def _accumulate(
     work: _StepWork, chip: Chip, caveats: set[str], unsound: set[str],
 ) -> None:
     n = weight.shape[0]
-    for item in items:
+    serial = _serialised(items, chip)
+    for index, item in enumerate(items):
         if isinstance(item, BodyOp):
-            _add_op(item, weight, work, chip)
+            _add_op(item, weight, work, chip, serial.get(index))
         elif isinstance(item, Branch):
             value = env.get(item.cond) if item.cond is not None else None
             if value is None:
-                caveats.add("a pl.when condition depends on data: both branches counted")
+                caveats.add("a pl.when condition could not be evaluated: both branches counted")
                 _accumulate(item.then, weight, env, work, chip, caveats, unsound)
                 _accumulate(item.otherwise, weight, env, work, chip, caveats, unsound)
             else:
@@ -138,14 +190,16 @@ def _accumulate(
             trips = item.trips(env, n)
             if trips is None:
                 if weight.any():
-                    unsound.add("a loop whose trip count depends on data (or a while loop): "
-                                "its work cannot be counted; bound the loop by constants or "
-                                "program ids, or make it a grid axis")
+                    unsound.add("a loop whose trip count cannot be evaluated (data, a while "
+                                "loop, or an undefined result): its work cannot be counted; "
+                                "bound the loop by constants or program ids, or make it a "
+                                "grid axis")
                 trips = np.ones(n, dtype=np.int64)
             _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound)
 
 
-def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
+def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip,
+            exposed_s: float | None = None) -> None:
     if op.matmul is not None:
         b, m, n, k = op.matmul
         padded = padded_matmul_flops(b, m, n, k, chip.mxu_dim)
@@ -155,7 +209,11 @@ def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None
     work.flops += weight * op.flops
     work.vpu += weight * op.vpu_ops
     work.trans += weight * op.transcendentals
-    work.dma += weight * op.dma_bytes
+    work.dma_bytes += weight * op.dma_bytes
+    if exposed_s is None:
+        work.dma += weight * op.dma_bytes
+    else:
+        work.serial_s += weight * exposed_s
 
 
 def _changed(index: list[np.ndarray | None], n: int) -> np.ndarray:
@@ -169,24 +227,43 @@ def _changed(index: list[np.ndarray | None], n: int) -> np.ndarray:
     return out
 
 
-def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
-    """Simulated latency of one pallas_call on `chip` (assumptions 1-6 of the module doc)."""
+def _prefetch_values(kernel: MosaicKernel, prefetch: Sequence[Any] | None) -> list[Any] | None:
+    if prefetch is None or not kernel.scalar_prefetch:
+        return None
+    if len(prefetch) != len(kernel.scalar_prefetch) or any(p is None for p in prefetch):
+        return None
+    return [np.asarray(p) for p in prefetch]
+
+
+def estimate_kernel(kernel: MosaicKernel, chip: Chip,
+                    prefetch: Sequence[Any] | None = None) -> KernelEstimate:
+    """Simulated latency of one pallas_call on `chip` (assumptions 1-6 of the module doc).
+
+    `prefetch`: the values of the kernel's scalar-prefetch operands for the case priced;
+    without them index maps and conditions that read those values count as unknown.
+    """
     steps = kernel.steps()
     n = steps.shape[1]
     caveats: set[str] = set()
     unsound: set[str] = set()
     bw = chip.hbm_bytes_per_s
+    values = _prefetch_values(kernel, prefetch)
+    if values is not None and kernel.prefetch_read_only:
+        caveats.add("index maps and conditions evaluated on this case's scalar-prefetch values")
+    elif kernel.scalar_prefetch and values is not None:
+        caveats.add("the kernel writes its scalar-prefetch refs: their values are not used")
 
     in_pipe = np.zeros(n)
     out_pipe = np.zeros(n)
     sync_in = np.zeros(n)
     sync_out = np.zeros(n)
     fetches: list[int] = []
+    memory_values = values if kernel.prefetch_read_only else None
     for w in kernel.windows:
         if w.block_shape is None:  # left in HBM: moved only by the kernel's own DMAs
             fetches.append(0)
             continue
-        index = w.index_map.over(steps) if w.index_map is not None else []
+        index = w.index_map.over(steps, memory_values) if w.index_map is not None else []
         if any(v is None for v in index):
             caveats.add(f"{w.role} {w.position} block index depends on data: fetched every step")
         changed = _changed(index, n)
@@ -199,9 +276,10 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
             in_pipe += bytes_per
         else:
             out_pipe += bytes_per
+    prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
 
-    work = _StepWork(*(np.zeros(n) for _ in range(7)))
-    env = kernel.scalar_env(steps)
+    work = _StepWork(*(np.zeros(n) for _ in range(9)))
+    env = kernel.scalar_env(steps, memory_values)
     _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
     if kernel.unmodelled_ops:
         unsound.add(f"ops with no cost rule: {', '.join(kernel.unmodelled_ops)}")
@@ -214,19 +292,23 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
     overlapped[1:] += out_pipe[:-1]
     overlapped += work.dma
     sync = sync_in + sync_out
-    step_s = np.maximum(compute, overlapped / bw) + sync / bw + chip.per_step_overhead_s
-    prologue = in_pipe[0] / bw
+    busy = compute + chip.per_step_overhead_s
+    step_s = np.maximum(busy, overlapped / bw) + sync / bw + work.serial_s
+    prologue = (in_pipe[0] + prefetch_bytes) / bw
     epilogue = out_pipe[-1] / bw
     latency = KERNEL_LAUNCH_S + prologue + float(step_s.sum()) + epilogue
 
-    total_bytes = float(in_pipe.sum() + out_pipe.sum() + sync.sum() + work.dma.sum())
-    input_bytes = int(in_pipe.sum() + sync_in.sum())
+    total_bytes = float(in_pipe.sum() + out_pipe.sum() + sync.sum() + work.dma_bytes.sum()
+                        + prefetch_bytes)
+    input_bytes = int(in_pipe.sum() + sync_in.sum() + prefetch_bytes)
     memory_s = total_bytes / bw
     compute_s = float(compute.sum())
     overhead_s = KERNEL_LAUNCH_S + n * chip.per_step_overhead_s
-    exposed = prologue + epilogue + float(sync.sum()) / bw + float(
-        np.maximum(overlapped / bw - compute, 0).sum()
+    exposed = prologue + epilogue + float(sync.sum()) / bw + float(work.serial_s.sum()) + float(
+        np.maximum(overlapped / bw - busy, 0).sum()
     )
+    if work.serial_s.any():
+        caveats.add("manual DMAs waited for in place: their transfer time is exposed")
     bound = max(
         (("memory", memory_s), ("compute", compute_s), ("overhead", overhead_s)),
         key=lambda kv: kv[1],
@@ -243,7 +325,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
         hbm_bytes=round(float(total_bytes)),
         input_bytes=input_bytes,
         output_bytes=int(out_pipe.sum() + sync_out.sum()),
-        manual_dma_bytes=int(work.dma.sum()),
+        manual_dma_bytes=int(work.dma_bytes.sum()),
         flops=round(float(work.flops.sum())),
         matmul_flops=round(float(work.mm_flops.sum())),
         matmul_padded_flops=round(float(work.mm_padded.sum())),
@@ -253,12 +335,29 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip) -> KernelEstimate:
         bound=bound,
         caveats=sorted(caveats),
         unsound=sorted(unsound),
+        prefetch_bytes=prefetch_bytes,
     )
 
 
-def estimate_program(program: LoweredProgram, chip: Chip) -> ProgramEstimate:
-    """Kernels one after another, plus the XLA layout ops around them (assumption 6)."""
-    kernels = [estimate_kernel(k, chip) for k in program.kernels]
+def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[Any] | None:
+    """The values of `kernel`'s scalar-prefetch operands among the program's `inputs`."""
+    if inputs is None or not kernel.scalar_prefetch:
+        return None
+    found = []
+    for source in kernel.prefetch_sources:
+        if source is None or source >= len(inputs):
+            return None
+        found.append(np.asarray(inputs[source]))
+    return found if len(found) == len(kernel.scalar_prefetch) else None
+
+
+def estimate_program(program: LoweredProgram, chip: Chip,
+                     inputs: Sequence[Any] | None = None) -> ProgramEstimate:
+    """Kernels one after another, plus the XLA layout ops around them (assumption 6).
+
+    `inputs`: the case's arguments to the program (only scalar-prefetch operands are read).
+    """
+    kernels = [estimate_kernel(k, chip, kernel_prefetch(k, inputs)) for k in program.kernels]
     costly = [(name, b) for name, b in program.outside_op_bytes if name not in FREE_OUTSIDE_OPS]
     outside_bytes = sum(b for _, b in costly)
     outside_s = len(costly) * KERNEL_LAUNCH_S + outside_bytes / chip.hbm_bytes_per_s
@@ -277,6 +376,7 @@ __all__ = [
     "ProgramEstimate",
     "estimate_kernel",
     "estimate_program",
+    "kernel_prefetch",
     "padded_matmul_flops",
     "roofline_floor_s",
 ]
