@@ -1,5 +1,8 @@
 """Tiled matmul: (i, j) output tiles in parallel, K reduced in a VMEM f32 accumulator.
 
+Any float dtype in (bfloat16 inputs multiply exactly into the float32 accumulator); the
+output has the inputs' dtype, rounded once at the last K step.
+
 The K axis is the last grid dimension and is declared ``arbitrary``: its steps run in
 order on one core, so the accumulator is zeroed at k == 0 and written out at the last k.
 """
@@ -49,7 +52,7 @@ def matmul(
     bm, bn, bk = _fit(block_m, m), _fit(block_n, n), _fit(block_k, k)
     return pl.pallas_call(
         _kernel,
-        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.result_type(a.dtype, b.dtype)),
         grid=(m // bm, n // bn, k // bk),
         in_specs=[
             pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),

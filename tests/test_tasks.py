@@ -151,7 +151,9 @@ def test_suite_is_deterministic_hashed_and_round_trips() -> None:
     again = build_suite(task, seeds=(0, 1))
     assert suite.sha256 == again.sha256
     kinds = [c.kind for c in suite.cases]
-    assert kinds.count("seed") == 2 and kinds.count("unseen") == 2
+    # two declared unseen shapes and one derived off the (8, 128) tile (all declared aligned)
+    assert kinds.count("seed") == 2 and kinds.count("unseen") == 3
+    assert task.derived_shapes == (3,) and any("derived off the (8, 128) tile" in n for n in suite.notes)
     assert {"probe-large", "probe-small"} <= set(kinds)
     assert all(f > 0 for c in suite.cases for f in c.floor_max_abs)
     assert all(wa.dtype == "float64" for c in suite.cases for wa in c.oracle)

@@ -5,7 +5,9 @@ oracle is, and is at least as accurate as the data allows:
 
 * max-abs error <= ``floor_factor`` x the reference's own max-abs error + ``eps_max``,
 * mean-abs error <= ``floor_factor`` x the reference's own mean-abs error + ``eps_mean``,
-* every element within the task's ``TOLERANCE`` ceiling: |c - o| <= atol + rtol |o|.
+* every element within the task's ``TOLERANCE`` ceiling: |c - o| <= atol + rtol |o| plus
+  the slack any honest accumulation order needs (:mod:`tools.correctness.ceiling`);
+  integer outputs exactly equal.
 
 ``eps_max``/``eps_mean`` are a few units in the last place of the output dtype at the
 output's largest/mean magnitude (4 and 1 ulp): the slack an exact operation (a copy, a
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from tools.correctness.ceiling import ceiling_limit, is_exact
 from tools.correctness.testsuite import SuiteCase
 from tools.sandbox.wire import numpy_dtype
 
@@ -167,7 +170,8 @@ def _compare_output(
     eps_max = thresholds.eps_ulps_max * ulp * (float(magnitude.max()) if magnitude.size else 0.0)
     eps_mean = thresholds.eps_ulps_mean * ulp * (float(magnitude.mean()) if magnitude.size
                                                  else 0.0)
-    limit = atol + rtol * np.abs(want)
+    slack = case.slack[index].numpy() if index < len(case.slack) else None
+    limit = ceiling_limit(want_dtype, want, {"atol": atol, "rtol": rtol}, slack)
     violations = int(np.count_nonzero((np.abs(got - want) > limit) & mask))
     if nonfinite:
         nan_where_finite = int(np.count_nonzero(oracle_finite & np.isnan(got)))
@@ -191,8 +195,11 @@ def _compare_output(
                 f"{thresholds.floor_factor:g}x the reference's own error "
                 f"{common['floor_mean_abs']:.3g} (+{eps_mean:.2g})")
         if violations and common["ceiling_applies"]:
-            problems.append(f"output {index}: {violations} element(s) outside the task "
-                            f"tolerance atol={atol:g}, rtol={rtol:g}")
+            problems.append(
+                f"output {index}: {violations} element(s) differ from the oracle (integers "
+                "are compared exactly)" if is_exact(want_dtype) else
+                f"output {index}: {violations} element(s) outside the task tolerance "
+                f"atol={atol:g}, rtol={rtol:g} (+ the accumulation slack)")
     return OutputCheck(shape_ok=True, dtype_ok=dtype_ok, nonfinite=nonfinite, max_abs=max_abs,
                        mean_abs=mean_abs, eps_max=eps_max, eps_mean=eps_mean,
                        tolerance_violations=violations, problems=tuple(problems), **common)

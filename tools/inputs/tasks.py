@@ -35,6 +35,11 @@ import numpy as np
 from tools.inputs.files import FileProblem, read_python_source
 
 DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
+# The ceiling when a task declares no TOLERANCE, by the mantissa bits of its least precise
+# floating output: float32 (and wider) the default above, float16 wider, bfloat16 wider
+# still (as published kernel benchmarks do), 8-bit floats widest. Integer outputs are exact.
+_TOLERANCE_BY_MANTISSA: tuple[tuple[int, float], ...] = ((23, 1e-2), (10, 2e-2), (7, 5e-2),
+                                                          (0, 1e-1))
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
 _SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
 _MIN_SCALED_SIZE = 16  # smaller integers in CONFIG (kernel sizes, group counts) are not sizes
@@ -58,6 +63,14 @@ class Task:
     tolerance: dict[str, float]
     module: ModuleType = field(repr=False, compare=False)
     _configs: tuple[dict[str, Any], ...] | None = field(default=None, repr=False, compare=False)
+    declared_tolerance: dict[str, float] | None = None  # TOLERANCE as the file states it
+    derived_shapes: tuple[int, ...] = ()  # unaligned shapes added by tools.inputs.shapes
+    alignment_note: str = ""  # why tails are not exercised, when they are not
+
+    def tolerance_for(self, dtype_names: Sequence[str]) -> dict[str, float]:
+        """The element-wise ceiling for outputs of these dtypes: the declared TOLERANCE over
+        the default of the least precise floating output (integers are compared exactly)."""
+        return {**default_tolerance(dtype_names), **(self.declared_tolerance or {})}
 
     @property
     def unseen_shape_indices(self) -> tuple[int, ...]:
@@ -129,9 +142,10 @@ class Task:
 
     def describe_shape(self, shape_index: int) -> str:
         shape = self.shapes[shape_index]
-        return repr(shape) if not isinstance(shape, dict) else ", ".join(
+        text = repr(shape) if not isinstance(shape, dict) else ", ".join(
             f"{k}={v}" for k, v in shape.items()
         )
+        return text + (" (derived, unaligned)" if shape_index in self.derived_shapes else "")
 
     @property
     def _inputs_fn_name(self) -> str:
@@ -173,7 +187,9 @@ def load_task(
     task = _from_module(path, sha, module, scales)
     if validate:
         validate_task(task)
-    return task
+    from tools.inputs.shapes import with_unaligned_shape
+
+    return with_unaligned_shape(task)
 
 
 def validate_task(task: Task) -> None:
@@ -211,9 +227,33 @@ def check_reference_output(task: Task, out: Any) -> list[Any]:
                 f"{fn} output {position} is {type(leaf).__name__}, expected a JAX array "
                 "(non-JAX output)",
             )
-        if not (np.issubdtype(leaf.dtype, np.number) or leaf.dtype == np.bool_):
-            raise TaskError(task.path, f"{fn} output {position} has dtype {leaf.dtype}")
+        if not _checkable_dtype(leaf.dtype):
+            raise TaskError(task.path, f"{fn} output {position} has dtype {leaf.dtype}; "
+                            "outputs must be floating (bfloat16, float16, float32, ...), "
+                            "integer or bool")
     return leaves
+
+
+def _checkable_dtype(dtype: Any) -> bool:
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+                or jnp.issubdtype(dtype, jnp.bool_))
+
+
+def default_tolerance(dtype_names: Sequence[str]) -> dict[str, float]:
+    """The default ceiling for outputs of these dtypes (see ``_TOLERANCE_BY_MANTISSA``);
+    all-integer outputs get zero: they are compared exactly."""
+    import jax.numpy as jnp
+
+    from tools.sandbox.wire import numpy_dtype
+
+    floating = [numpy_dtype(n) for n in dtype_names if jnp.issubdtype(numpy_dtype(n), jnp.floating)]
+    if not floating:
+        return {"atol": 0.0, "rtol": 0.0} if dtype_names else dict(DEFAULT_TOLERANCE)
+    bits = min(int(jnp.finfo(d).nmant) for d in floating)
+    value = next(v for floor, v in _TOLERANCE_BY_MANTISSA if bits >= floor)
+    return {"atol": value, "rtol": value}
 
 
 def _from_module(path: Path, sha: str, module: ModuleType, scales: Sequence[float] | None) -> Task:
@@ -248,6 +288,7 @@ def _from_module(path: Path, sha: str, module: ModuleType, scales: Sequence[floa
         shapes=tuple(shapes),
         tolerance=_tolerance(path, module),
         module=module,
+        declared_tolerance=_declared(module),
     )
 
 
@@ -290,6 +331,7 @@ def _jaxbench_task(
         tolerance=_tolerance(path, module),
         module=module,
         _configs=configs,
+        declared_tolerance=_declared(module),
     )
 
 
@@ -318,6 +360,11 @@ def _tolerance(path: Path, module: ModuleType) -> dict[str, float]:
     if any(not isinstance(v, int | float) or v < 0 for v in merged.values()):
         raise TaskError(path, f"TOLERANCE values must be non-negative numbers, got {tol!r}")
     return {k: float(v) for k, v in merged.items()}
+
+
+def _declared(module: ModuleType) -> dict[str, float] | None:
+    tol = getattr(module, "TOLERANCE", None)  # already checked by _tolerance
+    return None if tol is None else {k: float(v) for k, v in tol.items()}
 
 
 def _import(path: Path, sha: str) -> ModuleType:
