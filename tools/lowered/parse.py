@@ -66,6 +66,7 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                 inputs = [_tensor(t) for t in ftype.inputs]
                 outputs = [_tensor(t) for t in ftype.results]
         sources = _ArgumentSources(module.body.operations)
+        cancelled = _cancelled_transposes(module.body.operations)
         for op in _all_ops(module.body.operations):
             name = op_name(op)
             if name == "stablehlo.custom_call":
@@ -80,8 +81,35 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                 custom_targets.append(target)
             if name not in _STRUCTURAL:
                 outside.append(name)
-                outside_bytes.append((name, _tensor_bytes(op)))
+                if op not in cancelled:
+                    outside_bytes.append((name, _tensor_bytes(op)))
     return LoweredProgram(kernels, outside, custom_targets, outside_bytes, inputs, outputs)
+
+
+def _permutation(op: Any) -> list[int]:
+    text = attr_str(op, "permutation") or ""
+    return [int(x) for x in re.findall(r"-?\d+", text.split(":")[-1] if "array<" in text else text)]
+
+
+def _cancelled_transposes(top_ops: Any) -> list[Any]:
+    """Transposes XLA's optimiser removes: a transpose of a transpose that together are the
+    identity is free, and so is the inner one when nothing else reads it. (The lowered
+    program is the unoptimised one; without a TPU compiler this is the layout
+    simplification the model reproduces.)"""
+    cancelled: list[Any] = []
+    for op in _all_ops(top_ops):
+        if op_name(op) != "stablehlo.transpose":
+            continue
+        source = op.operation.operands[0].owner
+        if not hasattr(source, "name") or op_name(source) != "stablehlo.transpose":
+            continue
+        inner, outer = _permutation(source), _permutation(op)
+        if len(inner) != len(outer) or [inner[p] for p in outer] != list(range(len(inner))):
+            continue
+        cancelled.append(op)
+        if len(list(source.operation.results[0].uses)) == 1:
+            cancelled.append(source)
+    return cancelled
 
 
 class _ArgumentSources:

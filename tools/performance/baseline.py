@@ -7,10 +7,14 @@ XLA baseline (`reference_cost` compiles the task's reference on the host):
    its `cost_analysis()`, bytes as each launched fusion's operands + result, except that the
    host's dtype-legalisation converts (XLA:CPU widens bf16 dot operands to f32 and narrows
    results in separate convert fusions; TPU fuses or skips them) are transparent; the raw
-   `bytes accessed` is kept beside it. Dots (from the
-   StableHLO) run on the MXU with the same padding and dtype peaks as the kernel; the other
-   flops on the VPU and transcendentals on the EUP, overlapped; memory and compute overlap
-   across the whole program; each top-level fused kernel costs one `KERNEL_LAUNCH_S`.
+   `bytes accessed` is kept beside it. Fusions run one after another, each at achievable
+   rates: a fusion takes max(its bytes at HBM bandwidth, its dots' MXU time at
+   `XLA_MXU_EFFICIENCY` of the padded peak) plus one `KERNEL_LAUNCH_S`, so an elementwise
+   pass XLA leaves outside a matmul (`mask * (x @ y)`) costs its own trip through HBM.
+   Dots (from the StableHLO, in program order) go to the fusions that hold a dot, in
+   order; the other flops (VPU) and transcendentals (EUP) overlap the whole program.
+   `XLA_MXU_EFFICIENCY` = 0.95 is fitted to the matmul guide's XLA rows on v5e
+   (`tools/performance/calibration.py`: 94-97% of peak once dispatch is taken out).
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ class DotShape(msgspec.Struct, frozen=True):
     dtype: str
 
 
+XLA_MXU_EFFICIENCY = 0.95
+
+
+class FusionCost(msgspec.Struct, frozen=True):
+    """One launched kernel of the reference's program: its HBM bytes, and whether it holds a dot."""
+
+    bytes: int
+    has_dot: bool
+
+
 class ReferenceCost(msgspec.Struct, frozen=True):
     """The reference's post-fusion cost (assumption 7), chip-independent."""
 
@@ -45,6 +59,7 @@ class ReferenceCost(msgspec.Struct, frozen=True):
     n_kernels: int
     dots: list[DotShape]
     source: str = "XLA:CPU post-fusion cost_analysis()"
+    fusions: list[FusionCost] = []
 
     @property
     def dot_flops(self) -> float:
@@ -62,7 +77,7 @@ def reference_cost(reference_fn: Callable[..., Any], args: Sequence[Any]) -> Ref
         analysis = analysis[0] if analysis else {}
     analysis = analysis or {}
     hlo = compiled.as_text() or ""
-    entry_bytes, n_kernels = _entry_bytes(hlo)
+    entry_bytes, n_kernels, fusions = _entry_bytes(hlo)
     raw = float(analysis.get("bytes accessed", 0.0))
     return ReferenceCost(
         flops=float(analysis.get("flops", 0.0)),
@@ -71,6 +86,7 @@ def reference_cost(reference_fn: Callable[..., Any], args: Sequence[Any]) -> Ref
         raw_bytes_accessed=raw,
         n_kernels=max(n_kernels, 1),
         dots=_dots(lowered.as_text()),
+        fusions=fusions,
     )
 
 
@@ -107,7 +123,7 @@ def _computation_ops(hlo: str) -> dict[str, set[str]]:
 _INSTR = re.compile(r"\s+(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\(([^)]*)\)(.*)$")
 
 
-def _entry_bytes(hlo: str) -> tuple[int, int]:
+def _entry_bytes(hlo: str) -> tuple[int, int, list[FusionCost]]:
     """(HBM bytes, launched kernels) of the ENTRY computation, host-only converts removed.
 
     Each launched op reads its operands and writes its result. A fusion of nothing but
@@ -119,6 +135,8 @@ def _entry_bytes(hlo: str) -> tuple[int, int]:
     size: dict[str, int] = {}
     source: dict[str, str] = {}  # transparent convert -> what it reads
     kernels: dict[str, list[str]] = {}
+    dotted: set[str] = set()
+    widened: dict[str, float] = {}  # host-only widening converts -> how much wider
     for line in entry.splitlines()[1:]:
         m = _INSTR.match(line)
         if not m:
@@ -137,11 +155,19 @@ def _entry_bytes(hlo: str) -> tuple[int, int]:
             src = source.get(operands[0], operands[0])
             if src in kernels:
                 size[src] = min(size[src], size[name])
+            elif size.get(src) and size[name] > size[src]:
+                widened[name] = size[name] / size[src]
             source[name] = src
             continue
         kernels[name] = [source.get(o, o) for o in operands]
-    total = sum(size[k] + sum(size.get(o, 0) for o in ops) for k, ops in kernels.items())
-    return total, len(kernels)
+        if opcode == "dot" or "dot" in body or "convolution" in body or opcode == "convolution":
+            dotted.add(name)
+            ratios = [widened.get(o, 1.0) for o in operands]
+            if ratios and min(ratios) > 1.0:  # operands widened for the host: TPU keeps
+                size[name] = math.ceil(size[name] / min(ratios))  # the narrow result
+    per = {k: size[k] + sum(size.get(o, 0) for o in ops) for k, ops in kernels.items()}
+    fusions = [FusionCost(per[k], k in dotted) for k in kernels]
+    return sum(per.values()), len(kernels), fusions
 
 
 def _dots(stablehlo_text: str) -> list[DotShape]:
@@ -201,24 +227,43 @@ class BaselineEstimate(msgspec.Struct, frozen=True):
 
 def estimate_baseline(cost: ReferenceCost, chip: Chip) -> BaselineEstimate:
     """Simulated XLA latency of the reference on `chip` (assumption 7)."""
-    mxu_s = 0.0
+    dot_s: list[float] = []
     padded = 0.0
     for d in cost.dots:
         p = padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
         padded += p
-        mxu_s += p / chip.matmul_peak(d.dtype)
+        dot_s.append(p / (chip.matmul_peak(d.dtype) * XLA_MXU_EFFICIENCY))
+    mxu_s = sum(dot_s)
     other = max(cost.flops - cost.dot_flops, 0.0)
-    compute = max(mxu_s, other / chip.vpu_ops_per_s, cost.transcendentals / chip.transcendentals_per_s)
-    memory = cost.bytes_accessed / chip.hbm_bytes_per_s
+    side = max(other / chip.vpu_ops_per_s, cost.transcendentals / chip.transcendentals_per_s)
+    bw = chip.hbm_bytes_per_s
+    memory = cost.bytes_accessed / bw
+    fusions = cost.fusions or [FusionCost(round(cost.bytes_accessed), bool(cost.dots))]
+    holders = [i for i, f in enumerate(fusions) if f.has_dot]
+    share = [0.0] * len(fusions)
+    if dot_s and holders:
+        if len(holders) == len(dot_s):
+            for i, seconds in zip(holders, dot_s, strict=True):
+                share[i] = seconds
+        else:  # counts differ: the dots' time, spread evenly over the fusions holding one
+            for i in holders:
+                share[i] = mxu_s / len(holders)
+        serial = sum(max(f.bytes / bw, s) for f, s in zip(fusions, share, strict=True))
+    else:
+        serial = sum(f.bytes / bw for f in fusions) if fusions else memory
+        serial = max(serial, mxu_s)
+    compute = max(mxu_s, side)
     overhead = cost.n_kernels * KERNEL_LAUNCH_S
-    latency = max(compute, memory) + overhead
+    latency = max(serial, side) + overhead
     bound = max((("memory", memory), ("compute", compute), ("overhead", overhead)), key=lambda kv: kv[1])[0]
     return BaselineEstimate(latency, compute, memory, overhead, cost.flops, cost.bytes_accessed, padded, bound)
 
 
 __all__ = [
+    "XLA_MXU_EFFICIENCY",
     "BaselineEstimate",
     "DotShape",
+    "FusionCost",
     "ReferenceCost",
     "estimate_baseline",
     "reference_cost",
