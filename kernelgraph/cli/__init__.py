@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.logcmds",
     "kernelgraph.cli.buscmds",
     "kernelgraph.cli.perfcmds",
+    "kernelgraph.cli.estimatecmds",
     "kernelgraph.cli.verifycmds",
     "kernelgraph.cli.runcmds",
     "kernelgraph.cli.hitlcmds",

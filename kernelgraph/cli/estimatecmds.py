@@ -1,0 +1,64 @@
+"""`kernelgraph estimate`: a candidate's simulated speed from its lowering, unverified."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kernelgraph.cli.app import app, console, emit_json, fail, parse_config
+
+
+@app.command()
+def estimate(
+    task: Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py).", show_default=False)],
+    candidate: Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)],
+    target: Annotated[str, typer.Option("--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7.")] = "sim-tpu-v6e",
+    config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
+    shape_index: Annotated[int, typer.Option("--shape-index", min=0, help="Which of the task's shapes (0 = the tuning point).")] = 0,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+) -> None:
+    """Estimate a configuration's speed from its lowering and the cost model alone.
+
+    No correctness run: the figure is an UNVERIFIED, SIMULATED estimate for pruning
+    configurations, never a result. The candidate is lowered in the sandboxed child with
+    abstract inputs (shapes and dtypes), so full-size shapes are estimated in seconds.
+    Exit status 0 when the estimate is sound (every kernel's work counted), 1 when not."""
+    for label, path in (("task", task), ("candidate", candidate)):
+        if not path.is_file():
+            fail(f"{path}: no such {label} file")
+    from kernelgraph.errors import KernelgraphError
+    from tools.performance.estimate import estimate as run_estimate
+
+    chosen = parse_config(config or [])
+    status = console.status(f"lowering {candidate.name} for {target}", spinner="dots")
+    with status if not json else contextlib.nullcontext():
+        try:
+            result = run_estimate(task, candidate, target=target, config=chosen,
+                                  shape_index=shape_index)
+        except KernelgraphError as exc:
+            fail(str(exc))
+        except ValueError as exc:  # a shape index out of range
+            fail(str(exc))
+    if json:
+        emit_json(result)
+    else:
+        table = Table(title=f"{candidate.name} on {task.name}, {target} (simulated, unverified)")
+        for col in ("kernel", "bound", "HBM bytes", "flops", "steps", "latency (us)"):
+            table.add_column(col)
+        for k in result.breakdown:
+            table.add_row(k.name, k.bound, f"{k.bytes:,}", f"{k.flops:,}", str(k.steps),
+                          f"{k.latency_s * 1e6:.2f}")
+        console.print(table)
+        console.print(f"shape {escape(result.shape)}; config "
+                      + (", ".join(f"{k}={v}" for k, v in result.config.items()) or "(default)"))
+        console.print(f"estimated speedup (simulated, unverified): {result.speedup:.3f}x  "
+                      f"latency {result.latency_s:.3e} s vs XLA baseline {result.baseline_s:.3e} s")
+        if not result.sound:
+            console.print("[bold red]unsound[/]: " + escape("; ".join(result.reasons)))
+        console.print(f"[dim]{escape(result.note)}[/]")
+    raise typer.Exit(0 if result.sound else 1)

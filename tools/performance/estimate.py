@@ -1,0 +1,158 @@
+"""`estimate`: a candidate's simulated latency from its lowering alone, never verified.
+
+For pruning configurations before the test suite runs (the planner, the autotuner, a
+person at the command line): the candidate is traced and lowered for TPU in the sandboxed
+child with abstract inputs (shape and dtype only, from `jax.eval_shape` of the task's
+input maker), so an 8192^3 configuration costs a lowering and the cost model, not a run.
+Scalar-prefetch operands are the exception: integer inputs of modest size are made for
+real (seed 0; only those outputs of the input maker are computed) and the model evaluates
+index maps and conditions on them. No correctness check runs: the figure is an
+unverified, simulated estimate, and says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kernelgraph.errors import KernelgraphError
+from tools.performance.executors import SIM_TARGETS, UnknownTarget
+
+# Integer inputs up to this many elements are made concretely (candidate scalar prefetch).
+MAX_CONCRETE_ELEMENTS = 1 << 20
+NOTE = ("unverified, simulated estimate: lowering and the cost model only, no correctness "
+        "run; abstract inputs except integer (scalar-prefetch) operands")
+
+
+class EstimateError(KernelgraphError, RuntimeError):
+    """The candidate could not be lowered (or read) for an estimate; the message says why."""
+
+
+class KernelBreakdown(msgspec.Struct, frozen=True):
+    name: str
+    bound: str
+    bytes: int
+    flops: int
+    steps: int
+    latency_s: float
+    unsound: list[str] = []
+    caveats: list[str] = []
+
+
+class Estimate(msgspec.Struct, frozen=True):
+    latency_s: float
+    baseline_s: float
+    speedup: float
+    measured_on: str  # always "simulated"
+    sound: bool
+    verified: bool  # always False: nothing was checked for correctness
+    breakdown: list[KernelBreakdown]
+    target: str
+    task: str
+    candidate: str
+    config: dict[str, Any]
+    shape_index: int
+    shape: str
+    outside_ops_s: float
+    reasons: list[str]  # why the estimate is unsound, when it is
+    note: str = NOTE
+    wall_s: float = 0.0
+
+
+def task_arguments(task: Any, shape_index: int) -> tuple[list[Any], list[Any]]:
+    """(abstract inputs, concrete-or-None per input) for one shape of a trusted task."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    make = functools.partial(task.make_inputs, 0, shape_index)
+    abstract = list(jax.eval_shape(make))
+    wanted = [i for i, a in enumerate(abstract)
+              if jnp.issubdtype(a.dtype, jnp.integer) and a.size <= MAX_CONCRETE_ELEMENTS]
+    concrete: list[Any] = [None] * len(abstract)
+    if wanted:
+        made = jax.jit(lambda: [make()[i] for i in wanted])()  # the rest is never computed
+        for i, value in zip(wanted, made, strict=True):
+            concrete[i] = np.asarray(value)
+    return abstract, concrete
+
+
+def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any], chip: str,
+                     shape_index: int, limits: Any = None) -> str:
+    """The candidate's StableHLO for these input shapes, lowered in the sandboxed child."""
+    import numpy as np
+
+    from tools.sandbox import wire
+    from tools.sandbox.launcher import Limits, run_sandboxed
+
+    shapes = tuple(wire.WireArray(np.dtype(a.dtype).name, tuple(a.shape), b"") for a in abstract)
+    request = wire.EvalRequest(
+        candidate_file="candidate.py", config=dict(config),
+        groups=(wire.ShapeGroup(shape_index, 0, (wire.CaseRequest("abstract", shapes),)),),
+        order_seed=0, chip=chip, run_cases=False,
+    )
+    box = run_sandboxed("tools.child.worker", wire.encode(request),
+                        files={"candidate.py": candidate.read_bytes()},
+                        limits=limits or Limits(wall_s=300.0, memory_bytes=8 << 30))
+    if not box.ok:
+        raise EstimateError(f"the candidate's child {box.failure()}: "
+                            f"{box.stderr_tail.strip().splitlines()[-1:]}")
+    response = wire.decode(box.result or b"", wire.EvalResponse)
+    if response.load_error:
+        raise EstimateError(f"the candidate could not be built: {response.load_error}")
+    if response.tampering:
+        raise EstimateError("the candidate tampered with the child: " + ", ".join(response.tampering))
+    (group,) = response.groups
+    if group.trace_error or not group.stablehlo:
+        raise EstimateError(f"the candidate did not lower: {group.trace_error or 'no program'}")
+    return group.stablehlo
+
+
+def estimate(task_path: str | Path, candidate_path: str | Path, *,
+             target: str = "sim-tpu-v6e", config: dict[str, Any] | None = None,
+             shape_index: int = 0, limits: Any = None) -> Estimate:
+    """Simulated latency and speedup of one configuration at one shape; unverified."""
+    from tools.inputs.candidate import read_candidate
+    from tools.inputs.tasks import load_task
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.baseline import estimate_baseline, reference_cost
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import estimate_program
+
+    started = time.perf_counter()
+    if target not in SIM_TARGETS:
+        raise UnknownTarget(f"estimate prices simulated targets only ({', '.join(SIM_TARGETS)}); "
+                            f"got {target!r}")
+    chip_name = SIM_TARGETS[target]
+    chip = get_chip(chip_name)
+    task = load_task(task_path, validate=False)
+    source = read_candidate(candidate_path)  # static: never imported here
+    full_config = source.check_config(dict(config or {}))
+    abstract, concrete = task_arguments(task, shape_index)
+    text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
+                            limits)
+    program = estimate_program(parse_lowered(text), chip, concrete)
+    baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
+    reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
+    if not program.kernels:
+        reasons.append("no pallas_call in the lowered program: nothing to simulate")
+    latency = program.latency_s
+    return Estimate(
+        latency_s=latency, baseline_s=baseline.latency_s,
+        speedup=baseline.latency_s / latency if latency > 0 else 0.0,
+        measured_on="simulated", sound=not reasons, verified=False,
+        breakdown=[KernelBreakdown(k.name, k.bound, k.hbm_bytes, k.flops, k.grid_steps,
+                                   k.latency_s, list(k.unsound), list(k.caveats))
+                   for k in program.kernels],
+        target=target, task=str(task_path), candidate=str(candidate_path), config=full_config,
+        shape_index=shape_index, shape=task.describe_shape(shape_index),
+        outside_ops_s=program.outside_ops_s, reasons=reasons,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+__all__ = ["NOTE", "Estimate", "EstimateError", "KernelBreakdown", "estimate", "task_arguments"]
