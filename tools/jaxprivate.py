@@ -78,6 +78,13 @@ def interpret_pallas_call() -> ModuleType:
     return module
 
 
+def interpret_utils() -> ModuleType:
+    """`jax._src.pallas.mosaic.interpret.utils`: the value uninitialised memory holds."""
+    from jax._src.pallas.mosaic.interpret import utils as module
+
+    return module
+
+
 def pallas_package() -> ModuleType:
     """`jax._src.pallas`: the package whose submodules register every Pallas lowering."""
     import jax._src.pallas

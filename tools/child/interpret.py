@@ -103,6 +103,34 @@ def interpreted(closed_jaxpr: Any, settings: InterpretSettings) -> Callable[...,
     return jax.jit(run)
 
 
+SECOND_POISON = "huge"
+
+
+def install_second_poison() -> None:
+    """Teach interpret mode a second poison for memory never written: half the largest
+    finite value for floats, the minimum for integers, False for bools. NaN alone misses a
+    read whose NaN a comparison masks (`where(m_prev > x, m_prev, x)` on an uninitialised
+    running max); a huge finite value changes such a kernel's output."""
+    utils = jaxprivate.interpret_utils()
+    original = utils.get_uninitialized_value
+    if getattr(original, "second_poison", False):
+        return
+
+    def uninitialized_value(dtype: Any, uninitialized_memory: str) -> Any:
+        if uninitialized_memory != SECOND_POISON:
+            return original(dtype, uninitialized_memory)
+        import jax.numpy as jnp
+
+        if jnp.issubdtype(dtype, jnp.floating):
+            return float(jnp.finfo(dtype).max) / 2
+        if jnp.issubdtype(dtype, jnp.integer):
+            return int(jnp.iinfo(dtype).min)
+        return False
+
+    uninitialized_value.second_poison = True  # type: ignore[attr-defined]
+    utils.get_uninitialized_value = uninitialized_value
+
+
 def reset_after_failure() -> None:
     """Interpret mode keeps global state after an exception; clear it before the next run."""
     from jax.experimental.pallas import tpu as pltpu

@@ -74,6 +74,11 @@ class EvalRequest(msgspec.Struct, frozen=True):
     lowering_platform: str = "tpu"
     chip: str = "v6e"  # the TPU generation the lowering asks about (VMEM size, tiling)
     run_cases: bool = True  # False: trace and lower only (compile check)
+    # A second poison for memory never written (a huge finite value), on this many cases
+    # per shape: their outputs must not change ("" turns it off).
+    second_poison: str = "huge"
+    second_poison_cases: int = 1
+    eager_cases: int = 2  # tuning-point cases the built callable is also called on directly
 
 
 class Diagnostic(msgspec.Struct, frozen=True):
@@ -94,6 +99,8 @@ class CaseResult(msgspec.Struct, frozen=True):
     races_detected: bool = False
     error: str = ""
     seconds: float = 0.0
+    # hash_arrays of the outputs when run again under the second poison ("" when not run)
+    second_poison_sha256: str = ""
 
 
 class GroupResult(msgspec.Struct, frozen=True):
@@ -116,6 +123,8 @@ class EvalResponse(msgspec.Struct, frozen=True):
     tampering: tuple[str, ...] = ()
     jax_version: str = ""
     seconds: float = 0.0
+    eager: tuple[CaseResult, ...] = ()  # the built callable called directly, per case
+    check_seconds: dict[str, float] = {}  # what each extra check cost, by name
 
 
 def encode(obj: Any) -> bytes:

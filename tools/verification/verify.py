@@ -87,6 +87,8 @@ def evaluate(
     order_seed = order_seed if order_seed is not None else random.SystemRandom().getrandbits(31)
     chip = chip_for_target(target)
     context = _Context(task, suite, target, chip, full_config, order_seed, limits)
+    if task.alignment_note:  # loudly: tails are not exercised for this task
+        context.diagnostics.append(wire.Diagnostic(message=task.alignment_note, phase="suite"))
     if source is None:
         context.fail(f"candidate: {candidate_problem}")
         return context.finish(Path(candidate_path), None, timings, started)
@@ -198,6 +200,7 @@ class _Context:
                 continue
             result = next((c for c in group.cases if c.case_id == case.case_id), None)
             self.cases[case.case_id] = self._judge_case(case, result)
+        self._judge_eager(response.eager)
         self._cross_case()
         self._case_reasons()
 
@@ -262,7 +265,35 @@ class _Context:
             self.fail(f"{case.case_id}: the interpreter's race detector found a data race "
                       "(two grid steps or cores touch the same memory without ordering)")
         outputs = [a.numpy() for a in result.outputs]
-        return compare_case(case, outputs, self.suite.tolerance)
+        check = compare_case(case, outputs, self.suite.tolerance)
+        if result.second_poison_sha256 and result.second_poison_sha256 != wire.hash_arrays(
+            outputs
+        ):
+            check = msgspec.structs.replace(check, problems=(*check.problems, (
+                "the outputs change when memory the kernel never wrote holds a huge finite "
+                "value instead of NaN: it reads memory before writing it (a comparison or "
+                "select that masks NaN hides this from NaN poisoning)")))
+        return check
+
+    def _judge_eager(self, results: Sequence[wire.CaseResult]) -> None:
+        """The built callable called directly on different inputs must answer like the
+        traced program: Python state kept across calls is a wrong kernel in use."""
+        for result in results:
+            try:
+                case = self.suite.case(result.case_id)
+            except KeyError:
+                self.consistency.append(f"called directly (outside a trace), the candidate "
+                                        f"failed: {result.error or 'no such case'}")
+                continue
+            check = (failed_case(case, result.error) if result.error else compare_case(
+                case, [a.numpy() for a in result.outputs], self.suite.tolerance))
+            if not check.passed:
+                details = [check.error] if check.error else []
+                details += [*check.problems, *(p for o in check.outputs for p in o.problems)]
+                self.consistency.append(
+                    f"called directly (outside a trace) on {case.case_id}, the built callable "
+                    f"answers differently from its traced program ({'; '.join(details)[:300]}):"
+                    " Python state kept across calls, e.g. results cached by shape")
 
     def _cross_case(self) -> None:
         responses = {c.case_id: c for g in (self.response.groups if self.response else ())
@@ -363,6 +394,8 @@ class _Context:
         timings["total_s"] = time.perf_counter() - started
         if self.response is not None:
             timings["child_s"] = self.response.seconds
+            for name, seconds in self.response.check_seconds.items():
+                timings[f"child_{name}"] = seconds
         compile_report = self.compile_reports.get(0)
         measurement = self.measurement
         body = {
@@ -413,6 +446,10 @@ class _Context:
                           "randomised_parallel_grid_order": True,
                           "num_cores": _DEFAULT_REQUEST.num_cores,
                           "multicore_cases": _DEFAULT_REQUEST.multicore_cases,
+                          "second_poison": _DEFAULT_REQUEST.second_poison,
+                          "second_poison_cases_per_shape":
+                              _DEFAULT_REQUEST.second_poison_cases,
+                          "eager_cases": _DEFAULT_REQUEST.eager_cases,
                           "order_seed": self.order_seed},
             "chip": self.chip,
         }
