@@ -14,6 +14,7 @@ them in a thread (`AgentContext.run_tool`).
 - `measure_baseline`: the XLA reference on a target (simulated roofline, or the device).
 - `profile`: the profile summary of a passing verdict's measurement.
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
+- `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
 """
 
@@ -214,6 +215,24 @@ def autotune(
                      workers=workers)
 
 
+def estimate(
+    task: str | Path,
+    candidate: str | Path,
+    *,
+    target: str = DEFAULT_TARGET,
+    config: dict[str, Any] | None = None,
+    shape_index: int = 0,
+    limits: Limits | None = None,
+) -> Any:
+    """An unverified, simulated estimate of one configuration from its lowering alone
+    (`tools.performance.estimate.Estimate`): for pruning configurations before the suite
+    runs, never a result. The candidate is lowered in the sandboxed child."""
+    from tools.performance.estimate import estimate as _estimate
+
+    return _estimate(task, candidate, target=target, config=config, shape_index=shape_index,
+                     limits=limits)
+
+
 def candidate_configs(candidate: str | Path) -> list[dict[str, Any]]:
     """Every configuration of the candidate's TUNABLES, the default first."""
     return list(read_candidate(candidate).configs())
@@ -278,6 +297,7 @@ __all__ = [
     "chip_for_target",
     "compile_check",
     "compiled",
+    "estimate",
     "evaluate",
     "freeze_suite",
     "load_task",
