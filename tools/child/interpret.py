@@ -56,32 +56,118 @@ class InterpretSettings:
             detect_races=self.detect_races,
             random_seed=self.random_seed,
             num_cores_or_threads=self.num_cores,
+            grid_point_recorder=_record_grid_point,
         )
+
+
+MAX_RECORDED_GRID_POINTS = 1 << 16
+
+
+@dataclass
+class KernelVisits:
+    """What interpret mode did in one kernel run, for the cost model's cross-check: grid
+    points visited (and their order, up to a cap), blocks fetched per input and written
+    per output (by the pipeline, keyed by the kernel's argument name) and manual DMAs."""
+
+    grid_points: int = 0
+    order: list[tuple[int, ...]] = field(default_factory=list)
+    order_complete: bool = True
+    cores: set[int] = field(default_factory=set)
+    input_fetches: dict[str, int] = field(default_factory=dict)
+    output_writes: dict[str, int] = field(default_factory=dict)
+    dma_starts: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"grid_points": self.grid_points,
+                "order": [list(p) for p in self.order] if self.order_complete else [],
+                "order_complete": self.order_complete, "cores": len(self.cores),
+                "input_fetches": sorted(self.input_fetches.values()),
+                "output_writes": sorted(self.output_writes.values()),
+                "dma_starts": self.dma_starts}
+
+
+_ACTIVE: list[RaceLog] = []
 
 
 @dataclass
 class RaceLog:
-    """Every race-detector state created while it is installed (one per kernel run)."""
+    """Every race-detector state created while it is installed (one per kernel run), and
+    what each of those kernel runs visited (:class:`KernelVisits`)."""
 
     states: list[Any] = field(default_factory=list)
+    visits: list[KernelVisits] = field(default_factory=list)
 
     def install(self) -> None:
         ipc = jaxprivate.interpret_pallas_call()
         original = ipc.RaceDetectionState
         log = self.states
+        visits = self.visits
 
         def recording(*args: Any, **kwargs: Any) -> Any:
             state = original(*args, **kwargs)
             log.append(state)
+            visits.append(KernelVisits())
             return state
 
         ipc.RaceDetectionState = recording  # type: ignore[assignment,misc]
+        self._count_transfers(ipc)
+        _ACTIVE[:] = [self]
+
+    def _count_transfers(self, ipc: Any) -> None:
+        """Count the pipeline's block copies (`get` with an input name, `store` with an
+        output name) and manual DMA starts, into the current kernel's record."""
+        get, store, dma_start = ipc.get, ipc.store, ipc.dma_start
+        visits = self.visits
+
+        def counting_get(*args: Any, **kwargs: Any) -> Any:
+            name = kwargs.get("input_name")
+            if name is not None and visits:
+                fetches = visits[-1].input_fetches
+                fetches[name] = fetches.get(name, 0) + 1
+            return get(*args, **kwargs)
+
+        def counting_store(*args: Any, **kwargs: Any) -> Any:
+            name = kwargs.get("output_name")
+            if name is not None and visits:
+                writes = visits[-1].output_writes
+                writes[name] = writes.get(name, 0) + 1
+            return store(*args, **kwargs)
+
+        def counting_dma_start(*args: Any, **kwargs: Any) -> Any:
+            if visits:
+                visits[-1].dma_starts += 1
+            return dma_start(*args, **kwargs)
+
+        for wrapper, original in ((counting_get, get), (counting_store, store),
+                                  (counting_dma_start, dma_start)):
+            if hasattr(original, "__wrapped__"):  # DMAs call the undecorated function
+                wrapper.__wrapped__ = original.__wrapped__  # type: ignore[attr-defined]
+        ipc.get, ipc.store, ipc.dma_start = counting_get, counting_store, counting_dma_start
+
+    def record_grid_point(self, token: Any, grid_point: Any, core: Any) -> Any:
+        if self.visits:
+            record = self.visits[-1]
+            record.grid_points += 1
+            record.cores.add(int(core))
+            if len(record.order) < MAX_RECORDED_GRID_POINTS:
+                record.order.append(tuple(int(x) for x in grid_point))
+            else:
+                record.order_complete = False
+        return token
 
     def mark(self) -> int:
         return len(self.states)
 
     def races_since(self, mark: int) -> bool:
         return any(bool(getattr(s, "races_found", False)) for s in self.states[mark:])
+
+    def visits_since(self, mark: int) -> tuple[dict[str, Any], ...]:
+        """What each kernel run since `mark` visited, in run order (JSON-ready)."""
+        return tuple(v.summary() for v in self.visits[mark:])
+
+
+def _record_grid_point(token: Any, grid_point: Any, core: Any) -> Any:
+    return _ACTIVE[0].record_grid_point(token, grid_point, core) if _ACTIVE else token
 
 
 def count_pallas_calls(closed_jaxpr: Any) -> int:

@@ -98,6 +98,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     caveats: list[str]
     unsound: list[str] = []  # work the model cannot count: the latency is not a bound
     prefetch_bytes: int = 0  # scalar-prefetch operands copied to SMEM before step 0
+    dma_starts: int = 0  # manual DMAs started (both branches where a condition is unknown)
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -132,6 +133,7 @@ class _StepWork:
     dma: np.ndarray  # bytes of manual DMAs that overlap the step's compute
     dma_bytes: np.ndarray  # all manual DMA bytes
     serial_s: np.ndarray  # exposed time of manual DMAs the kernel waits for in place
+    dma_starts: np.ndarray  # manual DMAs started
 
 
 def _op_seconds(op: BodyOp, chip: Chip) -> float:
@@ -210,10 +212,18 @@ def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip,
     work.vpu += weight * op.vpu_ops
     work.trans += weight * op.transcendentals
     work.dma_bytes += weight * op.dma_bytes
+    if op.name == "tpu.enqueue_dma":
+        work.dma_starts += weight
     if exposed_s is None:
         work.dma += weight * op.dma_bytes
     else:
         work.serial_s += weight * exposed_s
+
+
+def changed_steps(index: list[np.ndarray | None], n: int) -> np.ndarray:
+    """changed[t]: the block index at step t differs from step t-1 (step 0: True); an
+    unknown index (None) changes every step."""
+    return _changed(index, n)
 
 
 def _changed(index: list[np.ndarray | None], n: int) -> np.ndarray:
@@ -278,7 +288,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
             out_pipe += bytes_per
     prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
 
-    work = _StepWork(*(np.zeros(n) for _ in range(9)))
+    work = _StepWork(*(np.zeros(n) for _ in range(10)))
     env = kernel.scalar_env(steps, memory_values)
     _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
     if kernel.unmodelled_ops:
@@ -336,6 +346,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         caveats=sorted(caveats),
         unsound=sorted(unsound),
         prefetch_bytes=prefetch_bytes,
+        dma_starts=round(float(work.dma_starts.sum())),
     )
 
 
