@@ -30,8 +30,12 @@ SHIPPED_CLASSES = {
     "causal_attention.py": "attention",
     "mean_pool_l2.py": "rows_generic",
 }
-CHIP = {"vmem_bytes": 128 * 1024 * 1024, "mxu_dim": 256, "hbm_bytes_per_s": 1.64e12,
-        "peak_bf16_flops": 9.2e14}
+
+
+def _chip() -> dict[str, Any]:
+    from tools.api import chip_figures
+
+    return chip_figures("sim-tpu-v6e")
 
 
 def _task_files() -> list[Path]:
@@ -39,7 +43,7 @@ def _task_files() -> list[Path]:
 
 
 def _ctx(task: Path, **extra: Any) -> dict[str, Any]:
-    base = {"task_path": str(task), "task_name": task.stem, "target": "sim-tpu-v6e", "chip": CHIP,
+    base = {"task_path": str(task), "task_name": task.stem, "target": "sim-tpu-v6e", "chip": _chip(),
             "iteration": 0, "seed": 0, "parent": None, "failures": [], "hint": "",
             "knowledge": [], "baseline_s": 1e-5, "feedback": ""}
     return {**base, **extra}

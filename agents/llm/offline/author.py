@@ -10,6 +10,7 @@ from agents.llm.offline import attention, matmul, rows
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES
 
+FALLBACK_VMEM_LIMIT = 48 * 1024 * 1024  # below the VMEM of every chip the targets model
 _JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
 
@@ -29,7 +30,7 @@ def candidate_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                      chip: dict[str, Any] | None = None, kernel_class: str | None = None) -> str:
     c = kernel_class or facts.kernel_class
     if c == "single_block" or facts.kernel_class == "single_block":
-        return rows.single_source(facts, task_name)
+        return rows.single_source(facts, task_name, params.get("vmem_limit_bytes"))
     if c == "matmul_epilogue":
         return matmul.matmul_source(facts, params, task_name, chip)
     if c == "attention":
@@ -37,7 +38,8 @@ def candidate_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     return rows.rows_source(facts, params, task_name)
 
 
-def safer_ladder(facts: TaskFacts, params: dict[str, int]) -> list[tuple[str, dict[str, Any], str]]:
+def safer_ladder(facts: TaskFacts, params: dict[str, int],
+                 chip: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any], str]]:
     """(kernel_class, params, what changed) from the least to the most conservative."""
     c = facts.kernel_class
     steps: list[tuple[str, dict[str, Any], str]] = []
@@ -51,4 +53,8 @@ def safer_ladder(facts: TaskFacts, params: dict[str, int]) -> list[tuple[str, di
                       "minimal aligned blocks (8 sublanes / 128 lanes)"))
     if facts.body_source:
         steps.append(("single_block", {}, "fell back to the single-block kernel (whole arrays, one step)"))
+        vmem = (chip or {}).get("vmem_bytes")
+        raised = int(vmem) * 3 // 4 if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM_LIMIT
+        steps.append(("single_block", {"vmem_limit_bytes": raised},
+                      f"single block with vmem_limit_bytes raised to {raised:,}"))
     return steps

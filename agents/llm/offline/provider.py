@@ -84,7 +84,7 @@ class OfflineProvider(Provider):
         message = next((str(d.get("message", "")) for d in diagnostics if isinstance(d, dict)
                         and d.get("message")), "the candidate failed without a diagnostic")
         params = planner.default_params(facts, ctx.get("chip"))
-        ladder = safer_ladder(facts, params)
+        ladder = safer_ladder(facts, params, ctx.get("chip"))
         level = max(len(history), int(ctx.get("round") or 1) - 1)
         task_name = str(ctx.get("task_name") or "task")
         for kernel_class, step_params, step_change in ladder[level:] + ladder[:level]:

@@ -28,6 +28,9 @@ from agents.llm.offline.common import (
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
 
+DEFAULT_HBM_BYTES_PER_S = 1.64e12  # v6e, when the request's chip figures leave it out
+DEFAULT_STEP_OVERHEAD_S = 0.35e-6
+
 
 def row_bytes(facts: TaskFacts) -> int:
     """Bytes one row of every row-shaped input and output occupies."""
@@ -46,17 +49,26 @@ def row_align(facts: TaskFacts) -> int:
     return LANES if one_d else SUBLANES
 
 
-def default_block_rows(facts: TaskFacts, chip: dict[str, Any] | None, target_steps: int = 2,
+def pipeline_steps(io_bytes: int, chip: dict[str, Any] | None) -> int:
+    """Steps that balance the exposed first fetch and last write-back (total DMA time / n)
+    against the fixed per-step cost (n x overhead): n = sqrt(DMA time / overhead)."""
+    chip = chip or {}
+    bandwidth = float(chip.get("hbm_bytes_per_s") or DEFAULT_HBM_BYTES_PER_S)
+    overhead = float(chip.get("per_step_overhead_s") or DEFAULT_STEP_OVERHEAD_S)
+    return min(16, max(2, math.ceil(math.sqrt(io_bytes / bandwidth / overhead))))
+
+
+def default_block_rows(facts: TaskFacts, chip: dict[str, Any] | None,
                        max_block_bytes: int = 8 * 1024 * 1024) -> int:
-    """Rows per step: about `target_steps` steps (pipelining hides the DMAs), each block at
-    most `max_block_bytes` per row array, all double-buffered blocks within half the VMEM."""
+    """Rows per step: about `pipeline_steps` steps, each block at most `max_block_bytes` per
+    row array, all double-buffered blocks within half the scoped VMEM."""
     rows = facts.dim_values[facts.detail["row"]]
     per_row = row_bytes(facts)
     fixed = sum(a.nbytes for a, r in zip(facts.args, facts.detail["row_inputs"], strict=True) if not r)
     budget = max(scoped_vmem(chip) // 2 - 2 * fixed, per_row * SUBLANES * 2)
     by_vmem = budget // (2 * per_row)
     by_block = max_block_bytes // max(per_row // max(len(facts.outs), 1), 1)
-    by_steps = math.ceil(rows / target_steps)
+    by_steps = math.ceil(rows / pipeline_steps(facts.io_bytes, chip))
     align = row_align(facts)
     block = min(by_vmem, by_block, max(by_steps, align))
     return max(align, round_down(pow2_floor(block), align))
@@ -142,7 +154,8 @@ def %NAME%(%ARGS%):
         grid=(1,),
         in_specs=[_whole_spec(x.shape) for x in args],
         out_specs=[_whole_spec(shape) for shape, _ in out_avals],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",),
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*args)
     return %RETURN%
 
@@ -185,9 +198,11 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str) -> str
             + "\n\n\n" + _out_avals_source(facts) + _fill(_ROW_WRAPPER, facts, "rows_kernel", default))
 
 
-def single_source(facts: TaskFacts, task_name: str) -> str:
-    """The whole arrays as one block, one grid step: correct whenever it fits VMEM."""
+def single_source(facts: TaskFacts, task_name: str, vmem_limit_bytes: int | None = None) -> str:
+    """The whole arrays as one block, one grid step: correct whenever it fits VMEM (the scoped
+    limit, or `vmem_limit_bytes` when given)."""
     doc = (f"single-block kernel for {task_name}: the whole arrays in VMEM, one grid step, the "
            "reference's ops evaluated inside.\n\n" + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
-    return (header(doc) + "\nTUNABLES = {}\n" + NARY_HELPER + "\n\n" + facts.body_source + "\n\n\n"
+    constants = f"\nTUNABLES = {{}}\nVMEM_LIMIT_BYTES = {vmem_limit_bytes!r}\n"
+    return (header(doc) + constants + NARY_HELPER + "\n\n" + facts.body_source + "\n\n\n"
             + _out_avals_source(facts) + _fill(_SINGLE_WRAPPER, facts, "single_block_kernel"))
