@@ -229,6 +229,7 @@ def run_case(
         inputs_sha256_after=after_device if after_device != before else after_host,
         races_detected=races.races_since(mark),
         seconds=time.perf_counter() - started,
+        visits=races.visits_since(mark),
     )
 
 

@@ -91,4 +91,29 @@ def cross_check(program: LoweredProgram, visits: Sequence[dict[str, Any]],
     return problems
 
 
-__all__ = ["cross_check"]
+
+def check_tuning_cases(program: LoweredProgram, suite_cases: Sequence[Any],
+                       response: Any, chip: Chip, limit: int = 2) -> list[str]:
+    """`cross_check` on up to `limit` tuning-point cases that ran on one simulated core,
+    each with its own inputs (for scalar-prefetch values); problems deduplicated."""
+    by_id = {c.case_id: c for g in (response.groups if response else ()) for c in g.cases}
+    problems: list[str] = []
+    checked = 0
+    for case in suite_cases:
+        result = by_id.get(case.case_id)
+        if case.shape_index != 0 or result is None or not getattr(result, "visits", ()):
+            continue
+        if any(int(v.get("cores", 1)) != 1 for v in result.visits):
+            continue
+        inputs = [a.numpy() for a in case.inputs]
+        for problem in cross_check(program, result.visits, inputs, chip):
+            text = f"{case.case_id}: {problem}"
+            if text not in problems:
+                problems.append(text)
+        checked += 1
+        if checked >= limit:
+            break
+    return problems
+
+
+__all__ = ["check_tuning_cases", "cross_check"]

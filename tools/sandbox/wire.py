@@ -101,6 +101,9 @@ class CaseResult(msgspec.Struct, frozen=True):
     seconds: float = 0.0
     # hash_arrays of the outputs when run again under the second poison ("" when not run)
     second_poison_sha256: str = ""
+    # Per kernel run under interpret mode: grid points visited (and order), block fetches
+    # and write-backs, manual DMA starts (tools.child.interpret.KernelVisits.summary).
+    visits: tuple[dict[str, Any], ...] = ()
 
 
 class GroupResult(msgspec.Struct, frozen=True):

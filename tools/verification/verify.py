@@ -350,8 +350,14 @@ class _Context:
             else:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
                 cost = executor.reference_cost(self.task.reference, inputs)
-                self.measurement = executor.estimate(parse_lowered(self.tuning_text), cost,
-                                                     inputs=inputs)
+                lowered = parse_lowered(self.tuning_text)
+                self.measurement = executor.estimate(lowered, cost, inputs=inputs)
+                from tools.performance.crosscheck import check_tuning_cases
+
+                for problem in check_tuning_cases(lowered, self.suite.cases, self.response,
+                                                  executor.chip):
+                    self.timing_error = "the cost model disagrees with interpret mode"
+                    self.fail(f"timing: the cost model disagrees with interpret mode: {problem}")
         except Exception as exc:  # fail the candidate (closed), never crash the verifier
             message = f"timing failed: {type(exc).__name__}: {exc}"
             self.timing_error = message
