@@ -13,6 +13,7 @@ tampering and fail the candidate.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tools import jaxprivate
-from tools.child import interpret
+from tools.child import interpret, watchdog
 from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 from tools.verification.allowlist import program_problems
@@ -44,6 +45,8 @@ GUARDED = (
     *jaxprivate.GUARDED,
     f"{jaxprivate.PALLAS_PACKAGE}.mosaic.interpret.utils.get_uninitialized_value",
     "tools.child.worker.with_second_poison", "tools.child.worker.run_eager",
+    "tools.child.watchdog.phase", "tools.child.watchdog.Watchdog.phase",
+    "tools.child.watchdog.Watchdog._watch", "tools.child.watchdog.Watchdog._expire",
     "hashlib.sha256", "msgspec.msgpack.encode", "builtins.open",
     "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
     "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
@@ -243,15 +246,20 @@ def run_group(
     first = group.cases[0].inputs
     specs = [jax.ShapeDtypeStruct(a.shape, wire.numpy_dtype(a.dtype)) for a in first]
     started = time.perf_counter()
+    limit = request.trace_limit_s
     try:
-        traced = jax.jit(kernel).trace(*specs)
+        with watchdog.phase(limit, f"tracing and lowering shape {group.shape_index} did not "
+                            f"finish within its time limit of {limit:g} s"):
+            traced = jax.jit(kernel).trace(*specs)
     except Exception as exc:
         return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                 diagnostics=tuple(_diagnose(exc, source, "trace")),
                                 trace_seconds=time.perf_counter() - started)
     traced_at = time.perf_counter()
     try:
-        text = _lower(traced, request.lowering_platform, request.chip)
+        with watchdog.phase(limit, f"tracing and lowering shape {group.shape_index} did not "
+                            f"finish within its time limit of {limit:g} s"):
+            text = _lower(traced, request.lowering_platform, request.chip)
     except Exception as exc:
         return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                 diagnostics=tuple(_diagnose(exc, source, "lower")),
@@ -289,7 +297,8 @@ def run_group(
                         group.shape_index, stablehlo=text, pallas_calls_in_trace=n_pallas,
                         program_problems=problems, trace_error=str(exc),
                         diagnostics=(wire.Diagnostic(str(exc), phase="run"),))
-            cases.append(run_case(runners[cores], case, races))
+            with _case_limit(request, case.case_id):
+                cases.append(run_case(runners[cores], case, races))
             _note(tampering, guard)
         poisoned_at = time.perf_counter()
         cases = with_second_poison(traced.jaxpr, group, request, order, cases)
@@ -328,8 +337,9 @@ def with_second_poison(jaxpr: Any, group: wire.ShapeGroup, request: wire.EvalReq
         case = chosen.get(result.case_id)
         if case is not None and not result.error:
             try:
-                outputs = [np.asarray(o) for o in runner(*[jnp.asarray(a.numpy())
-                                                           for a in case.inputs])]
+                with _case_limit(request, f"{case.case_id} (second poison)"):
+                    inputs = [jnp.asarray(a.numpy()) for a in case.inputs]
+                    outputs = [np.asarray(o) for o in runner(*inputs)]
                 digest = wire.hash_arrays(outputs)
             except Exception as exc:  # a kernel that fails only under this poison fails
                 interpret.reset_after_failure()
@@ -358,7 +368,18 @@ def run_eager(kernel: Any, request: wire.EvalRequest,
         with pltpu.force_tpu_interpret_mode(params):
             return jax.tree.leaves(kernel(*args))
 
-    return tuple(run_case(called, case, races) for case in group.cases[: request.eager_cases])
+    results = []
+    for case in group.cases[: request.eager_cases]:
+        with _case_limit(request, f"{case.case_id} (called directly)"):
+            results.append(run_case(called, case, races))
+    return tuple(results)
+
+
+def _case_limit(request: wire.EvalRequest,
+                what: str) -> contextlib.AbstractContextManager[None]:
+    limit = request.case_limit_s
+    return watchdog.phase(limit, f"case {what} did not finish within the per-case time "
+                                 f"limit of {limit:g} s")
 
 
 def _note(tampering: list[str], guard: IntegrityGuard) -> None:
@@ -378,11 +399,14 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
     guard = IntegrityGuard()
     tampering: list[str] = []
     source = box / request.candidate_file
+    limit = request.build_limit_s
     try:
-        module = load_in_child(source)
-        _note(tampering, guard)
-        kernel = build_in_child(module, dict(request.config))
-        _note(tampering, guard)
+        with watchdog.phase(limit, f"importing the candidate and build() did not return "
+                                   f"within the build time limit of {limit:g} s"):
+            module = load_in_child(source)
+            _note(tampering, guard)
+            kernel = build_in_child(module, dict(request.config))
+            _note(tampering, guard)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from candidate code too
         _note(tampering, guard)
         return wire.EvalResponse(load_error=_one_line(exc),
@@ -449,6 +473,7 @@ def main(argv: list[str]) -> int:
     encode = wire.encode
     request = wire.decode((box / REQUEST_FILE).read_bytes(), wire.EvalRequest)
     (box / REQUEST_FILE).unlink()  # not left lying around for the candidate to read
+    watchdog.install(box / RESULT_FILE)
     response = evaluate(box, request)
     (box / RESULT_FILE).write_bytes(encode(response))
     return 0

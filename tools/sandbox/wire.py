@@ -79,6 +79,10 @@ class EvalRequest(msgspec.Struct, frozen=True):
     second_poison: str = "huge"
     second_poison_cases: int = 1
     eager_cases: int = 2  # tuning-point cases the built callable is also called on directly
+    # Seconds each phase may take in the child (0: none); the wall limit is the backstop.
+    build_limit_s: float = 0.0  # importing the candidate and build()
+    trace_limit_s: float = 0.0  # tracing and lowering one shape
+    case_limit_s: float = 0.0  # running one case (each run: second poison, direct calls)
 
 
 class Diagnostic(msgspec.Struct, frozen=True):
@@ -127,6 +131,7 @@ class EvalResponse(msgspec.Struct, frozen=True):
     jax_version: str = ""
     seconds: float = 0.0
     eager: tuple[CaseResult, ...] = ()  # the built callable called directly, per case
+    limit_hit: str = ""  # the phase time limit that ended the child, in words
     check_seconds: dict[str, float] = {}  # what each extra check cost, by name
 
 

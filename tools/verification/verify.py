@@ -37,6 +37,7 @@ from tools.inputs.tasks import Task, load_task
 from tools.lowered.audit import AuditReport, audit_text
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
+from tools.verification.deadlines import PhaseLimits, phase_limits
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
 from tools.verification.verdict import Verdict
 
@@ -93,7 +94,15 @@ def evaluate(
         context.fail(f"candidate: {candidate_problem}")
         return context.finish(Path(candidate_path), None, timings, started)
 
-    request = _request(source, suite, full_config, order_seed, chip)
+    t = time.perf_counter()
+    largest = max(suite.cases, key=lambda c: sum(int(np.prod(a.shape)) for a in c.inputs))
+    context.deadlines = phase_limits(task.reference_at(largest.shape_index),
+                                     [a.numpy() for a in largest.inputs], limits.wall_s)
+    timings["deadlines_s"] = time.perf_counter() - t
+    request = msgspec.structs.replace(
+        _request(source, suite, full_config, order_seed, chip),
+        build_limit_s=context.deadlines.build_s, trace_limit_s=context.deadlines.trace_s,
+        case_limit_s=context.deadlines.case_s)
     t = time.perf_counter()
     box = run_sandboxed("tools.child.worker", wire.encode(request),
                         files={"candidate.py": source.text.encode()}, limits=limits)
@@ -155,6 +164,7 @@ class _Context:
         self.timing_error: str | None = None
         self.sandbox: SandboxResult | None = None
         self.response: wire.EvalResponse | None = None
+        self.deadlines: PhaseLimits | None = None
         self.tuning_text = ""
 
     def fail(self, reason: str) -> None:
@@ -180,6 +190,10 @@ class _Context:
 
     def judge(self, response: wire.EvalResponse) -> None:
         self.diagnostics.extend(response.diagnostics)
+        if response.limit_hit:  # the child's watchdog ended it; nothing else came back
+            self.fail(f"candidate {response.limit_hit} (killed; the overall limit is "
+                      f"{self.limits.wall_s:g} s)")
+            return
         if response.tampering:
             self.tampering = response.tampering
             self.fail("candidate tampered with the evaluation process: replaced "
@@ -447,6 +461,7 @@ class _Context:
             "cpus": os.cpu_count(),
             "isolation": list(self.sandbox.isolation) if self.sandbox else [],
             "limits": self.limits.describe(),
+            "phase_limits": self.deadlines,
             "interpret": {"uninitialized_memory": _DEFAULT_REQUEST.uninitialized_memory,
                           "detect_races": _DEFAULT_REQUEST.detect_races,
                           "randomised_parallel_grid_order": True,

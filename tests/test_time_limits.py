@@ -1,0 +1,54 @@
+"""Phase time limits: a candidate that hangs in build() or on one case is killed at that
+phase's limit, well under the overall wall limit, and the verdict names the limit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tools.sandbox.launcher import Limits
+from tools.verification.deadlines import BUILD_FLOOR_S, CASE_FLOOR_S, phase_limits
+from tools.verification.receipts import check_receipt
+from tools.verification.verify import evaluate
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = ROOT / "tests" / "evaltasks" / "rmsnorm_small.py"
+CANDIDATES = ROOT / "tests" / "candidates"
+WALL_S = 300.0
+
+
+def test_limits_have_floors_scale_with_the_reference_and_stay_under_the_wall() -> None:
+    x = np.ones((64, 128), np.float32)
+    quick = phase_limits(lambda a: a * 2, [x], WALL_S)
+    assert quick.build_s == BUILD_FLOOR_S and quick.case_s == CASE_FLOOR_S
+    assert quick.reference_run_s < 1.0
+
+    def slow(a):
+        time.sleep(0.05)  # at trace time and never again: only the compile is slow
+        return a * 2
+
+    assert phase_limits(slow, [x], WALL_S).trace_s >= 50 * 0.05
+    assert phase_limits(lambda a: a, [x], 10.0).case_s == 10.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("candidate", "expected", "within_s"), [
+    ("never_returns.py", "build() did not return within the build time limit", BUILD_FLOOR_S),
+    ("hangs_on_one_case.py", "shape0-seed0-large did not finish within the per-case time "
+                             "limit", CASE_FLOOR_S),
+])
+def test_a_hang_is_killed_at_its_phase_limit(candidate: str, expected: str,
+                                             within_s: float) -> None:
+    started = time.monotonic()
+    verdict = evaluate(TASK, CANDIDATES / candidate, limits=Limits(wall_s=WALL_S))
+    elapsed = time.monotonic() - started
+    assert verdict.verdict == "fail"
+    assert any(expected in r for r in verdict.reasons), verdict.reasons
+    # the phase limit plus what ran before it (start, import, earlier cases), never the wall
+    assert elapsed < within_s + 90.0 < WALL_S, elapsed
+    limits = verdict.receipt["environment"]["phase_limits"]
+    assert limits["build_s"] >= BUILD_FLOOR_S and limits["case_s"] >= CASE_FLOOR_S
+    assert check_receipt(verdict.receipt).ok

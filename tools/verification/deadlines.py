@@ -1,0 +1,54 @@
+"""Phase time limits for the sandboxed child, scaled from the reference's own run time.
+
+A candidate that hangs would otherwise hold an executor for the whole wall limit. The child
+enforces a limit on ``build()``, on tracing and lowering each shape, and on each case run
+(:mod:`tools.child.watchdog`); the sandbox's wall limit stays the backstop. Each limit is
+a floor (what an honest kernel needs on a loaded two-core machine: interpret mode compiles
+its program on a shape's first case) or a multiple of the reference's own time, whichever
+is larger, and never more than the wall limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+BUILD_FLOOR_S = 20.0
+TRACE_FLOOR_S = 30.0
+CASE_FLOOR_S = 30.0
+TRACE_FACTOR = 50.0  # tracing + lowering a kernel vs compiling the reference
+CASE_FACTOR = 2000.0  # interpret mode (a Python callback per grid step) vs XLA's run
+
+
+class PhaseLimits(msgspec.Struct, frozen=True):
+    build_s: float
+    trace_s: float
+    case_s: float
+    reference_compile_s: float  # what they were scaled from
+    reference_run_s: float
+
+
+def phase_limits(reference: Any, inputs: Sequence[Any], wall_s: float) -> PhaseLimits:
+    """Time the reference on ``inputs`` (compile, then one run) and scale the floors."""
+    import jax
+
+    fn = jax.jit(reference)
+    started = time.perf_counter()
+    jax.block_until_ready(fn(*inputs))
+    compiled = time.perf_counter()
+    jax.block_until_ready(fn(*inputs))
+    ran = time.perf_counter()
+    compile_s, run_s = compiled - started, ran - compiled
+
+    def capped(seconds: float) -> float:
+        return round(min(seconds, wall_s), 3)
+
+    return PhaseLimits(
+        build_s=capped(BUILD_FLOOR_S),
+        trace_s=capped(max(TRACE_FLOOR_S, TRACE_FACTOR * compile_s)),
+        case_s=capped(max(CASE_FLOOR_S, CASE_FACTOR * run_s)),
+        reference_compile_s=compile_s, reference_run_s=run_s,
+    )
