@@ -1,7 +1,8 @@
 """The simulated chip's calibration and the speed of `estimate`, printed as JSON.
 
 - `calibration`: every configuration of the JAX Pallas TPU matmul guide's published v5e
-  bf16 table (tools/performance/data/pallas_matmul_guide_v5e.json): published seconds, the
+  bf16 table (tools/performance/data/pallas_matmul_guide_v5e.json), then the sparse
+  guide's two XLA references at 16384^3 (`x @ y`, `mask * (x @ y)`): published seconds, the
   model's simulated seconds plus the timing method's dispatch constant, their ratio and
   error; `calibration_dispatch_s` (estimated from the guide's 1024^3 XLA row);
   `calibration_max_abs_error_4096_8192`; `rank_correlation` per size.
@@ -28,16 +29,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def calibration() -> dict[str, object]:
-    from tools.performance.calibration import calibrate, spearman
+    from tools.performance.calibration import calibrate, calibrate_sparse_guide, spearman
 
     started = time.perf_counter()
     rows, dispatch = calibrate()
+    sparse_rows = calibrate_sparse_guide(dispatch)
     out = {
         "calibration": [
             {"config": r.config, "published_s": r.published_s, "model_s": r.model_s,
              "model_with_dispatch_s": r.with_dispatch_s, "ratio": round(r.ratio, 4),
              "error": round(r.ratio - 1, 4)}
-            for r in rows
+            for r in [*rows, *sparse_rows]
         ],
         "calibration_dispatch_s": dispatch,
         "calibration_max_abs_error_4096_8192": round(

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 DATA = Path(__file__).parent / "data" / "pallas_matmul_guide_v5e.json"
+SPARSE_DATA = Path(__file__).parent / "data" / "pallas_sparse_guide_v5e.json"
 
 
 class CalibrationRow(msgspec.Struct, frozen=True):
@@ -114,6 +115,10 @@ def model_seconds(row: dict[str, Any], chip_name: str = "v5e") -> float:
     x = jax.ShapeDtypeStruct((n, n), jnp.bfloat16)
     if row["variant"] == "xla":
         return float(estimate_baseline(reference_cost(jnp.matmul, [x, x]), chip).latency_s)
+    if row["variant"] == "xla_masked":
+        mask = jax.ShapeDtypeStruct((n, n), jnp.int32)
+        cost = reference_cost(lambda m, a, b: m * (a @ b), [mask, x, x])
+        return float(estimate_baseline(cost, chip).latency_s)
     block = row["block"]
     fn = guide_matmul(block["bm"], block["bk"], block["bn"], row["variant"])
     text = lower_for_tpu(jax.jit(fn).trace(x, x), chip=chip_name)
@@ -123,6 +128,8 @@ def model_seconds(row: dict[str, Any], chip_name: str = "v5e") -> float:
 def config_name(row: dict[str, Any]) -> str:
     if row["variant"] == "xla":
         return f"xla jnp.matmul @{row['size']}"
+    if row["variant"] == "xla_masked":
+        return f"xla mask * (x @ y) @{row['size']}"
     b = row["block"]
     return f"{row['variant']} bm={b['bm']} bk={b['bk']} bn={b['bn']} @{row['size']}"
 
@@ -147,6 +154,18 @@ def calibrate(sizes: tuple[int, ...] = (1024, 4096, 8192),
         for r in rows if r["size"] in sizes
     ]
     return out, dispatch
+
+
+def calibrate_sparse_guide(dispatch: float, chip_name: str = "v5e") -> list[CalibrationRow]:
+    """The sparse guide's XLA references (dense matmul, and the same with an unfused mask
+    multiply) against the baseline model, with the same dispatch constant."""
+    data = json.loads(SPARSE_DATA.read_text(encoding="utf-8"))
+    out = []
+    for r in data["rows"]:
+        model = model_seconds(r, chip_name)
+        out.append(CalibrationRow(config_name(r), r["variant"], int(r["size"]),
+                                  float(r["seconds"]), model, model + dispatch))
+    return out
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -181,5 +200,6 @@ def table(rows: list[CalibrationRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DATA", "CalibrationRow", "calibrate", "config_name", "guide_matmul",
+__all__ = ["DATA", "SPARSE_DATA", "CalibrationRow", "calibrate", "calibrate_sparse_guide",
+           "config_name", "guide_matmul",
            "model_seconds", "published", "spearman", "table"]
