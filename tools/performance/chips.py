@@ -16,8 +16,11 @@ What JAX does not publish is an assumption, stated here once:
 - the VPU retires 8 sublanes x 128 lanes x 4 ALUs of 32-bit element ops per cycle at the
   clock below (v5e 1.5 GHz, published; v6e 1.75 GHz and v7 1.9 GHz, assumed); the EUP
   (exp, log, tanh, ...) retires a quarter of that.
-- a grid step costs ~0.35 us of fixed pipeline overhead (DMA issue, semaphore waits,
-  scalar bookkeeping), the figure the Pallas TPU pipelining guide quotes.
+- a grid step costs 0.33 us of fixed pipeline overhead (DMA issue, semaphore waits,
+  scalar bookkeeping) on the core, overlapping the step's DMAs: fitted to the Pallas TPU
+  matmul guide's 128^3-block rows on v5e (0.35 us per step measured, less the MXU time;
+  `tools/performance/calibration.py`), and used for every generation (unmeasured there).
+- SMEM: 1 MiB per core (JAX's table), holding scalar-prefetch operands in 4-byte words.
 """
 
 from __future__ import annotations
