@@ -200,13 +200,14 @@ def test_a_malformed_child_result_fails_the_candidate_not_the_verifier(suites) -
     assert check_receipt(verdict.receipt).ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: candidate code runs in the child that reports the lowered text and the outputs, so "
-    "it can write a forged result file and exit; closing this needs a runner process that "
-    "never imports the candidate (see tests/candidates/forged_response.py)"))
 def test_a_forged_child_result_is_rejected(suites) -> None:
+    """The worker that imports the candidate reports programs only; a result forged there
+    (a decoy kernel's text, outputs computed by plain XLA) has no program to run, and the
+    lowered text and outputs are the runner's (tools/child/runner.py)."""
     verdict = run(suites, "rmsnorm_small", CANDIDATES / "forged_response.py")
     assert verdict.verdict == "fail", "a pure-XLA candidate passed with a decoy kernel's text"
+    assert any("the worker sent no program for this shape" in r for r in verdict.reasons), \
+        verdict.reasons
 
 
 def test_a_build_that_fills_the_disk_is_killed_at_the_disk_limit(suites) -> None:

@@ -92,6 +92,51 @@ def pallas_package() -> ModuleType:
     return jax._src.pallas
 
 
+def program_classes() -> dict[str, type]:
+    """The classes a traced program may hold in its parameters and effects, by stable name:
+    the only ones :mod:`tools.child.programs` encodes and rebuilds (anything else fails)."""
+    from jax._src import core as jcore
+    from jax._src import linear_util, literals, mesh, named_sharding
+    from jax._src.pallas import core as pallas_core
+    from jax._src.pallas.mosaic import core as tpu_core
+    from jax._src.state import indexing
+    from jax._src.state import types as state_types
+
+    found: dict[str, type] = {
+        "ShapedArray": jcore.ShapedArray,
+        "TypedInt": literals.TypedInt,
+        "TypedFloat": literals.TypedFloat,
+        "TypedComplex": literals.TypedComplex,
+        "TypedNdArray": literals.TypedNdArray,
+        "DebugInfo": linear_util.DebugInfo,
+        "AbstractRef": state_types.AbstractRef,
+        "ReadEffect": state_types.ReadEffect,
+        "WriteEffect": state_types.WriteEffect,
+        "AccumEffect": state_types.AccumEffect,
+        "NDIndexer": indexing.NDIndexer,
+        "Slice": indexing.Slice,
+        "UnspecifiedValue": named_sharding.UnspecifiedValue,
+        "AbstractMesh": mesh.AbstractMesh,
+        "Mesh": mesh.Mesh,
+        "TpuCompilerParams": tpu_core.CompilerParams,
+        "TpuMemorySpace": tpu_core.MemorySpace,
+        "SemaphoreType": tpu_core.SemaphoreType,
+    }
+    for name in ("GridMapping", "BlockMapping", "Blocked", "Element", "Squeezed",
+                 "BoundedSlice", "Buffered", "MemorySpace", "CostEstimate"):
+        cls = getattr(pallas_core, name, None)
+        if isinstance(cls, type):
+            found.setdefault(f"pallas.{name}", cls)
+    return found
+
+
+def unspecified() -> object:
+    """The `UNSPECIFIED` sharding marker of jit parameters."""
+    from jax._src.named_sharding import UNSPECIFIED
+
+    return UNSPECIFIED
+
+
 __all__ = [
     "GUARDED",
     "PALLAS_PACKAGE",
@@ -102,7 +147,9 @@ __all__ = [
     "mlir_ir",
     "mosaic_lowering",
     "pallas_package",
+    "program_classes",
     "source_info_util",
     "tpu_dialect",
     "tpu_info",
+    "unspecified",
 ]

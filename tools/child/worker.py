@@ -3,7 +3,10 @@
 Started by :func:`tools.sandbox.launcher.run_sandboxed` as ``python -I -m tools.child.worker BOX``.
 It reads an :class:`~tools.sandbox.wire.EvalRequest` (inputs and settings, never expected outputs),
 and writes an :class:`~tools.sandbox.wire.EvalResponse`: per shape, the StableHLO text of the TPU
-lowering and, per case, the outputs of the same trace run under TPU interpret mode.
+lowering and, per case, the outputs of the same trace run under TPU interpret mode. The
+verifier asks it only to trace (``send_programs``): each trace goes back as data and is
+lowered and run by :mod:`tools.child.runner`, which never imports the candidate, so
+nothing this process reports about lowered text or outputs is believed.
 
 Everything the candidate could use to influence the verdict lives in the parent. What this
 process can still do is notice when the candidate replaces functions the evaluation relies
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tools import jaxprivate
-from tools.child import interpret, watchdog
+from tools.child import interpret, programs, watchdog
 from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 from tools.verification.allowlist import program_problems
@@ -272,6 +275,14 @@ def run_group(
             tampering.append(name)
     n_pallas = interpret.count_pallas_calls(traced.jaxpr)
     problems = tuple(program_problems(traced.jaxpr))
+    program = b""
+    if request.send_programs:  # for the runner, which lowers and runs it without the candidate
+        try:
+            program = programs.encode(traced.jaxpr)
+        except programs.ProgramError as exc:
+            message = f"the traced program cannot be sent to the runner: {exc}"
+            return wire.GroupResult(group.shape_index, trace_error=message,
+                                    diagnostics=(wire.Diagnostic(message, phase="trace"),))
     cases: list[wire.CaseResult] = []
     if request.run_cases:
         # Two simulated cores split the parallel grid between threads (the race detector
@@ -310,6 +321,7 @@ def run_group(
         stablehlo=text,
         pallas_calls_in_trace=n_pallas,
         program_problems=problems,
+        program=program,
         cases=tuple(sorted(cases, key=lambda c: c.case_id)),
         trace_seconds=traced_at - started,
         lower_seconds=lowered_at - traced_at,
@@ -426,7 +438,7 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
             results.append(wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                             diagnostics=tuple(_diagnose(exc, source, "run"))))
     eager: tuple[wire.CaseResult, ...] = ()
-    if request.run_cases:
+    if request.run_cases or request.send_programs:
         eager_at = time.perf_counter()
         try:
             eager = run_eager(kernel, request, races)
@@ -468,6 +480,7 @@ def main(argv: list[str]) -> int:
     interpret.install_second_poison()
 
     _import_all_pallas()
+    programs.primitives()  # JAX's own primitives by name, before any candidate code runs
 
     jax.config.update("jax_platforms", "cpu")
     encode = wire.encode

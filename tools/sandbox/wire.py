@@ -74,6 +74,8 @@ class EvalRequest(msgspec.Struct, frozen=True):
     lowering_platform: str = "tpu"
     chip: str = "v6e"  # the TPU generation the lowering asks about (VMEM size, tiling)
     run_cases: bool = True  # False: trace and lower only (compile check)
+    # True: the worker also sends each trace as data (tools.child.programs) for the runner.
+    send_programs: bool = False
     # A second poison for memory never written (a huge finite value), on this many cases
     # per shape: their outputs must not change ("" turns it off).
     second_poison: str = "huge"
@@ -117,6 +119,7 @@ class GroupResult(msgspec.Struct, frozen=True):
     trace_error: str = ""
     # Why the trace cannot be verified by interpreting it (tools.verification.allowlist).
     program_problems: tuple[str, ...] = ()
+    program: bytes = b""  # the traced program as data (tools.child.programs), for the runner
     diagnostics: tuple[Diagnostic, ...] = ()
     cases: tuple[CaseResult, ...] = ()
     trace_seconds: float = 0.0
@@ -133,6 +136,13 @@ class EvalResponse(msgspec.Struct, frozen=True):
     eager: tuple[CaseResult, ...] = ()  # the built callable called directly, per case
     limit_hit: str = ""  # the phase time limit that ended the child, in words
     check_seconds: dict[str, float] = {}  # what each extra check cost, by name
+
+
+class RunRequest(msgspec.Struct, frozen=True):
+    """What the runner gets: the settings and cases, and the worker's programs by shape."""
+
+    request: EvalRequest
+    programs: dict[int, bytes]
 
 
 def encode(obj: Any) -> bytes:

@@ -1,0 +1,121 @@
+"""The runner split: a traced program crosses from the worker (which imports the candidate)
+to the runner (which never does) as data, is rebuilt from JAX's own primitives and classes
+only, and lowers and runs the same as the original trace. End to end, a worker report forged
+with programs gets its programs run, not its outputs believed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import msgspec
+import numpy as np
+import pytest
+
+from tools.child import interpret, programs
+from tools.correctness.testsuite import build_suite
+from tools.inputs.tasks import load_task
+from tools.lowered.audit import audit_text
+from tools.lowered.compile_check import lower_for_tpu
+from tools.sandbox import wire
+from tools.sandbox.launcher import Limits
+from tools.verification.receipts import check_receipt
+from tools.verification.verify import evaluate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _built(path: Path, **config):
+    spec = importlib.util.spec_from_file_location(f"kg_test_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build(**config)
+
+
+def _inputs(task: str):
+    return load_task(ROOT / "tasks" / f"{task}.py").make_inputs(0, 0)
+
+
+@pytest.mark.parametrize(("task", "config"), [("rmsnorm", {}), ("matmul", {"block_k": 256})])
+def test_a_program_round_trips_to_the_same_kernels_and_outputs(task: str, config) -> None:
+    inputs = _inputs(task)
+    traced = jax.jit(_built(ROOT / "kernels" / f"{task}.py", **config)).trace(*inputs)
+    rebuilt = programs.decode(programs.encode(traced.jaxpr))
+    again = jax.jit(lambda *a: programs_as_function(rebuilt)(*a)).trace(*inputs)
+    before, after = audit_text(lower_for_tpu(traced)), audit_text(lower_for_tpu(again))
+    assert before.ok and after.ok and before.kernels == after.kernels == 1
+    assert before.kernel_summaries == after.kernel_summaries
+    settings = interpret.InterpretSettings(num_cores=1)
+    want = interpret.interpreted(traced.jaxpr, settings)(*inputs)
+    got = interpret.interpreted(again.jaxpr, settings)(*inputs)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(want, got,
+                                                                              strict=True))
+
+
+def programs_as_function(closed):
+    from tools.child.runner import _as_function
+
+    return _as_function(closed)
+
+
+def test_only_jax_primitives_and_listed_classes_are_rebuilt() -> None:
+    traced = jax.jit(lambda x: jnp.tanh(x) + 1).trace(jax.ShapeDtypeStruct((8,), jnp.float32))
+    version, body = msgspec.msgpack.decode(programs.encode(traced.jaxpr))
+    body[0]["eqns"][0]["p"] = "my_own_primitive"
+    with pytest.raises(programs.ProgramError, match="`my_own_primitive` is not one of JAX's own"):
+        programs.decode(msgspec.msgpack.encode([version, body]))
+    version, body = msgspec.msgpack.decode(programs.encode(traced.jaxpr))
+    body[0]["invars"][0][1] = ["object", "os.system", [["command", "true"]]]
+    with pytest.raises(programs.ProgramError):
+        programs.decode(msgspec.msgpack.encode([version, body]))
+    with pytest.raises(programs.ProgramError, match="not an encoded program"):
+        programs.decode(b"\xc1garbage")
+
+
+def test_a_candidate_primitive_cannot_be_sent() -> None:
+    from jax.extend.core import Primitive
+
+    mine = Primitive("layout_hint")
+    mine.def_abstract_eval(lambda x: x)
+    traced = jax.jit(lambda x: mine.bind(x)).trace(jax.ShapeDtypeStruct((8,), jnp.float32))
+    with pytest.raises(programs.ProgramError, match="`layout_hint` is not one of JAX's own"):
+        programs.encode(traced.jaxpr)
+
+
+def test_the_runner_never_loads_candidate_code(monkeypatch) -> None:
+    from tools.child import loader, runner
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the runner loaded candidate code")
+
+    monkeypatch.setattr(loader, "load_in_child", refuse)
+    monkeypatch.setattr(loader, "build_in_child", refuse)
+    before = set(sys.modules)
+    inputs = _inputs("gelu")
+    traced = jax.jit(_built(ROOT / "kernels" / "gelu.py")).trace(*inputs)
+    case = wire.CaseRequest("c", wire.wire_arrays(inputs))
+    request = wire.EvalRequest(candidate_file="", config={}, order_seed=1,
+                               groups=(wire.ShapeGroup(0, 7, (case,)),),
+                               multicore_cases=0, second_poison_cases=0)
+    answer = runner.run_programs(wire.RunRequest(request, {0: programs.encode(traced.jaxpr)}))
+    (group,) = answer.groups
+    assert not group.trace_error and group.pallas_calls_in_trace == 1
+    assert audit_text(group.stablehlo).ok
+    (result,) = group.cases
+    assert not result.error and result.outputs
+    new = {m for m in set(sys.modules) - before if "candidate" in m}
+    assert not new, new
+
+
+@pytest.mark.slow
+def test_a_report_forged_with_a_decoy_program_is_judged_on_what_the_decoy_computes() -> None:
+    task = load_task(ROOT / "tests" / "evaltasks" / "rmsnorm_small.py")
+    verdict = evaluate(task.path, ROOT / "tests" / "candidates" / "forged_program.py",
+                       suite=build_suite(task, seeds=(0,)), limits=Limits(wall_s=120.0))
+    assert verdict.verdict == "fail"
+    assert any("max-abs error" in r for r in verdict.reasons), verdict.reasons
+    assert verdict.audit is not None and verdict.audit.kernels == 1  # the decoy, lowered here
+    assert check_receipt(verdict.receipt).ok

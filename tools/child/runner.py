@@ -1,0 +1,104 @@
+"""The runner: lowers and runs a candidate's traced programs without ever importing it.
+
+Started by the verifier as ``python -I -m tools.child.runner BOX`` after the worker
+(:mod:`tools.child.worker`) imported the candidate, built it and traced it once per shape.
+The worker sends each trace as data (:mod:`tools.child.programs`); this process rebuilds
+it from JAX's own primitives and classes, traces the rebuilt program, lowers that trace for
+TPU (the text the compile check, the audit and the cost model read), checks it against
+the allowlist and runs the same trace under TPU interpret mode on every case. So the
+lowered text and the outputs the verdict follows from come from code the candidate never
+ran in: a candidate that forges the worker's report can only forge a program, which is
+then what is lowered, audited, priced and run.
+
+It shares the worker's case machinery (:func:`tools.child.worker.run_group`) but never
+reaches its candidate loading: ``tests/test_runner.py`` checks that no candidate module is
+imported here.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tools import jaxprivate
+from tools.child import interpret, programs, watchdog, worker
+from tools.sandbox import wire
+from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
+
+PROGRAM_SOURCE = Path("<program>")
+
+
+def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
+    """Every shape group of the request, run from its program (no program: not run)."""
+    import jax
+
+    started = time.perf_counter()
+    request = run.request
+    races = interpret.RaceLog()
+    races.install()
+    guard = worker.IntegrityGuard()
+    tampering: list[str] = []  # nothing here can tamper; kept for run_group's signature
+    rng = random.Random(request.order_seed)
+    groups = list(request.groups)
+    rng.shuffle(groups)
+    results: list[wire.GroupResult] = []
+    check_seconds: dict[str, float] = {}
+    for group in groups:
+        data = run.programs.get(group.shape_index)
+        if data is None:
+            continue
+        try:
+            closed = programs.decode(data)
+        except programs.ProgramError as exc:
+            message = f"the traced program could not be rebuilt by the runner: {exc}"
+            results.append(wire.GroupResult(group.shape_index, trace_error=message,
+                                            diagnostics=(wire.Diagnostic(message, phase="run"),)))
+            continue
+        kernel = _as_function(closed)
+        try:
+            results.append(worker.run_group(kernel, group, request, PROGRAM_SOURCE, races, rng,
+                                            guard, tampering, check_seconds))
+        except Exception as exc:
+            message = f"the runner could not run the program: {worker._one_line(exc)}"
+            results.append(wire.GroupResult(group.shape_index, trace_error=message,
+                                            diagnostics=(wire.Diagnostic(message, phase="run"),)))
+    return wire.EvalResponse(
+        groups=tuple(sorted(results, key=lambda g: g.shape_index)),
+        jax_version=jax.__version__,
+        seconds=time.perf_counter() - started,
+        check_seconds=check_seconds,
+    )
+
+
+def _as_function(closed: Any) -> Any:
+    """The program as a function of its inputs: JAX's own evaluation of the rebuilt jaxpr."""
+    evaluate = jaxprivate.core().jaxpr_as_fun(closed)
+
+    def program(*args: Any) -> list[Any]:
+        return list(evaluate(*args))
+
+    return program
+
+
+def main(argv: list[str]) -> int:
+    box = Path(argv[1])
+    import jax
+    import jax.experimental.pallas.tpu
+
+    jaxprivate.interpret_pallas_call()
+    interpret.install_second_poison()
+    worker._import_all_pallas()  # the same primitive names as the worker that encoded
+    programs.primitives()
+    jax.config.update("jax_platforms", "cpu")
+    run = wire.decode((box / REQUEST_FILE).read_bytes(), wire.RunRequest)
+    watchdog.install(box / RESULT_FILE)
+    response = run_programs(run)
+    (box / RESULT_FILE).write_bytes(wire.encode(response))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
