@@ -58,6 +58,10 @@ class SuiteCase(msgspec.Struct, frozen=True):
     # Per output: what any honest order of accumulation may add to the element-wise
     # ceiling (float32, the output's shape), or an empty array where that is negligible.
     slack: tuple[WireArray, ...] = ()
+    # Per output, the largest and the mean magnitude of the terms summed into an element
+    # (>= |oracle|): the scale of an honest kernel's rounding, whatever its order.
+    terms_max_abs: tuple[float, ...] = ()
+    terms_mean_abs: tuple[float, ...] = ()
 
 
 class FrozenSuite(msgspec.Struct, frozen=True):
@@ -141,6 +145,7 @@ def build_suite(
             tolerance.update(task.tolerance_for([r.dtype.name for r in ref]))
         magnitudes = _magnitudes(oracles[shape_index], host, oracle)
         floors_max, floors_mean, ceiling, slacks = [], [], [], []
+        terms_max, terms_mean = [], []
         for r, o, m in zip(ref, oracle, magnitudes, strict=True):
             finite = np.isfinite(o) if _is_float(o) else np.ones(o.shape, bool)
             if kind.startswith("probe") and not finite.all():
@@ -161,6 +166,8 @@ def build_suite(
             floors_max.append(float(err.max()) if err.size else 0.0)
             floors_mean.append(float(err.mean()) if err.size else 0.0)
             slacks.append(slack if slack is not None else np.zeros((0,), np.float32))
+            terms_max.append(float(m[finite].max()) if m[finite].size else 0.0)
+            terms_mean.append(float(m[finite].mean()) if m[finite].size else 0.0)
         return SuiteCase(
             case_id=case_id, shape_index=shape_index, seed=seed, kind=kind,
             inputs=wire_arrays(host), inputs_sha256=hash_arrays(host),
@@ -169,6 +176,7 @@ def build_suite(
             out_shapes=tuple(tuple(r.shape) for r in ref),
             floor_max_abs=tuple(floors_max), floor_mean_abs=tuple(floors_mean),
             ceiling_applies=tuple(ceiling), slack=wire_arrays(slacks),
+            terms_max_abs=tuple(terms_max), terms_mean_abs=tuple(terms_mean),
         )
 
     tuning_inputs = None
