@@ -226,6 +226,10 @@ def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], t
     analysis += [f"- {e}" for e in decision.get("evidence", [])]
     if ctx.get("feedback"):
         analysis.append(f"Human feedback taken into account: {ctx['feedback']}")
+    for snippet in list(ctx.get("knowledge") or [])[:2]:
+        first = str(snippet).strip().splitlines()[0][:120] if str(snippet).strip() else ""
+        if first:
+            analysis.append(f"Knowledge consulted: {first}")
     if decision.get("no_gain"):
         return "\n".join([
             "## Analysis", *analysis, "", "## Strategy", "Stop: no kernel will beat the baseline.",
