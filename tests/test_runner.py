@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import msgspec
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 from tools.child import interpret, programs
 from tools.correctness.testsuite import build_suite
@@ -59,6 +61,130 @@ def programs_as_function(closed):
     from tools.child.runner import _as_function
 
     return _as_function(closed)
+
+
+# Kernel constructs beyond the shipped kernels: scratch, fori_loop, pl.when, custom_jvp
+# functions (relu, gelu), manual DMA with a semaphore, scalar prefetch, Buffered(1), a cost
+# estimate, squeezed block dimensions, a bf16 matmul with compiler params.
+f32 = jnp.float32
+_OUT = jax.ShapeDtypeStruct((256, 256), f32)
+
+
+def _rows(i):
+    return (i, 0)
+
+
+def _loop_kernel(x_ref, o_ref, acc):
+    acc[...] = jnp.zeros_like(acc)
+
+    def body(i, carry):
+        acc[...] += jax.nn.relu(x_ref[pl.ds(i * 8, 8), :]).sum(0, keepdims=True)
+        return carry + 1
+
+    jax.lax.fori_loop(0, 8, body, 0)
+
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        o_ref[...] = jnp.broadcast_to(acc[...], o_ref.shape)
+
+    @pl.when(pl.program_id(0) != 0)
+    def _():
+        x = x_ref[...]
+        o_ref[...] = jnp.where(x > 0.5, jnp.exp(x), jax.nn.gelu(x))
+
+
+def loop(x):
+    return pl.pallas_call(_loop_kernel, out_shape=_OUT, grid=(4,),
+                          in_specs=[pl.BlockSpec((64, 256), _rows)],
+                          out_specs=pl.BlockSpec((64, 256), _rows),
+                          scratch_shapes=[pltpu.VMEM((1, 256), f32)])(x)
+
+
+def _dma_kernel(x_hbm, o_ref, buf, sem):
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(pl.program_id(0) * 64, 64), :], buf, sem)
+    copy.start()
+    copy.wait()
+    o_ref[...] = (buf[...] * 2).astype(jnp.bfloat16).astype(f32)
+
+
+def dma(x):
+    return pl.pallas_call(_dma_kernel, out_shape=_OUT, grid=(4,),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                          out_specs=pl.BlockSpec((64, 256), _rows),
+                          scratch_shapes=[pltpu.VMEM((64, 256), f32),
+                                          pltpu.SemaphoreType.DMA(())])(x)
+
+
+def _prefetch_kernel(idx_ref, x_ref, o_ref):
+    columns = jax.lax.broadcasted_iota(jnp.int32, o_ref.shape, 1).astype(f32)
+    o_ref[...] = x_ref[...] + idx_ref[0].astype(f32) + columns
+
+
+def pref(x):
+    spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(4,),
+        in_specs=[pl.BlockSpec((64, 256), lambda i, idx: (idx[i], 0))],
+        out_specs=pl.BlockSpec((64, 256), lambda i, idx: (i, 0)))
+    return pl.pallas_call(_prefetch_kernel, out_shape=_OUT, grid_spec=spec)(
+        jnp.array([3, 1, 2, 0], jnp.int32), x)
+
+
+def _matmul_kernel(a_ref, b_ref, o_ref):
+    o_ref[...] = jnp.dot(a_ref[...].astype(jnp.bfloat16), b_ref[...].astype(jnp.bfloat16),
+                         preferred_element_type=f32)
+
+
+def mm(x):
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
+                                  vmem_limit_bytes=32 << 20)
+    return pl.pallas_call(_matmul_kernel, out_shape=_OUT, grid=(2, 2),
+                          in_specs=[pl.BlockSpec((128, 256), lambda i, j: (i, 0)),
+                                    pl.BlockSpec((256, 128), lambda i, j: (0, j))],
+                          out_specs=pl.BlockSpec((128, 128), lambda i, j: (i, j)),
+                          compiler_params=params)(x, x)
+
+
+def _reduce_kernel(x_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = (jnp.max(x, axis=1, keepdims=True) + jnp.sum(x ** 2, axis=1, keepdims=True)
+                  + x * jax.lax.rsqrt(2.0))
+
+
+def buf(x):
+    return pl.pallas_call(
+        _reduce_kernel, out_shape=_OUT, grid=(4,),
+        in_specs=[pl.BlockSpec((64, 256), _rows, pipeline_mode=pl.Buffered(1))],
+        out_specs=pl.BlockSpec((64, 256), _rows),
+        cost_estimate=pl.CostEstimate(flops=1, transcendentals=0, bytes_accessed=1))(x)
+
+
+def _double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def sq(x):
+    return pl.pallas_call(_double, out_shape=_OUT, grid=(4, 2),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda i, j: (0, i, j))],
+                          out_specs=pl.BlockSpec((64, 128), lambda i, j: (i, j)))(x[None])
+
+
+CONSTRUCTS = {"loop": loop, "dma": dma, "prefetch": pref, "matmul": mm, "buffered": buf,
+              "squeezed": sq}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTS))
+def test_kernel_constructs_round_trip(name: str) -> None:
+    x = jnp.arange(256 * 256, dtype=f32).reshape(256, 256) / 1000.0
+    traced = jax.jit(CONSTRUCTS[name]).trace(x)
+    rebuilt = programs.decode(programs.encode(traced.jaxpr))
+    again = jax.jit(programs_as_function(rebuilt)).trace(x)
+    before, after = audit_text(lower_for_tpu(traced)), audit_text(lower_for_tpu(again))
+    assert before.ok and after.ok and before.kernel_summaries == after.kernel_summaries
+    settings = interpret.InterpretSettings(num_cores=1)
+    want = interpret.interpreted(traced.jaxpr, settings)(x)
+    got = interpret.interpreted(again.jaxpr, settings)(x)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(want, got,
+                                                                              strict=True))
 
 
 def test_only_jax_primitives_and_listed_classes_are_rebuilt() -> None:

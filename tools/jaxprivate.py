@@ -98,6 +98,7 @@ def program_classes() -> dict[str, type]:
     from jax._src import core as jcore
     from jax._src import linear_util, literals, mesh, named_sharding
     from jax._src.pallas import core as pallas_core
+    from jax._src.pallas import primitives as pallas_primitives
     from jax._src.pallas.mosaic import core as tpu_core
     from jax._src.state import indexing
     from jax._src.state import types as state_types
@@ -114,6 +115,7 @@ def program_classes() -> dict[str, type]:
         "WriteEffect": state_types.WriteEffect,
         "AccumEffect": state_types.AccumEffect,
         "NDIndexer": indexing.NDIndexer,
+        "TransformedRef": state_types.TransformedRef,
         "Slice": indexing.Slice,
         "UnspecifiedValue": named_sharding.UnspecifiedValue,
         "AbstractMesh": mesh.AbstractMesh,
@@ -121,13 +123,32 @@ def program_classes() -> dict[str, type]:
         "TpuCompilerParams": tpu_core.CompilerParams,
         "TpuMemorySpace": tpu_core.MemorySpace,
         "SemaphoreType": tpu_core.SemaphoreType,
+        "DMASemaphore": tpu_core.DMASemaphore,
+        "DeviceIdType": pallas_primitives.DeviceIdType,
     }
     for name in ("GridMapping", "BlockMapping", "Blocked", "Element", "Squeezed",
-                 "BoundedSlice", "Buffered", "MemorySpace", "CostEstimate"):
+                 "BoundedSlice", "Buffered", "MemorySpace", "CostEstimate", "Semaphore",
+                 "BarrierSemaphore"):
         cls = getattr(pallas_core, name, None)
         if isinstance(cls, type):
             found.setdefault(f"pallas.{name}", cls)
     return found
+
+
+def tree_registries() -> tuple[object, ...]:
+    """Pytree registries a program's tree parameters are built in: the default one, and the
+    tracing one (where JAX registers TransformedRef)."""
+    from jax._src import tree_util
+
+    return tree_util.default_registry, tree_util.tracing_registry
+
+
+def wrapped_stub(fn: object, name: str) -> object:
+    """`fn` as the WrappedFun JAX keeps for a rule it may never call (a custom_jvp's jvp)."""
+    from jax._src import linear_util
+
+    return linear_util.wrap_init(fn, debug_info=linear_util.DebugInfo(
+        "custom rule", name, None, None))
 
 
 def unspecified() -> object:
@@ -151,5 +172,7 @@ __all__ = [
     "source_info_util",
     "tpu_dialect",
     "tpu_info",
+    "tree_registries",
     "unspecified",
+    "wrapped_stub",
 ]

@@ -29,6 +29,7 @@ from tools.sandbox.wire import numpy_dtype
 
 FORMAT = 1
 _MAX_DEPTH = 200
+_NO_FIELDS = frozenset({"DMASemaphore", "Semaphore", "BarrierSemaphore"})  # semaphore dtypes
 # (primitive, parameter) holding a callable that evaluation and lowering never call.
 _STUBBED = {("custom_jvp_call", "jvp_jaxpr_fun"), ("custom_jvp_call", "jvp_jaxpr_thunk"),
             ("custom_vjp_call", "fwd_jaxpr_thunk"), ("custom_vjp_call", "bwd"),
@@ -41,6 +42,12 @@ class ProgramError(KernelgraphError, ValueError):
 
 def _stub(*_args: Any, **_kwargs: Any) -> Any:
     raise ProgramError("a derivative rule was called; the verifier evaluates programs only")
+
+
+def _stub_for(primitive: str, param: str) -> Any:
+    if param in ("jvp_jaxpr_fun", "fwd_jaxpr_thunk", "bwd"):
+        return jaxprivate.wrapped_stub(_stub, f"{primitive}.{param}")
+    return _stub
 
 
 @functools.cache
@@ -137,7 +144,7 @@ class _Encoder:
             raise ProgramError(f"primitive `{e.primitive.name}` is not one of JAX's own")
         params = {}
         for name, value in e.params.items():
-            if (e.primitive.name, name) in _STUBBED and callable(value):
+            if (e.primitive.name, name) in _STUBBED:
                 params[name] = ["stub"]
             else:
                 params[name] = self.value(value)
@@ -216,6 +223,8 @@ class _Encoder:
             raise ProgramError("a program on a device mesh cannot be sent to the runner")
         if type(v).__name__.endswith("Effect"):
             return [["input", self.value(v.input, depth)]]
+        if type(v).__name__ in _NO_FIELDS:
+            return []
         if not dataclasses.is_dataclass(v):
             raise ProgramError(f"{type(v).__qualname__} is not a plain record")
         out = []
@@ -287,7 +296,8 @@ class _Decoder:
             if prim is None:
                 raise ProgramError(f"primitive `{e['p']}` is not one of JAX's own")
             ins = [self.atom(a, depth) for a in e["in"]]
-            params = {name: _stub if value == ["stub"] and (prim.name, name) in _STUBBED
+            params = {name: _stub_for(prim.name, name)
+                      if value == ["stub"] and (prim.name, name) in _STUBBED
                       else self.value(value, depth + 1) for name, value in e["params"].items()}
             effects = {self.value(x, depth) for x in e["effects"]}
             outs = [self.binder(v, depth) for v in e["out"]]
@@ -362,6 +372,8 @@ class _Decoder:
                        values["result_paths"])
         if issubclass(cls, enum.Enum):
             raise ProgramError(f"{name} is an enumeration")
+        if cls.__name__ in _NO_FIELDS:
+            return cls()
         return cls(**values)
 
     def tree(self, node: list[Any], depth: int) -> Any:
@@ -376,9 +388,13 @@ class _Decoder:
         kind = kinds.get(name) or _classes()[0][name]
         kids = [self.tree(c, depth + 1) for c in children]
         aux = self.value(aux, depth)
-        registry = jax.tree_util.default_registry
-        return type(kids[0] if kids else jax.tree_util.tree_structure(0)).from_node_data_and_children(
-            registry, (kind, aux), kids)
+        treedef_type = type(jax.tree_util.tree_structure(0))
+        for registry in jaxprivate.tree_registries():
+            try:
+                return treedef_type.from_node_data_and_children(registry, (kind, aux), kids)
+            except RuntimeError:  # not registered in this one
+                continue
+        raise ProgramError(f"a tree node of type {name} is not registered")
 
 
 def _frozendict(items: dict[Any, Any]) -> Any:
