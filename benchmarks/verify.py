@@ -7,11 +7,16 @@ default target (sim-tpu-v6e): suite build with the float64 oracle, the sandboxed
 (start, import, trace, TPU lowering, interpret-mode runs), the parent-side checks and the
 simulated timing. The parent has imported JAX before the clock starts, as a long-running
 verifier would have. Prints one JSON object with --json.
+
+The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
+direct calls, the phase limits' reference timing, the unaligned shape's case in the child)
+and as one evaluation without any of them (`verify_s_without_new_checks`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -42,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(time.perf_counter() - started)
         phases.append(verdict.timings)
         verdicts.append(verdict.verdict)
+    with _without_new_checks():
+        started = time.perf_counter()
+        bare = evaluate(args.task, args.candidate, seeds=(0, 1, 2))
+        without_s = time.perf_counter() - started
     last = verdicts[-1]
     elements = 1
     for size in task.make_inputs(0, 0)[0].shape:
@@ -58,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": 3,
         "unseen_shapes": len(task.unseen_shape_indices),
         "cases": len(verdict.cases),
+        "verify_s_without_new_checks": round(without_s, 3),
+        "verdict_without_new_checks": bare.verdict,
+        "cases_without_new_checks": len(bare.cases),
+        "checks_s": {name: round(phases[-1].get(key, 0.0), 3) for name, key in (
+            ("second_poison", "child_second_poison_s"), ("direct_calls", "child_eager_s"),
+            ("phase_limits", "deadlines_s"), ("unaligned_shape", "child_derived_shapes_s"))},
+        "unaligned_shapes_added": len(task.derived_shapes),
         "phases_s_last_run": {k: round(v, 3) for k, v in phases[-1].items()},
         "cpus": __import__("os").cpu_count(),
     }
@@ -67,6 +83,33 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in result.items():
             print(f"{key}: {value}")
     return 0 if last == "pass" else 1
+
+
+@contextlib.contextmanager
+def _without_new_checks():  # type: ignore[no-untyped-def]
+    """The verifier as it was before: no derived unaligned shape, no second poison, no
+    direct calls, no accumulation magnitudes, no phase limits."""
+    import msgspec
+    import numpy as np
+
+    from tools.correctness import testsuite
+    from tools.inputs import shapes
+    from tools.verification import verify
+    from tools.verification.deadlines import PhaseLimits
+
+    saved = (shapes.with_unaligned_shape, testsuite._magnitudes, verify._request,
+             verify.phase_limits)
+    shapes.with_unaligned_shape = lambda task: task
+    testsuite._magnitudes = lambda fn, host, oracle: [np.abs(o.astype(np.float64))
+                                                      for o in oracle]
+    verify._request = lambda *a: msgspec.structs.replace(saved[2](*a), second_poison="",
+                                                          eager_cases=0)
+    verify.phase_limits = lambda *a: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
+    try:
+        yield
+    finally:
+        (shapes.with_unaligned_shape, testsuite._magnitudes, verify._request,
+         verify.phase_limits) = saved
 
 
 if __name__ == "__main__":

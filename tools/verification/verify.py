@@ -426,6 +426,9 @@ class _Context:
             timings["child_s"] = self.response.seconds
             for name, seconds in self.response.check_seconds.items():
                 timings[f"child_{name}"] = seconds
+            timings["child_derived_shapes_s"] = sum(
+                g.trace_seconds + g.lower_seconds + sum(c.seconds for c in g.cases)
+                for g in self.response.groups if g.shape_index in self.task.derived_shapes)
         compile_report = self.compile_reports.get(0)
         measurement = self.measurement
         body = {
