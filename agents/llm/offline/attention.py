@@ -80,12 +80,9 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%):
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if kv_len <= block_kv else block_kv
     q3, k3, v3 = q.reshape(groups, q_len, depth), k.reshape(groups, kv_len, depth), v.reshape(groups, kv_len, depth)
-    if CAUSAL:
-        def kv_index(g, i, j):
-            return (g, jnp.minimum(j, (i * bq + bq - 1) // bkv), 0)
-    else:
-        def kv_index(g, i, j):
-            return (g, j, 0)
+
+    def kv_index(g, i, j):
+        return (g, j, 0)
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%), block_q=bq, block_kv=bkv, kv_len=kv_len),
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
