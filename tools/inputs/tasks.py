@@ -32,19 +32,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tools.inputs.dtypes import DEFAULT_TOLERANCE, checkable_dtype, default_tolerance
 from tools.inputs.files import FileProblem, read_python_source
 
-DEFAULT_TOLERANCE: dict[str, float] = {"atol": 1e-2, "rtol": 1e-2}
-# The ceiling when a task declares no TOLERANCE, by the mantissa bits of its least precise
-# floating output: float32 (and wider) the default above, float16 wider, bfloat16 wider
-# still (as published kernel benchmarks do), 8-bit floats widest. Integer outputs are exact.
-_TOLERANCE_BY_MANTISSA: tuple[tuple[int, float], ...] = ((23, 1e-2), (10, 2e-2), (7, 5e-2),
-                                                          (0, 1e-1))
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
 _SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
 _MIN_SCALED_SIZE = 16  # smaller integers in CONFIG (kernel sizes, group counts) are not sizes
 
 TaskFormat = Literal["kernelgraph", "jaxbench"]
+__all__ = ["DEFAULT_TOLERANCE", "Task", "TaskError", "default_tolerance", "load_task"]
 
 
 class TaskError(FileProblem):
@@ -227,33 +223,11 @@ def check_reference_output(task: Task, out: Any) -> list[Any]:
                 f"{fn} output {position} is {type(leaf).__name__}, expected a JAX array "
                 "(non-JAX output)",
             )
-        if not _checkable_dtype(leaf.dtype):
+        if not checkable_dtype(leaf.dtype):
             raise TaskError(task.path, f"{fn} output {position} has dtype {leaf.dtype}; "
                             "outputs must be floating (bfloat16, float16, float32, ...), "
                             "integer or bool")
     return leaves
-
-
-def _checkable_dtype(dtype: Any) -> bool:
-    import jax.numpy as jnp
-
-    return bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
-                or jnp.issubdtype(dtype, jnp.bool_))
-
-
-def default_tolerance(dtype_names: Sequence[str]) -> dict[str, float]:
-    """The default ceiling for outputs of these dtypes (see ``_TOLERANCE_BY_MANTISSA``);
-    all-integer outputs get zero: they are compared exactly."""
-    import jax.numpy as jnp
-
-    from tools.sandbox.wire import numpy_dtype
-
-    floating = [numpy_dtype(n) for n in dtype_names if jnp.issubdtype(numpy_dtype(n), jnp.floating)]
-    if not floating:
-        return {"atol": 0.0, "rtol": 0.0} if dtype_names else dict(DEFAULT_TOLERANCE)
-    bits = min(int(jnp.finfo(d).nmant) for d in floating)
-    value = next(v for floor, v in _TOLERANCE_BY_MANTISSA if bits >= floor)
-    return {"atol": value, "rtol": value}
 
 
 def _from_module(path: Path, sha: str, module: ModuleType, scales: Sequence[float] | None) -> Task:
