@@ -44,6 +44,22 @@ def test_a_task_whose_shapes_cannot_be_varied_is_noted_loudly(tmp_path: Path) ->
     assert task.alignment_note in build_suite(task, seeds=(0, 1)).notes
 
 
+def test_an_aligned_jaxbench_config_is_scaled_off_the_tile(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.py"
+    path.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "CONFIG = {'name': 'double', 'rows': 64, 'cols': 256}\n"
+        "SCALES = [1.0, 0.5]\n"
+        "def create_inputs(dtype=jnp.float32):\n"
+        "    return (jax.random.normal(jax.random.PRNGKey(0), "
+        "(CONFIG['rows'], CONFIG['cols']), dtype),)\n"
+        "def workload(x):\n    return x * 2.0\n")
+    task = load_task(path)
+    [index] = task.derived_shapes
+    assert task.shapes[index] == {"scale": "unaligned", "rows": 27, "cols": 123}
+    assert task.make_inputs(0, index)[0].shape == (27, 123)
+
+
 ATTACKS = [
     ("softmax_small", "masked_nan_running_max.py",
      "holds a huge finite value instead of NaN"),
