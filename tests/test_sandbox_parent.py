@@ -118,3 +118,20 @@ def test_a_sandboxed_candidate_dies_with_its_killed_verifier() -> None:
         if verifier.poll() is None:
             verifier.kill()
             verifier.wait()
+
+
+def test_the_child_leaves_nothing_behind_and_runs_unprivileged() -> None:
+    """Private /dev, read-only /sys and /proc/sys, an unprivileged uid (where namespaces and
+    root allow them; otherwise the isolation list must not claim them)."""
+    marker = Path("/dev/kg-left-behind-before")
+    box = _sandboxed("leaves_state_behind.py")
+    assert box.ok, box.failure()
+    response = wire.decode(box.result, wire.EvalResponse)
+    assert "sandbox report:" in response.load_error, response.load_error
+    if "private-dev" not in box.isolation:
+        pytest.skip("no namespace sandbox on this host")
+    assert "wrote=nothing" in response.load_error, response.load_error
+    assert not marker.exists() and not Path("/dev/kg-left-behind").exists()
+    assert "read-only-sys" in box.isolation
+    if os.geteuid() == 0:
+        assert "uid-65534" in box.isolation and "uid=65534" in response.load_error

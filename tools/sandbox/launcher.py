@@ -35,6 +35,7 @@ from pathlib import Path
 from tools.sandbox import cgroups
 
 REQUEST_FILE = "request.bin"
+SANDBOX_UID = 65534  # nobody: the child's uid and gid where the verifier runs as root
 RESULT_FILE = "result.bin"
 _TAIL = 4000
 
@@ -50,23 +51,50 @@ _SECRET_PREFIXES = (
     "HUGGING", "GITHUB_", "GH_", "GCP_", "GCLOUD", "CLOUDSDK_", "QDRANT_",
 )
 # Runs as PID 1 of the new namespaces: join the sandbox's control groups (the cgroup.procs
-# files before `--`) so everything it starts inherits them, make mounts private, keep the
-# sandbox directory writable, make every other writable filesystem read-only (cgroup
-# filesystems too: a group the child could write to would be no limit, so it refuses to
-# run in one), then drop all capabilities.
+# files before the first `--`) so everything it starts inherits them, make mounts private,
+# keep the sandbox directory writable, put a tmpfs over each directory others cannot enter
+# that holds something the child needs (the pairs before the second `--`: that directory
+# and the one entry of it bound back, so the interpreter under a private home is reachable
+# and nothing else there is), give it a private minimal /dev, make every other writable
+# filesystem read-only (cgroup filesystems too: a group the child could write to would be
+# no limit, so it refuses to run in one; /sys and /proc/sys as well), then drop all
+# capabilities and, when a uid is given, become that unprivileged user (the parent-death
+# signal is set again after: a uid change clears it).
 _LAUNCHER = r"""
 set -e
-box="$1"; shift
+box="$1"; uid="$2"; shift 2
 joined=0
 while [ "$1" != "--" ]; do echo 0 > "$1"; joined=1; shift; done; shift
 mount --make-rprivate /
 mount --bind "$box" "$box"
-for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|sysfs|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
+stage="$box/.kg-stage"
+while [ "$1" != "--" ]; do
+  mkdir "$stage"; mount --rbind "$1" "$stage"
+  mount -t tmpfs -o mode=711,size=64k tmpfs "$1"
+  mkdir "$1/$2"; mount --rbind "$stage/$2" "$1/$2"
+  umount -l "$stage"; rmdir "$stage"; shift 2
+done; shift
+mount -t tmpfs -o mode=755,size=64k,nosuid,noexec tmpfs /dev
+for node in null:3 zero:5 full:7 random:8 urandom:9; do
+  mknod -m 666 "/dev/${node%:*}" c 1 "${node#*:}"
+done
+ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -s fd/2 /dev/stderr
+for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
   [ "$target" = "$box" ] && continue
   mount -o remount,bind,ro "$target" 2>/dev/null || [ "$target" != "/" ]
 done
+mount -o remount,bind,ro /sys
+mount --bind /proc/sys /proc/sys; mount -o remount,bind,ro /proc/sys
+if [ -e /proc/sysrq-trigger ]; then
+  mount --bind /proc/sysrq-trigger /proc/sysrq-trigger
+  mount -o remount,bind,ro /proc/sysrq-trigger
+fi
 if [ "$joined" = 1 ] && awk '@WRITABLE_CGROUPFS@' /proc/self/mounts; then
   echo "kg-sandbox: a cgroup filesystem stayed writable" >&2; exit 125
+fi
+if [ -n "$uid" ]; then
+  exec setpriv --reuid="$uid" --regid="$uid" --clear-groups --pdeathsig KILL \
+    --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 fi
 exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 """
@@ -207,7 +235,10 @@ def run_sandboxed(
         if namespaced:
             command = _namespace_prefix(str(box), group.procs_files) + command
             isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
-                          "no-capabilities"]
+                          "private-dev", "read-only-sys", "no-capabilities"]
+            if os.geteuid() == 0:
+                os.chown(box, SANDBOX_UID, SANDBOX_UID)
+                isolation.append(f"uid-{SANDBOX_UID}")
         elif group.procs_files:
             command = ["/bin/sh", "-c", _JOINER, "kg-join", *group.procs_files, "--", *command]
         isolation += group.isolation
@@ -291,6 +322,8 @@ def _probe() -> tuple[bool, bool]:
     if sys.platform != "linux" or not (shutil.which("unshare") and shutil.which("setpriv")):
         return False, False
     box = tempfile.mkdtemp(prefix="kg-probe-")
+    if os.geteuid() == 0:
+        os.chown(box, SANDBOX_UID, SANDBOX_UID)
     script = f'touch "$0/ok"; awk \'{_WRITABLE_CGROUPFS}\' /proc/self/mounts || touch "$0/sealed"'
     try:
         probe = subprocess.run(
@@ -306,10 +339,39 @@ def _probe() -> tuple[bool, bool]:
 
 
 def _namespace_prefix(box: str, join: Sequence[str]) -> list[str]:
+    uid = str(SANDBOX_UID) if os.geteuid() == 0 else ""
+    overlays = [part for pair in _hidden_ancestors(_needed_paths()) for part in pair]
     return [
         "unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
-        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box, *join, "--",
+        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box, uid, *join, "--",
+        *overlays, "--",
     ]
+
+
+def _needed_paths() -> list[str]:
+    """What the child must reach: the interpreter, its installation, the project's code."""
+    import tools
+
+    found = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix,
+             str(Path(tools.__file__).resolve().parent.parent)}
+    return sorted(os.path.realpath(p) for p in found)
+
+
+def _hidden_ancestors(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """(directory, entry) for each directory on the way to ``paths`` that others cannot
+    enter, outermost first: the launcher covers it with a tmpfs holding only that entry."""
+    found: list[tuple[str, str]] = []
+    for path in paths:
+        parts = Path(path).parts
+        for depth in range(1, len(parts) - 1):
+            directory = str(Path(*parts[:depth]))
+            try:
+                enterable = os.stat(directory).st_mode & stat.S_IXOTH
+            except OSError:
+                break
+            if not enterable and (directory, parts[depth]) not in found:
+                found.append((directory, parts[depth]))
+    return sorted(found, key=lambda pair: (pair[0].count("/"), pair))
 
 
 def _cpu_seconds(limits: Limits) -> int:
