@@ -1,5 +1,8 @@
 """A provider that follows a script, so a test decides what each iteration's kernel is.
 
+It keeps no state: the answer depends only on the request (iteration, purpose, fix round,
+re-ask), so agents in separate processes answer alike.
+
 Used as `--provider scripted_provider:ScriptedProvider` with `provider_options={"script":
 NAME}`. Kernels are RMSNorm row-tiled Pallas kernels (for tests/evaltasks/rmsnorm_small.py)
 that are broken, wrong, or right with a chosen block size, so the simulated latency orders
@@ -59,7 +62,7 @@ WRONG = kernel([64], scale=2.0)
 BROKEN = kernel([64], broken=True)
 
 SCRIPTS: dict[str, dict[int, list[str]]] = {
-    # iteration -> the kernels the implementer and then the fixer answer with, in order
+    # iteration -> the implementer's kernel, then the fixer's for rounds 1, 2, ... (the last repeats)
     "broken_wrong_fast_slow": {1: [BROKEN, BROKEN, BROKEN], 2: [WRONG], 3: [GOOD_FAST], 4: [GOOD_SLOW]},
     "fixed_once": {1: [BROKEN, GOOD_FAST], 2: [GOOD_SLOW]},
     "good": {i: [GOOD_FAST] for i in range(1, 10)},
@@ -77,7 +80,6 @@ class ScriptedProvider(Provider):
 
     def __init__(self, *, script: str = "good", **_: Any) -> None:
         self.script = SCRIPTS[script]
-        self.asked: dict[int, int] = {}
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         iteration = int(request.context.get("iteration", 0))
@@ -85,8 +87,9 @@ class ScriptedProvider(Provider):
             text = plan(iteration)
         else:
             answers = self.script[iteration]  # a KeyError is a bug the agent base fails at once
-            index = self.asked.get(iteration, 0)
-            self.asked[iteration] = index + 1
+            index = int(request.context.get("round", 0)) if request.purpose == "fix" else 0
+            if request.purpose == "implement" and request.attempt == 1:
+                index = 1  # the answer to the re-ask after a malformed one
             body = answers[min(index, len(answers) - 1)]
             text = body if "def build" not in body else (
                 "Error: see diagnostics\nCause: block rows\nFix: aligned blocks\n\n"
