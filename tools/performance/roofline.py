@@ -192,10 +192,9 @@ def _accumulate(
             trips = item.trips(env, n)
             if trips is None:
                 if weight.any():
-                    unsound.add("a loop whose trip count cannot be evaluated (data, a while "
-                                "loop, or an undefined result): its work cannot be counted; "
-                                "bound the loop by constants or program ids, or make it a "
-                                "grid axis")
+                    unsound.add("a loop whose trip count depends on data (or a while loop, "
+                                "or an undefined result): its work cannot be counted; bound "
+                                "the loop by constants or program ids, or make it a grid axis")
                 trips = np.ones(n, dtype=np.int64)
             _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound)
 
