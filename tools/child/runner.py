@@ -29,6 +29,7 @@ from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 
 PROGRAM_SOURCE = Path("<program>")
+_WAIT_S = 0.01
 
 
 def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
@@ -93,7 +94,10 @@ def main(argv: list[str]) -> int:
     worker._import_all_pallas()  # the same primitive names as the worker that encoded
     programs.primitives()
     jax.config.update("jax_platforms", "cpu")
-    run = wire.decode((box / REQUEST_FILE).read_bytes(), wire.RunRequest)
+    request_path = box / REQUEST_FILE
+    while not request_path.exists():  # started early: the request comes once the worker is done
+        time.sleep(_WAIT_S)
+    run = wire.decode(request_path.read_bytes(), wire.RunRequest)
     watchdog.install(box / RESULT_FILE)
     response = run_programs(run)
     (box / RESULT_FILE).write_bytes(wire.encode(response))

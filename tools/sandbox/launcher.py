@@ -27,6 +27,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,20 +204,70 @@ def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return kept
 
 
+class Mailbox:
+    """A request delivered after the child started (it starts, imports and then waits for
+    it), so a child's start-up overlaps the parent's other work; :meth:`cancel` ends a child
+    nothing was delivered to."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started = threading.Event()
+        self._box: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._closed = False
+
+    def _attach(self, box: Path, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._box, self._proc = box, proc
+            if self._closed:
+                _signal_group(proc)
+        self._started.set()
+
+    def deliver(self, request: bytes, timeout: float = 120.0) -> None:
+        """Hand the child its request (atomically: it sees the whole file or none)."""
+        if not self._started.wait(timeout):
+            raise TimeoutError("the sandboxed child did not start")
+        with self._lock:
+            if self._closed or self._box is None:
+                raise RuntimeError("the sandbox was cancelled")
+            self._closed = True
+            staging = self._box / f".{REQUEST_FILE}.new"
+            staging.write_bytes(request)
+            os.replace(staging, self._box / REQUEST_FILE)
+
+    def cancel(self) -> None:
+        """Kill the child unless it was given its request (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._proc is not None:
+                _signal_group(self._proc)
+
+
+def _signal_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def run_sandboxed(
     module: str,
-    request: bytes,
+    request: bytes | None,
     *,
     files: Mapping[str, bytes] | None = None,
     limits: Limits | None = None,
     isolate: bool = True,
+    mailbox: Mailbox | None = None,
 ) -> SandboxResult:
-    """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back."""
+    """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back.
+
+    ``request=None`` with a ``mailbox``: the request comes later, through the mailbox."""
     limits = limits or Limits()
     box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))
     group = cgroups.TreeGroup()
     try:
-        (box / REQUEST_FILE).write_bytes(request)
+        if request is not None:
+            (box / REQUEST_FILE).write_bytes(request)
         for name, data in (files or {}).items():
             if "/" in name or name.startswith("."):
                 raise ValueError(f"{name=} must be a plain file name")
@@ -259,6 +310,8 @@ def run_sandboxed(
                 # (unsafe in a process with JAX's threads); the hook is the fallback.
                 preexec_fn=None if prlimit else functools.partial(_limit_child, limits),
             )
+            if mailbox is not None:
+                mailbox._attach(box, proc)
             timed_out = disk_exceeded = False
             deadline = started + limits.wall_s
             try:

@@ -11,14 +11,39 @@ programs itself. A shape the worker sent no program for fails.
 
 from __future__ import annotations
 
+import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import msgspec
 
 from tools.sandbox import wire
-from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
+from tools.sandbox.launcher import Limits, Mailbox, SandboxResult, run_sandboxed
 
 RUNNER_MODULE = "tools.child.runner"
+
+
+@dataclass
+class PendingRunner:
+    """A runner started before the worker, so its start-up (Python, JAX, the Pallas
+    modules) overlaps the worker's work; it waits for its request. Its wall limit covers
+    the wait: the worker's limit plus its own."""
+
+    mailbox: Mailbox
+    result: Future[SandboxResult]
+    pool: ThreadPoolExecutor
+
+    def cancel(self) -> None:
+        self.mailbox.cancel()
+        self.pool.shutdown(wait=False)
+
+
+def start_runner(limits: Limits) -> PendingRunner:
+    mailbox = Mailbox()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kg-runner")
+    waiting = dataclasses.replace(limits, wall_s=2 * limits.wall_s)
+    result = pool.submit(run_sandboxed, RUNNER_MODULE, None, limits=waiting, mailbox=mailbox)
+    return PendingRunner(mailbox, result, pool)
 
 
 @dataclass
@@ -29,7 +54,7 @@ class RunnerOutcome:
 
 
 def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
-                 limits: Limits) -> RunnerOutcome:
+                 runner: PendingRunner) -> RunnerOutcome:
     """Run the worker's programs in the runner and merge: only the worker's trace errors,
     never its lowered text or outputs, survive into the groups that are judged."""
     programs = {g.shape_index: g.program for g in worker.groups
@@ -38,12 +63,22 @@ def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
     ran: dict[int, wire.GroupResult] = {}
     problem = ""
     check_seconds = dict(worker.check_seconds)
-    if programs:
+    if not programs:
+        runner.cancel()
+    else:
         run = wire.RunRequest(request=msgspec.structs.replace(
             request, candidate_file="", send_programs=False, run_cases=True),
             programs=programs)
-        box = run_sandboxed(RUNNER_MODULE, wire.encode(run), limits=limits)
-        if not box.ok:
+        try:
+            runner.mailbox.deliver(wire.encode(run))
+            box = runner.result.result()
+        except Exception as exc:  # it never started, or died before taking the request
+            runner.cancel()
+            problem = f"the runner could not be given its programs ({exc})"
+        runner.pool.shutdown(wait=False)
+        if box is None:
+            pass
+        elif not box.ok:
             problem = f"the runner {box.failure()}"
         else:
             try:

@@ -39,7 +39,7 @@ from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
 from tools.verification.deadlines import PhaseLimits, phase_limits
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
-from tools.verification.runner import run_programs
+from tools.verification.runner import run_programs, start_runner
 from tools.verification.verdict import Verdict
 
 DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
@@ -104,9 +104,14 @@ def evaluate(
         _request(source, suite, full_config, order_seed, chip),
         build_limit_s=context.deadlines.build_s, trace_limit_s=context.deadlines.trace_s,
         case_limit_s=context.deadlines.case_s, send_programs=True, run_cases=False)
+    runner = start_runner(limits)  # starts up while the worker runs; waits for the programs
     t = time.perf_counter()
-    box = run_sandboxed("tools.child.worker", wire.encode(request),
-                        files={"candidate.py": source.text.encode()}, limits=limits)
+    try:
+        box = run_sandboxed("tools.child.worker", wire.encode(request),
+                            files={"candidate.py": source.text.encode()}, limits=limits)
+    except BaseException:
+        runner.cancel()
+        raise
     timings["sandbox_s"] = time.perf_counter() - t
     context.sandbox = box
     t = time.perf_counter()
@@ -114,12 +119,15 @@ def evaluate(
     if response is not None and not response.load_error and not response.limit_hit:
         # The worker imported the candidate: of its report only the programs are run, by
         # a runner that never imports it (the lowered text and outputs come from there).
-        ran = run_programs(response, request, limits)
-        timings["runner_s"] = ran.box.wall_s if ran.box else 0.0
+        t = time.perf_counter()
+        ran = run_programs(response, request, runner)
+        timings["runner_s"] = time.perf_counter() - t  # after the worker: what the split adds
         response = context.response = ran.response
         if ran.problem:
             context.fail(f"candidate: {ran.problem}")
         t = time.perf_counter()
+    else:
+        runner.cancel()
     if response is not None:
         try:
             context.judge(response)
