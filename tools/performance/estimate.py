@@ -1,8 +1,8 @@
 """`estimate`: a candidate's simulated latency from its lowering alone, never verified.
 
 For pruning configurations before the test suite runs (the planner, the autotuner, a
-person at the command line): the candidate is traced and lowered for TPU in the sandboxed
-child with abstract inputs (shape and dtype only, from `jax.eval_shape` of the task's
+person at the command line): the candidate is traced in the sandboxed worker and its
+program lowered for TPU in the sandboxed runner (as the verifier does), with abstract inputs (shape and dtype only, from `jax.eval_shape` of the task's
 input maker), so an 8192^3 configuration costs a lowering and the cost model, not a run.
 Scalar-prefetch operands are the exception: integer inputs of modest size are made for
 real (seed 0; only those outputs of the input maker are computed) and the model evaluates
@@ -99,21 +99,53 @@ def task_arguments(task: Any, shape_index: int) -> tuple[list[Any], list[Any]]:
 
 def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any], chip: str,
                      shape_index: int, limits: Any = None) -> str:
-    """The candidate's StableHLO for these input shapes, lowered in the sandboxed child."""
+    """The candidate's StableHLO for these input shapes, as the verifier gets it: the
+    sandboxed worker imports and traces the candidate and sends the trace as data; the
+    sandboxed runner, which never imports the candidate, rebuilds and lowers it."""
+    import msgspec
     import numpy as np
 
     from tools.sandbox import wire
     from tools.sandbox.launcher import Limits, run_sandboxed
+    from tools.verification.runner import start_runner
 
+    limits = limits or Limits(wall_s=300.0, memory_bytes=8 << 30)
     shapes = tuple(wire.WireArray(np.dtype(a.dtype).name, tuple(a.shape), b"") for a in abstract)
     request = wire.EvalRequest(
         candidate_file="candidate.py", config=dict(config),
         groups=(wire.ShapeGroup(shape_index, 0, (wire.CaseRequest("abstract", shapes),)),),
-        order_seed=0, chip=chip, run_cases=False,
+        order_seed=0, chip=chip, run_cases=False, send_programs=True,
     )
-    box = run_sandboxed("tools.child.worker", wire.encode(request),
-                        files={"candidate.py": candidate.read_bytes()},
-                        limits=limits or Limits(wall_s=300.0, memory_bytes=8 << 30))
+    runner = start_runner(limits)  # starts up while the worker traces
+    try:
+        box = run_sandboxed("tools.child.worker", wire.encode(request),
+                            files={"candidate.py": candidate.read_bytes()}, limits=limits)
+        group = _worker_group(box)
+        run = wire.RunRequest(request=msgspec.structs.replace(
+            request, candidate_file="", send_programs=False, run_cases=False),
+            programs={shape_index: group.program})
+        runner.mailbox.deliver(wire.encode(run))
+        ran = runner.result.result()
+    except BaseException:
+        runner.cancel()
+        raise
+    runner.pool.shutdown(wait=False)
+    if not ran.ok:
+        raise EstimateError(f"the runner {ran.failure()}")
+    answer = wire.decode(ran.result or b"", wire.EvalResponse)
+    lowered = next((g for g in answer.groups if g.shape_index == shape_index), None)
+    if lowered is None or lowered.trace_error or not lowered.stablehlo:
+        reason = lowered.trace_error if lowered is not None else "no result"
+        raise EstimateError(f"the candidate's program did not lower: {reason or 'no program'}")
+    problems = list(lowered.program_problems)
+    if problems:
+        raise EstimateError("the candidate's program cannot be verified: " + "; ".join(problems))
+    return lowered.stablehlo
+
+
+def _worker_group(box: Any) -> Any:
+    from tools.sandbox import wire
+
     if not box.ok:
         raise EstimateError(f"the candidate's child {box.failure()}: "
                             f"{box.stderr_tail.strip().splitlines()[-1:]}")
@@ -122,10 +154,12 @@ def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any
         raise EstimateError(f"the candidate could not be built: {response.load_error}")
     if response.tampering:
         raise EstimateError("the candidate tampered with the child: " + ", ".join(response.tampering))
+    if response.limit_hit:
+        raise EstimateError(f"the candidate's child: {response.limit_hit}")
     (group,) = response.groups
-    if group.trace_error or not group.stablehlo:
-        raise EstimateError(f"the candidate did not lower: {group.trace_error or 'no program'}")
-    return group.stablehlo
+    if group.trace_error or not group.program:
+        raise EstimateError(f"the candidate did not trace: {group.trace_error or 'no program'}")
+    return group
 
 
 def estimate(task_path: str | Path, candidate_path: str | Path, *,
