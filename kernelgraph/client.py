@@ -81,8 +81,19 @@ class RunResult:
     nodes: int
 
 
-def check_request(request: KernelRequest) -> api.Task:
-    """Load the task (trusted, validated) and check the settings before anything is sent."""
+@dataclass(frozen=True)
+class CheckedTask:
+    name: str
+    needs_input_maker: bool
+
+
+def check_request(request: KernelRequest) -> CheckedTask:
+    """Check the task and the settings before anything is sent.
+
+    A complete task is loaded and validated (its reference runs on its inputs). A task that
+    declares only its reference, SHAPES and INPUT_SPECS is checked statically: its input
+    maker is written and validated by the test synthesiser.
+    """
     if request.iterations < 1:
         raise RequestError(f"iterations={request.iterations} must be at least 1")
     if request.fix_rounds < 0:
@@ -90,12 +101,36 @@ def check_request(request: KernelRequest) -> api.Task:
     if request.target not in api.TARGETS:
         raise RequestError(f"unknown target {request.target!r}; known: {', '.join(api.TARGETS)}")
     from agents.llm.base import UnknownProvider, provider_class
+    from agents.test_synth import needs_input_maker, signature_of
 
     try:
         provider_class(request.provider)
     except UnknownProvider as exc:
         raise RequestError(str(exc)) from None
-    return api.load_task(request.task)
+    if request.task.is_file() and request.task.suffix == ".py":
+        source = request.task.read_text(errors="replace")
+        try:
+            partial = needs_input_maker(source)
+        except SyntaxError as exc:
+            raise RequestError(f"{request.task}: syntax error at line {exc.lineno}: {exc.msg}") from None
+        if partial:
+            try:
+                signature_of(source)
+            except Exception as exc:
+                raise RequestError(f"{request.task}: {exc}") from None
+            return CheckedTask(name=_literal_name(source) or request.task.stem, needs_input_maker=True)
+    return CheckedTask(name=api.load_task(request.task).name, needs_input_maker=False)
+
+
+def _literal_name(source: str) -> str | None:
+    import ast
+
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "NAME"
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
 
 
 async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None) -> SubmittedRun:

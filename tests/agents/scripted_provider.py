@@ -70,6 +70,18 @@ SCRIPTS: dict[str, dict[int, list[str]]] = {
 }
 
 
+INPUT_MAKER = """```python
+def make_inputs(key, shape_index=0):
+    import jax
+    import jax.numpy as jnp
+
+    shapes = SHAPES[shape_index]
+    keys = jax.random.split(key, len(shapes))
+    return tuple(jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, shapes))
+```
+"""
+
+
 def plan(iteration: int) -> str:
     body = "\n\n".join(f"## {s}\n\nIteration {iteration}: {s.lower()}." for s in PLAN_SECTIONS)
     return f"# Plan\n\n{body}\n"
@@ -85,6 +97,8 @@ class ScriptedProvider(Provider):
         iteration = int(request.context.get("iteration", 0))
         if request.purpose == "plan":
             text = plan(iteration)
+        elif request.purpose == "inputs":
+            text = INPUT_MAKER
         else:
             answers = self.script[iteration]  # a KeyError is a bug the agent base fails at once
             index = int(request.context.get("round", 0)) if request.purpose == "fix" else 0

@@ -126,3 +126,21 @@ def test_replay_re_executes_a_recorded_run_to_the_same_winner(tmp_path: Path) ->
     calls_b = [(e.agent, e.prompt_sha256, e.response_sha256) for e in b if isinstance(e, LlmCalled)]
     assert calls_a == calls_b
     assert {e.provider for e in b if isinstance(e, LlmCalled)} == {"replay"}
+
+
+@pytest.mark.slow
+def test_a_task_without_an_input_maker_gets_one_written_and_validated(tmp_path: Path) -> None:
+    db = tmp_path / "runs.duckdb"
+    task = TASK.with_name("rmsnorm_no_inputs.py")
+    request = KernelRequest(task=task, provider=SCRIPTED, iterations=1, tune_budget=1,
+                            provider_options={"script": "good", "tag": "d"})
+    run_id = asyncio.run(run_search(db, request))
+    events = events_of(db, run_id)
+    (frozen,) = [e for e in events if e.type_name == "TestSuiteFrozen"]
+    assert frozen.task_sha256 is not None and frozen.n_cases >= 3
+    with EventLog(db, read_only=True) as log:
+        written = log.get_artifact(frozen.task_sha256).decode()
+    assert written.startswith(task.read_text().rstrip()) and "def make_inputs" in written
+    assert [e.agent for e in events if isinstance(e, LlmCalled)][0] == "test_synth"
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.best_node_id is not None

@@ -1,0 +1,106 @@
+"""Fast checks of the agents' pure parts: API lookup, grid narrowing, parsing, requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.apilookup import describe, lookup
+from agents.autotuner import narrow
+from agents.executor import unboxed
+from agents.llm.base import PLAN_SECTIONS, UnknownProvider, provider_class
+from agents.llm.parsing import MalformedAnswer, check_plan, extract_code, fix_summary
+from agents.profiler import top_lever, worth_more
+from agents.test_synth import needs_input_maker, signature_of
+from kernelgraph.cli import app, load_commands
+from kernelgraph.client import KernelRequest, RequestError, check_request
+
+EVALTASKS = Path(__file__).parents[1] / "evaltasks"
+
+
+def test_api_lookup_names_real_signatures_and_suggests_close_names() -> None:
+    assert describe("pl", "BlockSpec").startswith("pl.BlockSpec(")
+    missing = describe("pltpu", "CompilerParam")
+    assert "does not exist" in missing and "pltpu.CompilerParams" in missing
+    found = lookup("pl.pallas_call(...)", "AttributeError: module has no attribute 'cdvi'")
+    assert "pl.cdiv" in found and "pl.pallas_call(" in found
+
+
+def test_narrowing_follows_the_profile() -> None:
+    grid = [{"block_rows": b} for b in (256, 128, 512, 64)]
+    overhead = {"bound": "overhead", "suggestions": ["Use larger blocks (fewer steps)."]}
+    kept, why = narrow(grid, overhead)
+    assert kept == [{"block_rows": 256}, {"block_rows": 512}] and "overhead" in why
+    tight = {"bound": "memory", "vmem_bytes": 90, "vmem_limit_bytes": 100, "suggestions": []}
+    assert narrow(grid, tight)[0] == [{"block_rows": 256}, {"block_rows": 128}, {"block_rows": 64}]
+    assert narrow(grid, {"bound": "memory", "suggestions": []})[0] == grid
+    assert narrow(grid, None)[0] == grid
+
+
+def test_profile_judgement() -> None:
+    assert not worth_more({"bound": "memory", "achieved_bandwidth_fraction": 0.95})
+    assert worth_more({"bound": "memory", "achieved_bandwidth_fraction": 0.5})
+    assert worth_more({"bound": "overhead"})
+    assert top_lever({"bound": "compute", "suggestions": []}).startswith("MXU")
+
+
+def test_answers_are_parsed_strictly() -> None:
+    code = "```python\nTUNABLES = {}\n\ndef build():\n    return None\n```"
+    assert extract_code("Here:\n" + code).startswith("TUNABLES")
+    with pytest.raises(MalformedAnswer, match="2 ```python blocks"):
+        extract_code(code + "\n" + code)
+    with pytest.raises(MalformedAnswer, match="no top-level `build`"):
+        extract_code("```python\nx = 1\n```")
+    with pytest.raises(MalformedAnswer, match="does not parse"):
+        extract_code("```python\ndef build(:\n```")
+    plan = "\n\n".join(f"## {s}\n\ntext" for s in PLAN_SECTIONS)
+    assert check_plan(plan) == plan.strip() + "\n"
+    with pytest.raises(MalformedAnswer, match="no '## Strategy'"):
+        check_plan(plan.replace("## Strategy", "## Approach"))
+    reordered = "\n\n".join(f"## {s}\n\ntext" for s in reversed(PLAN_SECTIONS))
+    with pytest.raises(MalformedAnswer, match="out of order"):
+        check_plan(reordered)
+    assert fix_summary("Error: bad block\nCause: 7 rows\nFix: 8 rows\n") == {
+        "error": "bad block", "cause": "7 rows", "fix": "8 rows"}
+
+
+def test_sandbox_paths_are_removed_from_diagnostics() -> None:
+    text = 'at /tmp/kg-sandbox-k6eptbe1/candidate.py:12 and "/var/tmp/kg-sandbox-x_y/candidate.py"'
+    assert unboxed(text) == 'at candidate.py:12 and "candidate.py"'
+
+
+def test_requests_are_checked_before_anything_is_sent(tmp_path: Path) -> None:
+    task = EVALTASKS / "rmsnorm_small.py"
+    assert check_request(KernelRequest(task=task)).name == "rmsnorm_small"
+    partial = check_request(KernelRequest(task=EVALTASKS / "rmsnorm_no_inputs.py"))
+    assert partial.needs_input_maker and partial.name == "rmsnorm_no_inputs"
+    source = (EVALTASKS / "rmsnorm_no_inputs.py").read_text()
+    assert needs_input_maker(source)
+    assert signature_of(source)["args"][1] == {"name": "w", "dtype": "float32",
+                                               "shapes": [[256], [128]]}
+    with pytest.raises(RequestError, match="unknown target"):
+        check_request(KernelRequest(task=task, target="sim-tpu-v9"))
+    with pytest.raises(RequestError, match="unknown provider"):
+        check_request(KernelRequest(task=task, provider="nope"))
+    with pytest.raises(RequestError, match="iterations"):
+        check_request(KernelRequest(task=task, iterations=0))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def reference(:\n")
+    with pytest.raises(RequestError, match="syntax error"):
+        check_request(KernelRequest(task=broken))
+    with pytest.raises(UnknownProvider, match="cannot be loaded"):
+        provider_class("no_such_module:Nope")
+
+
+def test_search_and_submit_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
+    load_commands()
+    runner = CliRunner()
+    missing = runner.invoke(app, ["search", str(tmp_path / "nope.py"), "--db", str(tmp_path / "x.duckdb")])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+    assert "Traceback" not in missing.output
+    no_bus = runner.invoke(app, ["submit", str(EVALTASKS / "rmsnorm_small.py")], env={"KG_NATS_URL": ""})
+    assert no_bus.exit_code == 2 and "needs --nats" in no_bus.output
+    replay = runner.invoke(app, ["search", str(EVALTASKS / "rmsnorm_small.py"), "--provider", "replay"])
+    assert replay.exit_code == 2 and "--replay-from" in replay.output

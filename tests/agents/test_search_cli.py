@@ -1,0 +1,51 @@
+"""`kernelgraph search` as a user runs it: offline author, embedded runtime, winner on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
+
+
+def kg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernelgraph", *args], env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_search_writes_a_verified_winner_that_replays_and_verifies_again(tmp_path: Path) -> None:
+    env = {**os.environ, "KG_WORKSPACE": str(tmp_path / "work"),
+           "KG_KNOWLEDGE_PATH": str(tmp_path / "knowledge")}
+    db = tmp_path / "runs.duckdb"
+    first = kg("search", str(TASK), "--db", str(db), "--iterations", "1", "--tune-budget", "2",
+               "--json", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads(first.stdout)
+    best = summary["best"]
+    assert summary["status"] == "completed" and best["verified"] and best["measured_on"] == "simulated"
+    assert best["speedup"] > 0 and summary["nodes"] == 1
+    kernel = Path(best["kernel_path"])
+    assert kernel.parent == tmp_path / "runs.duckdb.winners" and "def build" in kernel.read_text()
+    assert "suite frozen" in first.stderr and "winner re-verified: pass" in first.stderr
+
+    config = [f"--config={k}={v!r}" for k, v in best["config"].items()]
+    verified = kg("verify", str(TASK), str(kernel), *config, "--json", env=env)
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    assert kg("verify-receipt", best["receipt_path"], env=env).returncode == 0
+
+    replayed = kg("search", str(TASK), "--db", str(tmp_path / "replay.duckdb"), "--iterations", "1",
+                  "--tune-budget", "2", "--provider", "replay", "--replay-from", str(db), "--json",
+                  env=env)
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    again = json.loads(replayed.stdout)["best"]
+    digest = hashlib.sha256(kernel.read_bytes()).hexdigest()
+    assert hashlib.sha256(Path(again["kernel_path"]).read_bytes()).hexdigest() == digest
+    assert again["config"] == best["config"]
