@@ -141,6 +141,6 @@ def test_a_task_without_an_input_maker_gets_one_written_and_validated(tmp_path: 
     with EventLog(db, read_only=True) as log:
         written = log.get_artifact(frozen.task_sha256).decode()
     assert written.startswith(task.read_text().rstrip()) and "def make_inputs" in written
-    assert [e.agent for e in events if isinstance(e, LlmCalled)][0] == "test_synth"
+    assert next(e.agent for e in events if isinstance(e, LlmCalled)) == "test_synth"
     (finished,) = [e for e in events if isinstance(e, RunFinished)]
     assert finished.best_node_id is not None
