@@ -74,3 +74,29 @@ def test_a_model_that_undercounts_is_reported() -> None:
     dmas = [{**visits[0], "dma_starts": 3}]
     assert any("DMA" in p for p in cross_check(program, dmas, None, get_chip("v6e")))
     assert cross_check(program, [], None, get_chip("v6e"))
+
+
+def test_tuning_cases_on_one_core_are_checked_with_their_own_inputs() -> None:
+    from types import SimpleNamespace
+
+    from tools.performance.crosscheck import check_tuning_cases
+    from tools.sandbox import wire
+
+    idx = jnp.array([0, 0, 2, 2], jnp.int32)
+    x = jnp.ones((32, 128), jnp.float32)
+    visits = _visits(good.gather_rows, idx, x)
+    program = parse_lowered(lower(good.gather_rows, idx, x))
+    inputs = (wire.WireArray.of(np.asarray(idx)), wire.WireArray.of(np.asarray(x)))
+    case = SimpleNamespace(case_id="shape0-seed0", shape_index=0, inputs=inputs)
+    ok = SimpleNamespace(groups=[SimpleNamespace(cases=[
+        SimpleNamespace(case_id="shape0-seed0", visits=tuple(visits))])])
+    assert check_tuning_cases(program, [case], ok, get_chip("v6e")) == []
+    forged = [{**visits[0], "input_fetches": [4]}]  # as if every step fetched
+    bad = SimpleNamespace(groups=[SimpleNamespace(cases=[
+        SimpleNamespace(case_id="shape0-seed0", visits=tuple(forged))])])
+    (problem,) = check_tuning_cases(program, [case], bad, get_chip("v6e"))
+    assert problem.startswith("shape0-seed0: kernel") and "block transfers" in problem
+    split = [{**visits[0], "cores": 2, "input_fetches": [4]}]
+    two = SimpleNamespace(groups=[SimpleNamespace(cases=[
+        SimpleNamespace(case_id="shape0-seed0", visits=tuple(split))])])
+    assert check_tuning_cases(program, [case], two, get_chip("v6e")) == []
