@@ -216,26 +216,25 @@ def search(
                        model, replay_from, replay_run)
     progress = Progress(quiet=quiet)
 
+    async def run_on(nc: Any, started: float) -> dict[str, Any]:
+        run = await submit(nc, request)
+        result = await wait(nc, run.run_id, on_event=progress)
+        kernel, receipt = await _write_winner(nc, result, db, run.task_name)
+        return _summary(result, run, kernel, receipt, time.monotonic() - started)
+
     async def main() -> dict[str, Any]:
         started = time.monotonic()
         await asyncio.to_thread(check_request, request)
-        if nats is None:
-            config = RuntimeConfig(db_path=db, concurrency={"executor": 2, "verifier": 1})
-            async with Runtime(config) as runtime:
-                assert runtime.client is not None
-                nc = runtime.client.nc
-                run = await submit(nc, request)
-                result = await wait(nc, run.run_id, on_event=progress)
-                kernel, receipt = await _write_winner(nc, result, db, run.task_name)
-        else:
+        if nats is not None:
             nc = await connect(nats, name="kernelgraph-search")
             try:
-                run = await submit(nc, request)
-                result = await wait(nc, run.run_id, on_event=progress)
-                kernel, receipt = await _write_winner(nc, result, db, run.task_name)
+                return await run_on(nc, started)
             finally:
                 await nc.drain()
-        return _summary(result, run, kernel, receipt, time.monotonic() - started)
+        config = RuntimeConfig(db_path=db, concurrency={"executor": 2, "verifier": 1})
+        async with Runtime(config) as runtime:
+            assert runtime.client is not None
+            return await run_on(runtime.client.nc, started)
 
     try:
         summary = asyncio.run(main())
