@@ -22,6 +22,7 @@ import asyncio
 import functools
 import json
 import os
+import tempfile
 import time
 from abc import abstractmethod
 from collections import OrderedDict
@@ -73,9 +74,14 @@ class Workspace:
         if path.is_file() and path.read_bytes() == data:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
 
 
