@@ -1,7 +1,7 @@
 """Seeded synthetic runs with the shape and size of real ones.
 
 Used by the event-store benchmark, the CLI's demo log and property tests: each run
-goes through the whole flow of DESIGN.md (request, frozen suite, baseline, expansions,
+goes through the whole flow of a run (docs/architecture.md: request, frozen suite, baseline, expansions,
 plan -> implement -> compile/fix -> test -> tune -> profile iterations, best-of-N
 evaluation, verification, finish) with LLM calls in between.
 """

@@ -2,7 +2,7 @@
 
 Two formats are read natively:
 
-* kernelgraph task files (see DESIGN.md): ``NAME``, ``reference(*inputs)``,
+* kernelgraph task files (README, "Task file"): ``NAME``, ``reference(*inputs)``,
   ``make_inputs(key, shape_index=0)``, optional ``SHAPES`` (first entry = tuning point,
   the rest = unseen shapes), optional ``TOLERANCE`` and ``flops(*inputs)``.
 * JAXBench ``baseline.py`` files: ``CONFIG`` dict, ``create_inputs(dtype=...)``,
