@@ -14,11 +14,11 @@ from tools.lowered.mosaic import parse_lowered
 from tools.performance.chips import get_chip
 from tools.performance.roofline import estimate_kernel
 
-CANDIDATES = Path(__file__).parent / "candidates"
+KERNELS = Path(__file__).parent / "perf_kernels"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, CANDIDATES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, KERNELS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,9 @@
-"""Adversarial (speed lie): a tiled matmul whose every matmul, and the changes of its input
-blocks' indices, sit behind an unsigned compare that always holds (`k <u 0xFFFFFFFF`). An
-evaluator that reads the compare as signed (`k < -1`, never true) prices the kernel as if it
-fetched one block and multiplied nothing; the kernel computes the right answer."""
+"""A kernel written to game the cost model (a candidate file: TUNABLES, build()). It is
+correct and, priced honestly, passes the verifier, so it lives here rather than among the
+candidates the verifier must reject. Every matmul of this tiled matmul, and every change of
+its input blocks' indices, sits behind an unsigned compare that always holds
+(`k <u 0xFFFFFFFF`). An evaluator that reads the compare as signed (`k < -1`, never true)
+prices it as if it fetched one block and multiplied nothing."""
 
 import functools
 
