@@ -33,10 +33,11 @@ class AdaptivePolicy(SearchPolicy):
     A lever's gain at a node is the node's speedup over its parent's (0 for an invalid
     node), credited to every lever its hint names. Each round (once nothing is pending)
     asks for `batch` children of the best node, falling back to the next best when the
-    depth limit or used-up levers forbid. Each child is an exploring one with probability
-    `explore x (untried levers / all levers) x (budget left / budget)`, always while no
-    lever has been tried: it takes an untried lever. Otherwise it deepens with the tried
-    lever of highest upper confidence bound, `mean gain + ucb x sqrt(ln pulls / lever pulls)`.
+    depth limit or used-up levers forbid. Each child explores (takes an untried lever)
+    always while no lever has been tried, else with probability `explore x (untried
+    levers / all levers) x (the smaller share of the node or candidate budget left)`.
+    Otherwise it deepens with the tried lever of highest upper confidence bound,
+    `mean gain + ucb x sqrt(ln pulls / lever pulls)`.
     With `patience` > 0 it stops after that many evaluated nodes without a new best.
     """
 
@@ -71,9 +72,12 @@ class AdaptivePolicy(SearchPolicy):
         return {lv: LeverStats(len(g), sum(g) / len(g)) for lv, g in gains.items()}
 
     def explore_share(self, graph: SearchGraph, budget: Budget, untried: int, total: int) -> float:
-        left = budget.nodes_left(graph)
-        budget_share = 1.0 if left is None or not budget.max_nodes else left / budget.max_nodes
-        return self.explore * (untried / max(1, total)) * budget_share
+        shares = [1.0]
+        if budget.max_nodes:
+            shares.append((budget.nodes_left(graph) or 0) / budget.max_nodes)
+        if budget.max_candidates:
+            shares.append((budget.candidates_left(graph) or 0) / budget.max_candidates)
+        return self.explore * (untried / max(1, total)) * min(shares)
 
     def propose(self, graph: SearchGraph, budget: Budget, decision: int) -> Sequence[Decision]:
         if graph.root is None or graph.pending:
