@@ -135,3 +135,29 @@ def test_the_child_leaves_nothing_behind_and_runs_unprivileged() -> None:
     assert "read-only-sys" in box.isolation
     if os.geteuid() == 0:
         assert "uid-65534" in box.isolation and "uid=65534" in response.load_error
+
+
+_DEVICE_REPORT = b"""
+import os
+raise RuntimeError(f"devices: ptmx={os.path.exists('/dev/ptmx')} uid={os.getuid()}")
+"""
+
+
+@pytest.mark.parametrize(("device", "drops_uid"), [("/dev/ptmx", True), ("/dev/hwrng", False)])
+def test_devices_a_timing_child_needs_are_passed_through(device: str, drops_uid: bool) -> None:
+    """An accelerator's nodes appear in the private /dev; a node others cannot use keeps the
+    child at uid 0 (without capabilities), and the isolation list then does not claim 65534."""
+    if not Path(device).exists():
+        pytest.skip(f"{device} is absent here")
+    box = run_sandboxed("tools.child.worker", wire.encode(_EMPTY),
+                        files={"candidate.py": _DEVICE_REPORT}, limits=Limits(wall_s=60.0),
+                        devices=[device])
+    assert box.ok, box.failure()
+    if "private-dev" not in box.isolation:
+        pytest.skip("no namespace sandbox on this host")
+    error = wire.decode(box.result, wire.EvalResponse).load_error
+    if device == "/dev/ptmx":
+        assert "ptmx=True" in error, error
+    if os.geteuid() == 0:
+        assert ("uid-65534" in box.isolation) == drops_uid
+        assert (f"uid={65534 if drops_uid else 0}") in error, error

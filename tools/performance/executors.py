@@ -198,7 +198,7 @@ class RealExecutor:
         """
         self.require_available()
         from tools.inputs.tasks import load_task
-        from tools.sandbox.launcher import Limits, run_sandboxed
+        from tools.sandbox.launcher import Limits, accelerator_devices, run_sandboxed
 
         task = load_task(task_path)
         request = TimingRequest(
@@ -208,7 +208,8 @@ class RealExecutor:
         # Device runtimes reserve far more address space than they use: no RLIMIT_AS here.
         limits = Limits(wall_s=wall_s, memory_bytes=resource.RLIM_INFINITY)
         out = run_sandboxed("tools.child.timing", msgspec.msgpack.encode(request), limits=limits,
-                            files={CANDIDATE_FILE: candidate_source})
+                            files={CANDIDATE_FILE: candidate_source},
+                            devices=accelerator_devices())  # in its private /dev
         if not out.ok:
             raise RuntimeError(f"timing child failed: {out.failure()}\n{out.stderr_tail}")
         result = msgspec.msgpack.decode(out.result, type=TimingResult)

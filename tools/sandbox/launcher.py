@@ -56,7 +56,8 @@ _SECRET_PREFIXES = (
 # keep the sandbox directory writable, put a tmpfs over each directory others cannot enter
 # that holds something the child needs (the pairs before the second `--`: that directory
 # and the one entry of it bound back, so the interpreter under a private home is reachable
-# and nothing else there is), give it a private minimal /dev, make every other writable
+# and nothing else there is), give it a private minimal /dev (plus the devices before the
+# third `--`, an accelerator's, bound from the host's), make every other writable
 # filesystem read-only (cgroup filesystems too: a group the child could write to would be
 # no limit, so it refuses to run in one; /sys and /proc/sys as well), then drop all
 # capabilities and, when a uid is given, become that unprivileged user (the parent-death
@@ -75,10 +76,16 @@ while [ "$1" != "--" ]; do
   mkdir "$1/$2"; mount --rbind "$stage/$2" "$1/$2"
   umount -l "$stage"; rmdir "$stage"; shift 2
 done; shift
+mkdir "$stage"; mount --rbind /dev "$stage"
 mount -t tmpfs -o mode=755,size=64k,nosuid,noexec tmpfs /dev
 for node in null:3 zero:5 full:7 random:8 urandom:9; do
   mknod -m 666 "/dev/${node%:*}" c 1 "${node#*:}"
 done
+while [ "$1" != "--" ]; do
+  if [ -d "$stage/${1#/dev/}" ]; then mkdir -p "$1"; else touch "$1"; fi
+  mount --rbind "$stage/${1#/dev/}" "$1"; shift
+done; shift
+umount -l "$stage"; rmdir "$stage"
 ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -s fd/2 /dev/stderr
 for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
   [ "$target" = "$box" ] && continue
@@ -258,10 +265,12 @@ def run_sandboxed(
     limits: Limits | None = None,
     isolate: bool = True,
     mailbox: Mailbox | None = None,
+    devices: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back.
 
-    ``request=None`` with a ``mailbox``: the request comes later, through the mailbox."""
+    ``request=None`` with a ``mailbox``: the request comes later, through the mailbox.
+    ``devices``: host device nodes the child also sees in its private /dev."""
     limits = limits or Limits()
     box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))
     group = cgroups.TreeGroup()
@@ -284,10 +293,10 @@ def run_sandboxed(
             group = cgroups.create(box.name, memory_bytes=limits.tree_memory_bytes,
                                    max_tasks=limits.max_tasks)
         if namespaced:
-            command = _namespace_prefix(str(box), group.procs_files) + command
+            command = _namespace_prefix(str(box), group.procs_files, devices) + command
             isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
                           "private-dev", "read-only-sys", "no-capabilities"]
-            if os.geteuid() == 0:
+            if _drops_uid(devices):
                 os.chown(box, SANDBOX_UID, SANDBOX_UID)
                 isolation.append(f"uid-{SANDBOX_UID}")
         elif group.procs_files:
@@ -391,14 +400,40 @@ def _probe() -> tuple[bool, bool]:
         shutil.rmtree(box, ignore_errors=True)
 
 
-def _namespace_prefix(box: str, join: Sequence[str]) -> list[str]:
-    uid = str(SANDBOX_UID) if os.geteuid() == 0 else ""
+def _namespace_prefix(box: str, join: Sequence[str],
+                      devices: Sequence[str] = ()) -> list[str]:
+    uid = str(SANDBOX_UID) if _drops_uid(devices) else ""
     overlays = [part for pair in _hidden_ancestors(_needed_paths()) for part in pair]
     return [
         "unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
         "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box, uid, *join, "--",
-        *overlays, "--",
+        *overlays, "--", *devices, "--",
     ]
+
+
+def accelerator_devices() -> list[str]:
+    """The host's accelerator device nodes (TPU, NVIDIA GPU, VFIO), for a timing child."""
+    import glob
+
+    found = [*glob.glob("/dev/accel*"), *glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri")]
+    if os.path.isdir("/dev/vfio"):
+        found.append("/dev/vfio")
+    return sorted(p for p in found if p.startswith("/dev/") and "/.." not in p)
+
+
+def _drops_uid(devices: Sequence[str]) -> bool:
+    """Root verifiers hand the child uid 65534, unless a device it needs is not usable by
+    others (then it keeps uid 0, without capabilities, and the receipt does not claim it)."""
+    if os.geteuid() != 0:
+        return False
+    for device in devices:
+        paths = ([os.path.join(device, n) for n in os.listdir(device)]
+                 if os.path.isdir(device) else [device])
+        for path in paths:
+            with contextlib.suppress(OSError):
+                if stat.S_IMODE(os.stat(path).st_mode) & 0o006 != 0o006:
+                    return False
+    return True
 
 
 def _needed_paths() -> list[str]:
