@@ -63,7 +63,8 @@ BROKEN = kernel([64], broken=True)
 
 SCRIPTS: dict[str, dict[int, list[str]]] = {
     # iteration -> the implementer's kernel, then the fixer's for rounds 1, 2, ... (the last repeats)
-    "broken_wrong_fast_slow": {1: [BROKEN, BROKEN, BROKEN], 2: [WRONG], 3: [GOOD_FAST], 4: [GOOD_SLOW]},
+    "broken_wrong_fast_slow": {1: [BROKEN, BROKEN, BROKEN], 2: ["no code here, sorry", WRONG],
+                               3: [GOOD_FAST], 4: [GOOD_SLOW]},
     "fixed_once": {1: [BROKEN, GOOD_FAST], 2: [GOOD_SLOW]},
     "good": {i: [GOOD_FAST] for i in range(1, 10)},
     "malformed_then_good": {1: ["no code here, sorry", GOOD_FAST]},
@@ -102,8 +103,8 @@ class ScriptedProvider(Provider):
         else:
             answers = self.script[iteration]  # a KeyError is a bug the agent base fails at once
             index = int(request.context.get("round", 0)) if request.purpose == "fix" else 0
-            if request.purpose == "implement" and request.attempt == 1:
-                index = 1  # the answer to the re-ask after a malformed one
+            if request.purpose == "implement":
+                index = request.attempt  # 1: the answer to the re-ask after a malformed one
             body = answers[min(index, len(answers) - 1)]
             text = body if "def build" not in body else (
                 "Error: see diagnostics\nCause: block rows\nFix: aligned blocks\n\n"

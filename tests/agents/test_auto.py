@@ -47,7 +47,8 @@ def events_of(db: Path, run_id: str) -> list:
 
 
 @pytest.mark.slow
-def test_compile_failure_and_wrong_answer_short_circuit_and_best_of_n_rolls_back(tmp_path: Path) -> None:
+@pytest.mark.timeout(900)
+def test_compile_failure_wrong_answer_and_malformed_answer_then_best_of_n_rolls_back(tmp_path: Path) -> None:
     db = tmp_path / "runs.duckdb"
     request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=4, fix_rounds=2, tune_budget=2,
                             provider_options={"script": "broken_wrong_fast_slow", "tag": "a"})
@@ -85,50 +86,17 @@ def test_compile_failure_and_wrong_answer_short_circuit_and_best_of_n_rolls_back
         assert log.verify().ok
     assert len({e.event_id for e in events}) == len(events)
     assert len([e for e in events if isinstance(e, PlanProposed)]) == 4
-
-
-@pytest.mark.slow
-def test_a_malformed_answer_is_recorded_and_asked_again_once(tmp_path: Path) -> None:
-    db = tmp_path / "runs.duckdb"
-    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=1, tune_budget=1,
-                            provider_options={"script": "malformed_then_good", "tag": "b"})
-    run_id = asyncio.run(run_search(db, request))
-    events = events_of(db, run_id)
-    asks = [e for e in events if isinstance(e, LlmCalled) and e.agent == "implementer"]
+    # iteration 2's first answer had no code: recorded, asked again once with the reason
+    asks = [e for e in events if isinstance(e, LlmCalled) and e.agent == "implementer"
+            and e.iteration == 2]
     assert len(asks) == 2
     with EventLog(db, read_only=True) as log:
         reask = log.get_artifact(asks[1].prompt_sha256).decode()
     assert "could not be used" in reask and "no ```python code block" in reask
-    (finished,) = [e for e in events if isinstance(e, RunFinished)]
-    assert finished.best_node_id is not None
 
 
 @pytest.mark.slow
-def test_replay_re_executes_a_recorded_run_to_the_same_winner(tmp_path: Path) -> None:
-    first_db, second_db = tmp_path / "first.duckdb", tmp_path / "second.duckdb"
-    recorded = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1, tune_budget=1,
-                             provider_options={"script": "fixed_once", "tag": "c"})
-    first = asyncio.run(run_search(first_db, recorded))
-    with EventLog(first_db, read_only=True) as log:
-        cutoff = next(iter(log.events(types=["RunRequested"]))).ts
-    replayed = KernelRequest(task=TASK, provider="replay", iterations=2, fix_rounds=1, tune_budget=1,
-                             provider_options={"replay_from": str(first_db)},
-                             knowledge_cutoff_ts=cutoff)
-    second = asyncio.run(run_search(second_db, replayed))
-    a, b = events_of(first_db, first), events_of(second_db, second)
-
-    def winner(events: list) -> tuple:
-        (node,) = [e for e in events if isinstance(e, NodeEvaluated)]
-        return node.code_sha256, node.best_iteration, node.latency_s
-
-    assert winner(a) == winner(b) and winner(a)[0] is not None
-    calls_a = [(e.agent, e.prompt_sha256, e.response_sha256) for e in a if isinstance(e, LlmCalled)]
-    calls_b = [(e.agent, e.prompt_sha256, e.response_sha256) for e in b if isinstance(e, LlmCalled)]
-    assert calls_a == calls_b
-    assert {e.provider for e in b if isinstance(e, LlmCalled)} == {"replay"}
-
-
-@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_task_without_an_input_maker_gets_one_written_and_validated(tmp_path: Path) -> None:
     db = tmp_path / "runs.duckdb"
     task = TASK.with_name("rmsnorm_no_inputs.py")

@@ -31,6 +31,7 @@ def kg(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_session_runs_one_phase_per_step_and_resumes_from_the_log(tmp_path: Path) -> None:
     db = str(tmp_path / "session.duckdb")
     started = json.loads(kg("hitl", "start", str(TASK), "--db", db, *PROVIDER, "--json"))

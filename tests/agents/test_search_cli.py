@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from eventstore.log import EventLog
+
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
 
 
@@ -49,3 +51,10 @@ def test_search_writes_a_verified_winner_that_replays_and_verifies_again(tmp_pat
     digest = hashlib.sha256(kernel.read_bytes()).hexdigest()
     assert hashlib.sha256(Path(again["kernel_path"]).read_bytes()).hexdigest() == digest
     assert again["config"] == best["config"]
+    calls = []
+    for log_path, run_id in ((db, summary["run_id"]), (tmp_path / "replay.duckdb", json.loads(replayed.stdout)["run_id"])):
+        with EventLog(log_path, read_only=True) as log:
+            calls.append([(e.agent, e.prompt_sha256, e.response_sha256, e.provider)
+                          for e in log.events(run_id=run_id, types=["LlmCalled"])])
+    assert [c[:3] for c in calls[0]] == [c[:3] for c in calls[1]] and calls[0]
+    assert {c[3] for c in calls[0]} == {"offline"} and {c[3] for c in calls[1]} == {"replay"}
