@@ -34,8 +34,10 @@ class PendingRunner:
     pool: ThreadPoolExecutor
 
     def cancel(self) -> None:
+        """End it (killed unless it got its programs) and wait until its sandbox directory
+        and control groups are gone, so nothing of it outlives the evaluation."""
         self.mailbox.cancel()
-        self.pool.shutdown(wait=False)
+        self.pool.shutdown(wait=True)
 
 
 def start_runner(limits: Limits) -> PendingRunner:
