@@ -27,6 +27,7 @@ from nats.js.api import DeliverPolicy
 from agents.commands import StartRun
 from bus import artifacts, subjects
 from bus.codec import EventDecodeError, decode_event, derived_event_id, encode
+from bus.streams import BusSettings, ensure_streams
 from eventstore.events import (
     Event,
     NodeEvaluated,
@@ -139,6 +140,7 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
     source = request.task.read_bytes()
     run_id = run_id or new_event_id()
     js = nc.jetstream()
+    await ensure_streams(js, BusSettings.from_env())  # a fresh deployment may not have them yet
     (task_sha,) = await artifacts.publish_artifacts(js, [(source, "task")],
                                                    max_payload=nc.max_payload)
     now = time.time()
