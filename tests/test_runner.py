@@ -187,6 +187,17 @@ def test_kernel_constructs_round_trip(name: str) -> None:
                                                                               strict=True))
 
 
+def test_a_sub_jaxpr_shared_by_two_calls_round_trips() -> None:
+    def twice(x):  # two jnp.where calls share one cached sub-jaxpr object
+        return jnp.where(jnp.where(x > 0, x, 0.0) > 1, x, 1.0)
+
+    x = jnp.linspace(-2, 2, 8 * 128, dtype=jnp.float32).reshape(8, 128)
+    closed = jax.make_jaxpr(twice)(x)
+    back = programs.decode(programs.encode(closed))
+    (out,) = jax.core.eval_jaxpr(back.jaxpr, back.consts, x)
+    assert np.array_equal(np.asarray(out), np.asarray(twice(x)))
+
+
 def test_only_jax_primitives_and_listed_classes_are_rebuilt() -> None:
     traced = jax.jit(lambda x: jnp.tanh(x) + 1).trace(jax.ShapeDtypeStruct((8,), jnp.float32))
     version, body = msgspec.msgpack.decode(programs.encode(traced.jaxpr))

@@ -286,6 +286,15 @@ class _Decoder:
         raise ProgramError(f"not an atom: {item[0]!r}")
 
     def jaxpr(self, body: dict[str, Any], depth: int) -> Any:
+        """One jaxpr in its own variable scope: sub-jaxprs are closed, and JAX shares one
+        sub-jaxpr object between calls (two `jnp.where`s), so the same ids recur in them."""
+        outer, self.vars = self.vars, {}
+        try:
+            return self._jaxpr(body, depth)
+        finally:
+            self.vars = outer
+
+    def _jaxpr(self, body: dict[str, Any], depth: int) -> Any:
         core = jaxprivate.core()
         source_info = jaxprivate.source_info_util().new_source_info()
         constvars = [self.binder(v, depth) for v in body["constvars"]]
