@@ -39,16 +39,24 @@ def needs_input_maker(source: str) -> bool:
     return not functions.intersection(INPUT_MAKERS) and "INPUT_SPECS" in assigned
 
 
+def literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, ast.expr]:
+    """The value expressions of a module's top-level `NAME = ...` lines for the given names."""
+    found: dict[str, ast.expr] = {}
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names):
+            found[node.targets[0].id] = node.value
+    return found
+
+
 def signature_of(source: str) -> dict[str, Any]:
     """{"args": [{name, dtype, shapes}]} from a task's literal INPUT_SPECS and SHAPES."""
     values: dict[str, Any] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name) and node.targets[0].id in ("INPUT_SPECS", "SHAPES"):
-            try:
-                values[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                raise PermanentError(f"{node.targets[0].id} must be a literal") from None
+    for name, expr in literal_assignments(source, ("INPUT_SPECS", "SHAPES")).items():
+        try:
+            values[name] = ast.literal_eval(expr)
+        except ValueError:
+            raise PermanentError(f"{name} must be a literal") from None
     specs, shapes = values.get("INPUT_SPECS"), values.get("SHAPES")
     if not specs or not shapes:
         raise PermanentError("a task without an input maker needs literal INPUT_SPECS and SHAPES")

@@ -14,6 +14,7 @@ once.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
@@ -124,14 +125,11 @@ def check_request(request: KernelRequest) -> CheckedTask:
 
 
 def _literal_name(source: str) -> str | None:
-    import ast
+    from agents.test_synth import literal_assignments
 
-    for node in ast.parse(source).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "NAME"
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            return node.value.value
-    return None
+    value = literal_assignments(source, ("NAME",)).get("NAME")
+    is_text = isinstance(value, ast.Constant) and isinstance(value.value, str)
+    return value.value if is_text else None  # type: ignore[union-attr]
 
 
 async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None) -> SubmittedRun:
