@@ -36,6 +36,50 @@ class StartRun(Command, frozen=True, kw_only=True, tag="StartRun"):
     original saw."""
 
 
+class StartSearch(StartRun, frozen=True, kw_only=True, tag="StartSearch"):
+    """Run a search: the policy expands nodes, each one Auto trajectory (`ExpandNode`).
+
+    `iterations` is the default inner budget of an expansion; the budget fields are the
+    stop criteria (None: no limit); `concurrency` is how many trajectories run at once.
+    """
+
+    target: ClassVar[str | None] = "search"
+
+    policy: str
+    policy_params: Json = {}
+    max_nodes: int | None = 6
+    max_candidates: int | None = None
+    max_depth: int | None = None
+    target_speedup: float | None = None
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    concurrency: int = 2
+
+
+class ExpandNode(StartRun, frozen=True, kw_only=True, tag="ExpandNode"):
+    """One trajectory of a search, node `node_id` under `parent_id`, in its own session.
+
+    The run's suite and baseline already exist; `parent` is what the child sees of its
+    parent ({code_sha256, plan_sha256, profile_sha256, config, speedup, plan_summary,
+    profile_summary, tuning_summary}), `failures` the failures on its path. The trajectory
+    ends with `NodeEvaluated`; the search orchestrator verifies and finishes the run.
+    """
+
+    parent_id: str
+    parent: Json | None = None
+    failures: list[Json] = []
+    recipe_sha256: str
+    baseline_s: float | None = None
+
+
+class AuditRun(Command, frozen=True, kw_only=True, tag="AuditRun"):
+    """Recompute the run's claims from the log; `final` audits gate `RunFinished`."""
+
+    target: ClassVar[str | None] = "auditor"
+
+    final: bool = False
+
+
 class _TaskCommand(Command, frozen=True, kw_only=True):
     task_sha256: str
     task_file: str
@@ -128,6 +172,6 @@ class VerifyWinner(_KernelCommand, frozen=True, kw_only=True, tag="VerifyWinner"
 
 
 AGENT_COMMANDS: tuple[type[Command], ...] = (
-    StartRun, FreezeSuite, MeasureBaseline, ProposePlan, WriteKernel, FixKernel, CheckCompile,
+    StartRun, StartSearch, ExpandNode, AuditRun, FreezeSuite, MeasureBaseline, ProposePlan, WriteKernel, FixKernel, CheckCompile,
     RunTests, MeasureConfig, TuneKernel, ProfileKernel, VerifyWinner,
 )

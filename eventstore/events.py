@@ -174,6 +174,21 @@ class SearchStopped(Event, frozen=True, kw_only=True, tag="SearchStopped"):
     reason: str
 
 
+class PolicyDecided(Event, frozen=True, kw_only=True, tag="PolicyDecided"):
+    """One answer of the search policy, recorded before any of its expansions is requested.
+
+    `seen_events` is how many of the run's events (in log order) the policy's graph was
+    folded from, so the decision can be recomputed from the log; `expansions` are
+    {node_id, parent_id, strategy, iterations}; `stop` is the Stop reason, if any.
+    """
+
+    policy: str
+    decision: int
+    seen_events: int
+    expansions: list[Json] = []
+    stop: str | None = None
+
+
 # --- one iteration of a trajectory ----------------------------------------------------------
 
 
@@ -332,6 +347,20 @@ class RunFinished(Event, frozen=True, kw_only=True, tag="RunFinished"):
 # --- cross-cutting ------------------------------------------------------------------------
 
 
+class RunAudited(Event, frozen=True, kw_only=True, tag="RunAudited"):
+    """The auditor recomputed the run's claims from the log alone.
+
+    `final` audits gate `RunFinished`: a run is marked finished only after a clean one.
+    Each finding is {check, message, event_id}.
+    """
+
+    clean: bool
+    final: bool = False
+    chain_ok: bool = True
+    events_checked: int = 0
+    findings: list[Json] = []
+
+
 class AgentFailed(Event, frozen=True, kw_only=True, tag="AgentFailed"):
     """An agent gave up on a command after its last delivery."""
 
@@ -386,6 +415,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BaselineMeasured,
     ExpansionRequested,
     SearchStopped,
+    PolicyDecided,
     PlanProposed,
     KernelWritten,
     CompileChecked,
@@ -398,6 +428,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeEvaluated,
     WinnerVerified,
     RunFinished,
+    RunAudited,
     AgentFailed,
     MessageDeadLettered,
     HumanFeedbackGiven,
