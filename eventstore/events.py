@@ -302,6 +302,10 @@ class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="Iterati
     tunables: Json = {}
     failed_phase: str | None = None
     error: str = ""
+    verdict_sha256: str | None = None
+    """The verdict that backs `speedup` (a TestsRun's or the tuning sweep's best)."""
+    proof_event_id: str | None = None
+    """The TestsRun or TuningSwept event that reported that verdict."""
 
 
 class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):
@@ -318,6 +322,9 @@ class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):
     measured_on: MeasuredOn = "simulated"
     tunables: Json = {}
     strategy: str = ""
+    verdict_sha256: str | None = None
+    """The best iteration's verdict, which backs `speedup`."""
+    parent_id: str | None = None
 
 
 # --- the end of a run ---------------------------------------------------------------------
