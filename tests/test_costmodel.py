@@ -152,3 +152,34 @@ def test_transposes_that_cancel_are_free() -> None:
     assert estimate_program(program, get_chip("v6e")).outside_ops_s == 0
     single = parse_lowered(lower(good.looped_then_whole, jnp.ones((4, 8, 128), jnp.float32)))
     assert estimate_program(single, get_chip("v6e")).outside_ops_s > 0
+
+
+def test_convolution_is_priced_as_a_matmul_on_the_mxu() -> None:
+    """A conv is the MXU's work in XLA:TPU: M = batch x output positions, N = output
+    channels, K = input channels x window, padded like a dot; a grouped conv is a batch."""
+    import jax
+
+    x = jax.ShapeDtypeStruct((8, 64, 64, 128), jnp.bfloat16)  # NHWC
+    w = jax.ShapeDtypeStruct((3, 3, 128, 200), jnp.bfloat16)  # HWIO
+
+    def conv(a, b):
+        return jax.lax.conv_general_dilated(a, b, (1, 1), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    cost = reference_cost(conv, (x, w))
+    assert [(d.batch, d.m, d.n, d.k, d.dtype) for d in cost.dots] == [
+        (1, 8 * 62 * 62, 200, 128 * 9, "bfloat16")]
+    assert cost.dot_flops == pytest.approx(cost.flops, rel=1e-2)  # none left to the VPU
+    chip = get_chip("v6e")
+    base = estimate_baseline(cost, chip)
+    # N = 200 padded to 256, K = 1152 to 1280 on the 256-wide MXU, at XLA's 95% of peak.
+    mxu = 2 * (8 * 62 * 62) * 256 * 1280 / (chip.matmul_peak("bfloat16") * 0.95)
+    assert base.matmul_padded_flops == 2 * (8 * 62 * 62) * 256 * 1280
+    assert base.latency_s >= mxu
+    assert base.compute_s == pytest.approx(mxu)
+
+    grouped_w = jax.ShapeDtypeStruct((32, 4, 3, 3), jnp.float32)  # OIHW, 2 groups of 4 -> 16
+    grouped = reference_cost(
+        lambda a, b: jax.lax.conv_general_dilated(a, b, (2, 2), "VALID", feature_group_count=2),
+        (jax.ShapeDtypeStruct((2, 8, 17, 17), jnp.float32), grouped_w))
+    assert [(d.batch, d.m, d.n, d.k) for d in grouped.dots] == [(2, 2 * 8 * 8, 16, 4 * 9)]

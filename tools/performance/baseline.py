@@ -13,6 +13,9 @@ XLA baseline (`reference_cost` compiles the task's reference on the host):
    pass XLA leaves outside a matmul (`mask * (x @ y)`) costs its own trip through HBM.
    Dots (from the StableHLO, in program order) go to the fusions that hold a dot, in
    order; the other flops (VPU) and transcendentals (EUP) overlap the whole program.
+   A convolution is a dot on the MXU (XLA:TPU lowers it to one): M = batch x output
+   positions, N = output channels, K = input channels x window (per feature group; the
+   groups are its batch), padded as dots are.
    `XLA_MXU_EFFICIENCY` = 0.95 is fitted to the matmul guide's XLA rows on v5e
    (`tools/performance/calibration.py`: 94-97% of peak once dispatch is taken out).
 """
@@ -173,6 +176,11 @@ def _entry_bytes(hlo: str) -> tuple[int, int, list[FusionCost]]:
 def _dots(stablehlo_text: str) -> list[DotShape]:
     dots: list[DotShape] = []
     for line in stablehlo_text.splitlines():
+        if "stablehlo.convolution" in line:
+            conv = _conv_as_dot(line)
+            if conv is not None:
+                dots.append(conv)
+            continue
         if "stablehlo.dot_general" not in line and "stablehlo.dot " not in line:
             continue
         sig = re.search(r":\s*\((tensor<[^>]*>),\s*(tensor<[^>]*>)\)\s*->", line)
@@ -207,6 +215,39 @@ def _dots(stablehlo_text: str) -> list[DotShape]:
         wider = ldt if _HLO_BITS.get(_short(ldt), 32) >= _HLO_BITS.get(_short(rdt), 32) else rdt
         dots.append(DotShape(batch, m, n, k, wider))
     return dots
+
+
+_CONV_DIMS = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]")
+
+
+def _conv_as_dot(line: str) -> DotShape | None:
+    """A `stablehlo.convolution` as the matmul the MXU does: M = batch x output positions,
+    N = output channels, K = input channels x window, one per feature (or batch) group.
+    None when the line is not in a form read here (the conv is then priced as VPU flops)."""
+    sig = re.search(r":\s*\((tensor<[^>]*>),\s*(tensor<[^>]*>)\)\s*->\s*(tensor<[^>]*>)", line)
+    labels = _CONV_DIMS.search(line)
+    if not sig or not labels:
+        return None
+    _, lhs, ldt, _ = split_shaped(sig.group(1))
+    _, rhs, rdt, _ = split_shaped(sig.group(2))
+    _, out, _, _ = split_shaped(sig.group(3))
+    lhs_l, rhs_l, out_l = ([x.strip() for x in g.split(",")] for g in labels.groups())
+    if not (len(lhs_l) == len(lhs) and len(rhs_l) == len(rhs) and len(out_l) == len(out)):
+        return None
+    groups = 1
+    for name in ("feature_group_count", "batch_group_count"):
+        count = re.search(name + r"\s*=\s*(\d+)", line)
+        groups *= int(count.group(1)) if count else 1
+    try:
+        channels = out[out_l.index("f")]
+        positions = math.prod(s for s, label in zip(out, out_l, strict=True) if label.isdigit())
+        window = math.prod(s for s, label in zip(rhs, rhs_l, strict=True) if label.isdigit())
+        m = out[out_l.index("b")] * positions
+        k = rhs[rhs_l.index("i")] * window
+    except ValueError:  # a label missing: not a layout read here
+        return None
+    wider = ldt if _HLO_BITS.get(_short(ldt), 32) >= _HLO_BITS.get(_short(rdt), 32) else rdt
+    return DotShape(groups, m, max(channels // groups, 1), k, wider)
 
 
 def _short(dtype: str) -> str:
