@@ -16,11 +16,13 @@ them in a thread (`AgentContext.run_tool`).
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
+- `receipt_json` / `receipt_problems`: a receipt as text; why a receipt does not hold
+  (hash, signature, verdict and speedup re-derived), for the auditor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,6 +269,22 @@ def receipt_json(receipt: dict[str, Any]) -> str:
     return json.dumps(receipt, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+def receipt_problems(receipt: Mapping[str, Any], also_trusted: Collection[str] = ()) -> list[str]:
+    """Why a receipt does not hold (empty when it does): its hash, its signature by a trusted
+    key (this installation's, or one of the `also_trusted` fingerprints), its verdict and
+    speedup re-derived from its numbers."""
+    from tools.verification.receipts import ReceiptError, check_receipt, installation_fingerprints
+
+    trusted = installation_fingerprints() | set(also_trusted) if also_trusted else None
+    try:
+        checked = check_receipt(receipt, trusted)
+    except ReceiptError as exc:
+        return [str(exc)]
+    if checked.ok:
+        return []
+    return list(checked.problems) or ["the receipt does not check"]
+
+
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_SEEDS",
@@ -306,6 +324,7 @@ __all__ = [
     "profile_of",
     "read_tunables",
     "receipt_json",
+    "receipt_problems",
     "recipe_of",
     "render",
     "suite_from_recipe",
