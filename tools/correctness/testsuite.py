@@ -3,8 +3,10 @@
 Cases: several PRNG seeds at the tuning point, every unseen shape, and numerics probes (the
 tuning inputs scaled to large and to small magnitudes). For each case the reference runs
 twice in this process: as written (its own dtypes) and, with 64-bit types enabled only for
-that call, on float64 copies of the inputs: the oracle. The reference's own error against
-the oracle is the floor a candidate is held to.
+that call, on float64 copies of the inputs: the oracle (:mod:`tools.correctness.oracle`;
+where the reference cannot run in float64, a float32 oracle at highest matmul precision,
+recorded per case). The reference's own error against the oracle is the floor a candidate
+is held to.
 
 The suite is data (msgpack, sorted keys) with a sha256 over that canonical encoding, so it
 can be stored as an artifact and re-checked. A suite that cannot tell a right answer from
@@ -24,7 +26,8 @@ import numpy as np
 
 from kernelgraph.errors import KernelgraphError
 from tools.correctness.ceiling import ceiling_limit, element_slack
-from tools.inputs.tasks import Task, TaskError, check_reference_output
+from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
+from tools.inputs.tasks import Task, check_reference_output
 from tools.sandbox.wire import WireArray, hash_arrays, wire_arrays
 
 FORMAT_VERSION = 2
@@ -62,6 +65,9 @@ class SuiteCase(msgspec.Struct, frozen=True):
     # (>= |oracle|): the scale of an honest kernel's rounding, whatever its order.
     terms_max_abs: tuple[float, ...] = ()
     terms_mean_abs: tuple[float, ...] = ()
+    # The precision the oracle ran in (tools.correctness.oracle.PRECISIONS); not part of
+    # the hash while it is the full "float64", so suites frozen before it keep their hash.
+    oracle_precision: str = FULL_PRECISION
 
 
 class FrozenSuite(msgspec.Struct, frozen=True):
@@ -107,8 +113,29 @@ class FrozenSuite(msgspec.Struct, frozen=True):
 
 
 def suite_hash(suite: FrozenSuite) -> str:
-    """sha256 of the canonical encoding with the hash field empty."""
-    return hashlib.sha256(_ENCODER.encode(msgspec.structs.replace(suite, sha256=""))).hexdigest()
+    """sha256 of the canonical encoding with the hash field empty (fields added since
+    format 2 are left out while they hold their default)."""
+    return hashlib.sha256(_ENCODER.encode(_canonical(suite))).hexdigest()
+
+
+_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION}  # SuiteCase, since 2
+
+
+def _canonical(suite: FrozenSuite) -> Any:
+    emptied = msgspec.structs.replace(suite, sha256="")
+    if all(getattr(c, k) == v for c in suite.cases for k, v in _LATER_FIELDS.items()):
+        data = msgspec.to_builtins(msgspec.structs.replace(emptied, cases=()),
+                                   builtin_types=(bytes, bytearray, memoryview))
+        data["cases"] = [_case_without_later_fields(c) for c in suite.cases]
+        return data
+    return emptied
+
+
+def _case_without_later_fields(case: SuiteCase) -> dict[str, Any]:
+    data = msgspec.to_builtins(case, builtin_types=(bytes, bytearray, memoryview))
+    for key in _LATER_FIELDS:
+        data.pop(key)
+    return data
 
 
 def build_suite(
@@ -124,7 +151,8 @@ def build_suite(
     if not seeds:
         raise ValueError(f"{seeds=} must name at least one seed")
     references = {i: jax.jit(task.reference_at(i)) for i in range(len(task.shapes))}
-    oracles: dict[int, Any] = {}
+    oracles: dict[int, Oracle] = {}
+    noted: set[int] = set()
     cases: list[SuiteCase] = []
     notes: list[str] = []
 
@@ -136,14 +164,16 @@ def build_suite(
         ref = [np.asarray(o) for o in check_reference_output(
             task, references[shape_index](*inputs))]
         if shape_index not in oracles:
-            oracles[shape_index] = _oracle_fn(task, shape_index)
-        oracle = oracles[shape_index](host)
-        if len(oracle) != len(ref):
-            raise TaskError(task.path, "reference returns a different number of outputs "
-                            "under float64")
+            oracles[shape_index] = choose_oracle(task, shape_index, host, ref)
+        chosen, oracle = run_oracle(oracles[shape_index], host, ref)
+        if chosen.precision != FULL_PRECISION and shape_index not in noted:
+            noted.add(shape_index)
+            notes.append(f"shape {shape_index}: the oracle runs in {chosen.precision}, not "
+                         f"float64 ({chosen.why})")
+        oracles[shape_index] = chosen
         if not tolerance:
             tolerance.update(task.tolerance_for([r.dtype.name for r in ref]))
-        magnitudes = _magnitudes(oracles[shape_index], host, oracle)
+        magnitudes = _magnitudes(chosen, host, oracle)
         floors_max, floors_mean, ceiling, slacks = [], [], [], []
         terms_max, terms_mean = [], []
         for r, o, m in zip(ref, oracle, magnitudes, strict=True):
@@ -177,6 +207,7 @@ def build_suite(
             floor_max_abs=tuple(floors_max), floor_mean_abs=tuple(floors_mean),
             ceiling_applies=tuple(ceiling), slack=wire_arrays(slacks),
             terms_max_abs=tuple(terms_max), terms_mean_abs=tuple(terms_mean),
+            oracle_precision=chosen.precision,
         )
 
     tuning_inputs = None
@@ -219,12 +250,12 @@ def build_suite(
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
 
 
-def _magnitudes(oracle_fn: Any, host: Sequence[np.ndarray],
+def _magnitudes(oracle_fn: Oracle, host: Sequence[np.ndarray],
                 oracle: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per output, the magnitude of the terms that were summed into each element: the
-    reference in float64 on the absolute values of its floating inputs (for a matmul
-    exactly sum |a||b|), never less than |oracle|. Where that run fails or is not finite,
-    |oracle| alone."""
+    reference in the oracle's precision on the absolute values of its floating inputs (for
+    a matmul exactly sum |a||b|), never less than |oracle|. Where that run fails or is not
+    finite, |oracle| alone."""
     absolute = [np.abs(x) if _is_float(x) else x for x in host]
     try:
         summed = oracle_fn(absolute)
@@ -239,28 +270,6 @@ def _magnitudes(oracle_fn: Any, host: Sequence[np.ndarray],
         s = np.abs(s.astype(np.float64))
         found.append(np.maximum(np.where(np.isfinite(s), s, 0.0), wide))
     return found
-
-
-def _oracle_fn(task: Task, shape_index: int) -> Any:
-    """The reference on float64 copies of the inputs, with x64 enabled for this call only."""
-    import jax
-
-    reference = jax.jit(task.reference_at(shape_index))
-
-    def oracle(host: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with jax.enable_x64(True):
-            wide = [x.astype(np.float64) if _is_float(x) else x for x in host]
-            try:
-                outs = jax.tree.leaves(reference(*wide))
-            except Exception as exc:
-                raise TaskError(
-                    task.path, f"the reference fails on float64 inputs (the oracle): "
-                    f"{type(exc).__name__}: {exc}"
-                ) from None
-            return [np.asarray(o).astype(np.float64) if _is_float(np.asarray(o))
-                    else np.asarray(o) for o in outs]
-
-    return oracle
 
 
 def _refuse_vacuous(task: Task, cases: Sequence[SuiteCase], reference: Any,
