@@ -18,6 +18,9 @@ the artifact is already in the stream and goes into the log no later than the ev
 
 A message on the events stream that does not decode is recorded as `MessageDeadLettered`
 (with its raw bytes), never dropped and never fatal.
+
+It also answers `kg.log.verify` (`bus.logverify`): the chain's verification, a run's
+recorded events and which artifacts the log lacks, so an auditor elsewhere can audit.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from typing import Any, TypeVar
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from bus import subjects
 from bus.codec import EventDecodeError, decode_event, derived_event_id, salvage_run_id
+from bus.logverify import LogVerifier
 from bus.pull import PullConsumer
 from bus.streams import BusSettings, ensure_streams, reset_recorder_consumers
 from eventstore.events import Event, MessageDeadLettered
@@ -103,6 +108,7 @@ class Recorder:
         self._events: PullConsumer | None = None
         self._artifacts: PullConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._verify_sub: Subscription | None = None
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
 
@@ -116,10 +122,16 @@ class Recorder:
             self.nc, subjects.ARTIFACTS_STREAM, subjects.RECORDER_ARTIFACTS_CONSUMER
         ).open()
         self._task = asyncio.create_task(self._run(), name="recorder")
+        verifier = LogVerifier(self.read, self.nc.max_payload)
+        self._verify_sub = await self.nc.subscribe(subjects.LOG_VERIFY, queue=self.name,
+                                                   cb=verifier.on_request)
 
     async def stop(self) -> None:
         """Record everything already on the stream, then stop (call after the services stopped)."""
         self._stopping.set()
+        if self._verify_sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._verify_sub.unsubscribe()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         for pull in (self._events, self._artifacts):

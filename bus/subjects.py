@@ -3,7 +3,8 @@
 Commands travel on `kg.cmd.<agent>` (a work-queue stream: each command is taken by one
 worker of its agent kind), events on `kg.evt.<run_id>.<type>` (a stream the recorder
 consumes durably), artifacts on `kg.art.<sha256>` (a content-addressed stream the
-recorder copies into the log and agents read back by hash).
+recorder copies into the log and agents read back by hash). The recorder answers questions
+about the log on `kg.log.verify` (request-reply).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ ARTIFACTS_WILDCARD = f"{PREFIX}.art.>"
 
 RECORDER_EVENTS_CONSUMER = "recorder_events"
 RECORDER_ARTIFACTS_CONSUMER = "recorder_artifacts"
+
+LOG_VERIFY = f"{PREFIX}.log.verify"
+"""Request-reply (core NATS): the recorder answers with the log's chain verification, the
+recorded events of a run and which of the named artifacts the log lacks (`bus.logverify`)."""
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 """JetStream drops a second message with the same id inside the stream's duplicate window."""
