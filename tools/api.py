@@ -164,7 +164,7 @@ def measure_baseline(task: Task | str | Path, *, target: str = DEFAULT_TARGET) -
         return _real_baseline(loaded, executor)
     from tools.performance.baseline import estimate_baseline
 
-    inputs = loaded.make_inputs(0, 0)
+    inputs = loaded.input_specs(0)  # shapes only: the reference is compiled, never run
     cost = executor.reference_cost(loaded.reference, inputs)  # type: ignore[union-attr]
     estimate = estimate_baseline(cost, executor.chip)  # type: ignore[union-attr]
     return Baseline(

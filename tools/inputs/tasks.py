@@ -62,6 +62,7 @@ class Task:
     declared_tolerance: dict[str, float] | None = None  # TOLERANCE as the file states it
     derived_shapes: tuple[int, ...] = ()  # unaligned shapes added by tools.inputs.shapes
     alignment_note: str = ""  # why tails are not exercised, when they are not
+    _specs: dict[int, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def tolerance_for(self, dtype_names: Sequence[str]) -> dict[str, float]:
         """The element-wise ceiling for outputs of these dtypes: the declared TOLERANCE over
@@ -93,23 +94,31 @@ class Task:
 
     def make_inputs(self, seed: int, shape_index: int = 0) -> tuple[Any, ...]:
         """Deterministic inputs for one (seed, shape); always a tuple of arrays."""
-        import jax
-
         self._check_shape_index(shape_index)
         try:
-            if self.format == "kernelgraph":
-                raw = self.module.make_inputs(jax.random.key(seed), shape_index=shape_index)
-            else:
-                with self._jaxbench_config(shape_index), _folded_jax_seeds(seed):
-                    raw = self.module.create_inputs()
+            raw = self.call_input_maker(seed, shape_index)
         except TaskError:
             raise
         except Exception as exc:
             raise TaskError(
                 self.path,
                 f"making inputs for seed {seed}, shape {shape_index} raised "
-                f"{type(exc).__name__}: {exc}{_where(exc, self.path)}",
+                f"{type(exc).__name__}: {exc}{where_in(exc, self.path)}",
             ) from None
+        return self.checked_inputs(raw, seed, shape_index)
+
+    def call_input_maker(self, seed: int, shape_index: int) -> Any:
+        """The file's own input maker for one (seed, shape), its errors unwrapped (it may be
+        traced: :mod:`tools.inputs.abstract`)."""
+        import jax
+
+        if self.format == "kernelgraph":
+            return self.module.make_inputs(jax.random.key(seed), shape_index=shape_index)
+        with self._jaxbench_config(shape_index), _folded_jax_seeds(seed):
+            return self.module.create_inputs()
+
+    def checked_inputs(self, raw: Any, seed: int, shape_index: int) -> tuple[Any, ...]:
+        """The maker's result as a tuple; anything but arrays is a TaskError."""
         inputs = raw if isinstance(raw, tuple | list) else (raw,)
         for position, value in enumerate(inputs):
             if not _is_array(value):
@@ -119,6 +128,16 @@ class Task:
                     f"{type(value).__name__}, expected a JAX array",
                 )
         return tuple(inputs)
+
+    def input_specs(self, shape_index: int = 0) -> tuple[Any, ...]:
+        """Shapes and dtypes of the inputs at one shape (``jax.ShapeDtypeStruct``), from
+        tracing the input maker: nothing is computed. Cached."""
+        self._check_shape_index(shape_index)
+        if shape_index not in self._specs:
+            from tools.inputs.abstract import input_specs
+
+            self._specs[shape_index] = input_specs(self, shape_index)
+        return self._specs[shape_index]
 
     def flops(self, shape_index: int, inputs: Sequence[Any]) -> int | None:
         """Flops of the reference at one shape when the task declares them, else None."""
@@ -167,8 +186,9 @@ def load_task(
 ) -> Task:
     """Import and check a task file; ``scales`` overrides a JAXBench file's shape scales.
 
-    With ``validate`` the inputs for seed 0 at the tuning point are made twice (they must
-    be identical) and the reference is run once (it must return JAX arrays).
+    With ``validate`` the task is checked without running its workload
+    (:mod:`tools.inputs.abstract`): the input maker is traced twice (the traces must agree)
+    and the reference is evaluated abstractly on the traced shapes.
     """
     path = Path(path)
     if path.is_file() and path.suffix != ".py":
@@ -189,27 +209,17 @@ def load_task(
 
 
 def validate_task(task: Task) -> None:
-    """Run the cheap semantic checks: deterministic inputs, JAX-array reference output."""
-    first = task.make_inputs(0, 0)
-    second = task.make_inputs(0, 0)
-    if _hash_arrays(first) != _hash_arrays(second):
-        raise TaskError(
-            task.path,
-            f"{task._inputs_fn_name} is not deterministic: two calls for the same seed "
-            "returned different inputs (derive every random value from the key)",
-        )
-    try:
-        out = task.reference_at(0)(*first)  # not jitted: jit would turn a Python list into arrays
-    except Exception as exc:
-        fn = "reference" if task.format == "kernelgraph" else "workload"
-        raise TaskError(
-            task.path, f"{fn} raised {type(exc).__name__}: {exc}{_where(exc, task.path)}"
-        ) from None
-    check_reference_output(task, out)
+    """The cheap semantic checks, by abstract evaluation: deterministic inputs, JAX-array
+    reference outputs of a checkable dtype."""
+    from tools.inputs.abstract import input_specs, output_specs
+
+    task._specs[0] = input_specs(task, 0, check_determinism=True)
+    output_specs(task, 0, task._specs[0])
 
 
 def check_reference_output(task: Task, out: Any) -> list[Any]:
-    """The reference's outputs as a flat list; anything but numeric JAX arrays is an error."""
+    """The reference's outputs as a flat list; anything but numeric JAX arrays (or their
+    abstract ShapeDtypeStructs) is an error."""
     import jax
 
     fn = "reference" if task.format == "kernelgraph" else "workload"
@@ -217,7 +227,7 @@ def check_reference_output(task: Task, out: Any) -> list[Any]:
     if not leaves:
         raise TaskError(task.path, f"{fn} returned no arrays ({type(out).__name__})")
     for position, leaf in enumerate(leaves):
-        if not isinstance(leaf, jax.Array):
+        if not isinstance(leaf, jax.Array | jax.ShapeDtypeStruct):  # (tracers are jax.Array)
             raise TaskError(
                 task.path,
                 f"{fn} output {position} is {type(leaf).__name__}, expected a JAX array "
@@ -352,12 +362,12 @@ def _import(path: Path, sha: str) -> ModuleType:
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise TaskError(
-            path, f"importing raised {type(exc).__name__}: {exc}{_where(exc, path)}"
+            path, f"importing raised {type(exc).__name__}: {exc}{where_in(exc, path)}"
         ) from None
     return module
 
 
-def _where(exc: BaseException, path: Path) -> str:
+def where_in(exc: BaseException, path: Path) -> str:
     """' (line N)' for the deepest frame of the traceback inside the task file."""
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
              if Path(f.filename).resolve() == path.resolve()]
@@ -368,15 +378,6 @@ def _is_array(value: Any) -> bool:
     import jax
 
     return isinstance(value, jax.Array | np.ndarray)
-
-
-def _hash_arrays(arrays: Sequence[Any]) -> str:
-    digest = hashlib.sha256()
-    for a in arrays:
-        host = np.asarray(a)
-        digest.update(f"{host.dtype.str}{host.shape}".encode())
-        digest.update(np.ascontiguousarray(host).tobytes())
-    return digest.hexdigest()
 
 
 _seed_lock = threading.Lock()
