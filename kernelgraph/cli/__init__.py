@@ -10,13 +10,17 @@ from kernelgraph.cli.app import app
 # Each module attaches its commands to `app` when imported.
 COMMAND_MODULES = (
     "kernelgraph.cli.logcmds",
+    "kernelgraph.cli.auditcmds",
     "kernelgraph.cli.buscmds",
     "kernelgraph.cli.perfcmds",
     "kernelgraph.cli.estimatecmds",
     "kernelgraph.cli.verifycmds",
     "kernelgraph.cli.runcmds",
+    "kernelgraph.cli.resumecmds",
+    "kernelgraph.cli.benchcmds",
     "kernelgraph.cli.hitlcmds",
     "kernelgraph.cli.knowledgecmds",
+    "kernelgraph.cli.reportcmds",
 )
 
 
