@@ -23,6 +23,7 @@ import msgspec
 
 from eventstore.codec import EventDecodeError, decode_event
 from eventstore.events import EVENT_TYPES_BY_NAME, Event
+from eventstore.views import VIEWS_SHA256, create_views
 from kernelgraph.errors import KernelgraphError
 
 FORMAT_NAME = "kernelgraph-log"
@@ -49,76 +50,6 @@ CREATE TABLE artifacts (
     created_ts DOUBLE NOT NULL,
     data BLOB NOT NULL
 );
-"""
-
-# Views for analysis with plain SQL or from a notebook (documented in README.md).
-# The table keeps only what filters need as columns (every column costs append
-# throughput); the rest of the envelope lives in the JSON body.
-_VIEWS = """
-CREATE OR REPLACE VIEW events_json AS
-SELECT seq, event_id, run_id,
-       json_extract_string(body, '$.node_id') AS node_id, type,
-       CAST(json_extract(body, '$.v') AS INTEGER) AS v,
-       to_timestamp(CAST(json_extract(body, '$.ts') AS DOUBLE)) AS ts,
-       json_extract_string(body, '$.producer') AS producer,
-       json_extract_string(body, '$.causation_id') AS causation_id,
-       body::JSON AS payload
-FROM events;
-
-CREATE OR REPLACE VIEW nodes AS
-WITH requested AS (
-    SELECT run_id, json_extract_string(body, '$.node_id') AS node_id, seq,
-           json_extract_string(body, '$.parent_id') AS parent_id,
-           json_extract_string(body, '$.strategy') AS strategy,
-           json_extract_string(body, '$.policy') AS policy
-    FROM events WHERE type = 'ExpansionRequested'
-), evaluated AS (
-    SELECT run_id, json_extract_string(body, '$.node_id') AS node_id,
-           arg_max(body, seq) AS body
-    FROM events WHERE type = 'NodeEvaluated' GROUP BY ALL
-)
-SELECT r.run_id, r.node_id, r.parent_id, r.strategy, r.policy,
-       CAST(json_extract(e.body, '$.compiled') AS BOOLEAN) AS compiled,
-       CAST(json_extract(e.body, '$.valid') AS BOOLEAN) AS valid,
-       CAST(json_extract(e.body, '$.speedup') AS DOUBLE) AS speedup,
-       CAST(json_extract(e.body, '$.latency_s') AS DOUBLE) AS latency_s,
-       json_extract_string(e.body, '$.measured_on') AS measured_on,
-       CAST(json_extract(e.body, '$.iterations') AS INTEGER) AS iterations,
-       json_extract_string(e.body, '$.code_sha256') AS code_sha256,
-       CASE WHEN e.body IS NULL THEN 'pending'
-            WHEN CAST(json_extract(e.body, '$.valid') AS BOOLEAN) THEN 'valid'
-            ELSE 'invalid' END AS status
-FROM requested r LEFT JOIN evaluated e USING (run_id, node_id)
-ORDER BY r.run_id, r.seq;
-
-CREATE OR REPLACE VIEW metrics AS
-WITH it AS (
-    SELECT run_id,
-           json_extract_string(body, '$.measured_on') AS measured_on,
-           CAST(json_extract(body, '$.compiled') AS BOOLEAN) AS compiled,
-           CAST(json_extract(body, '$.valid') AS BOOLEAN) AS valid
-    FROM events WHERE type = 'IterationFinished'
-), best AS (
-    SELECT run_id,
-           max(CASE WHEN CAST(json_extract(body, '$.valid') AS BOOLEAN)
-                    THEN CAST(json_extract(body, '$.speedup') AS DOUBLE) END) AS best_speedup
-    FROM events WHERE type = 'NodeEvaluated' GROUP BY run_id
-), tokens AS (
-    SELECT run_id,
-           sum(CAST(json_extract(body, '$.tokens_in') AS BIGINT)
-               + CAST(json_extract(body, '$.tokens_out') AS BIGINT)) AS llm_tokens
-    FROM events WHERE type = 'LlmCalled' GROUP BY run_id
-)
-SELECT it.run_id, it.measured_on,
-       count(*) AS kernels,
-       avg(CASE WHEN it.compiled THEN 1.0 ELSE 0.0 END) AS compile_rate,
-       avg(CASE WHEN it.valid THEN 1.0 ELSE 0.0 END) AS correctness_rate,
-       any_value(best.best_speedup) AS best_speedup,
-       greatest(coalesce(any_value(best.best_speedup), 1.0), 1.0) AS floored_speedup,
-       coalesce(any_value(tokens.llm_tokens), 0) AS llm_tokens
-FROM it LEFT JOIN best USING (run_id) LEFT JOIN tokens USING (run_id)
-GROUP BY it.run_id, it.measured_on
-ORDER BY it.run_id;
 """
 
 
@@ -254,10 +185,11 @@ class EventLog:
             self._con.executemany(
                 "INSERT INTO kg_meta VALUES (?, ?)",
                 [("format", FORMAT_NAME), ("schema_version", str(SCHEMA_VERSION)),
-                 ("created_ts", repr(time.time()))],
+                 ("created_ts", repr(time.time())), ("views_sha256", VIEWS_SHA256)],
             )
-            self._con.execute(_VIEWS)
+            create_views(self._con, temporary=False)
             self._con.commit()
+            self._views_current = True
             return
         if "kg_meta" not in tables:
             raise NotAKernelgraphLog(f"{self.path} is a DuckDB database but not a kernelgraph log")
@@ -270,8 +202,16 @@ class EventLog:
                 f"{self.path} was written with log schema v{version}; this kernelgraph reads up to "
                 f"v{SCHEMA_VERSION}. Upgrade kernelgraph to open it."
             )
-        if not self.read_only:
-            self._con.execute(_VIEWS)
+        # Stored in the file for plain `duckdb` sessions; a read-only open cannot store them,
+        # so `sql()` makes temporary ones with the current definitions when these are older.
+        self._views_current = meta.get("views_sha256") == VIEWS_SHA256
+        if not self._views_current and not self.read_only:
+            self._con.begin()
+            create_views(self._con, temporary=False)
+            self._con.execute("INSERT OR REPLACE INTO kg_meta VALUES ('views_sha256', ?)",
+                              [VIEWS_SHA256])
+            self._con.commit()
+            self._views_current = True
 
     def _release(self) -> None:
         try:
@@ -494,4 +434,13 @@ class EventLog:
 
     def sql(self, query: str, params: Sequence[object] | None = None) -> list[tuple[object, ...]]:
         """Run read-only analysis SQL against the log's tables and views."""
-        return self._con.execute(query, params or []).fetchall()
+        return self.query(query, params)[1]
+
+    def query(self, query: str, params: Sequence[object] | None = None
+              ) -> tuple[list[str], list[tuple[object, ...]]]:
+        """Like `sql`, with the column names first."""
+        if not self._views_current:
+            create_views(self._con, temporary=True)
+            self._views_current = True
+        cursor = self._con.execute(query, params or [])
+        return [d[0] for d in cursor.description or ()], cursor.fetchall()

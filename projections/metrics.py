@@ -15,7 +15,13 @@ are never averaged together):
 - fast_p is the fraction of runs whose result is correct and whose speedup is strictly
   greater than p, for p in FAST_P.
 - Tokens are LLM tokens in + out; per_correct_kernel divides by correct kernels.
-- Phase wall time sums `wall_s` of the events that end each agent phase.
+- Phase wall time sums `wall_s` of the events that end each agent phase. An LLM call's
+  tokens belong to the phase of the first phase event its command caused after it; a
+  call whose command ended no phase (its agent gave up) counts under the agent's name.
+- by_policy repeats the run figures (runs, correct runs, best and floored geometric-mean
+  speedup, fast_p) per search policy and label.
+
+`eventstore/views.py` computes the same figures in SQL; a test holds the two to agreement.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Counts(msgspec.Struct, kw_only=True):
 class RunStats(msgspec.Struct, kw_only=True):
     run_id: str
     task_name: str | None = None
+    policy: str | None = None
     label: str | None = None
     nodes: Counts = msgspec.field(default_factory=Counts)
     best_speedup: float | None = None
@@ -70,12 +77,21 @@ class PhaseWall(msgspec.Struct, kw_only=True):
     count: int = 0
 
 
+class PhaseTokens(msgspec.Struct, kw_only=True):
+    agent: str = ""
+    llm_calls: int = 0
+    tokens: int = 0
+
+
 class MetricsState(msgspec.Struct, kw_only=True):
     runs: dict[str, RunStats] = {}
     kernels: dict[str, Counts] = {}
     tokens: int = 0
     llm_calls: int = 0
     phases: dict[str, PhaseWall] = {}
+    phase_tokens: dict[str, PhaseTokens] = {}
+    unattributed: dict[str, PhaseTokens] = {}
+    """LLM calls waiting for their command's phase event, by "run_id/causation_id"."""
 
 
 class Metrics(Projection[MetricsState]):
@@ -98,6 +114,10 @@ class Metrics(Projection[MetricsState]):
             wall = self.state.phases[phase] = PhaseWall()
         wall.total_s += e.wall_s  # type: ignore[attr-defined]
         wall.count += 1
+        if e.causation_id is not None:
+            waiting = self.state.unattributed.pop(f"{e.run_id}/{e.causation_id}", None)
+            if waiting is not None:
+                _add_tokens(self.state.phase_tokens, phase, waiting.llm_calls, waiting.tokens)
 
     def _run(self, run_id: str) -> RunStats:
         stats = self.state.runs.get(run_id)
@@ -107,7 +127,8 @@ class Metrics(Projection[MetricsState]):
 
     @handles(RunRequested)
     def _requested(self, e: RunRequested) -> None:
-        self._run(e.run_id).task_name = e.task_name
+        run = self._run(e.run_id)
+        run.task_name, run.policy = e.task_name, e.policy
 
     @handles(BaselineMeasured)
     def _baseline(self, e: BaselineMeasured) -> None:
@@ -146,8 +167,15 @@ class Metrics(Projection[MetricsState]):
 
     @handles(LlmCalled)
     def _llm(self, e: LlmCalled) -> None:
-        self.state.tokens += e.tokens_in + e.tokens_out
+        tokens = e.tokens_in + e.tokens_out
+        self.state.tokens += tokens
         self.state.llm_calls += 1
+        key = f"{e.run_id}/{e.causation_id}" if e.causation_id is not None else e.event_id
+        waiting = self.state.unattributed.get(key)
+        if waiting is None:
+            waiting = self.state.unattributed[key] = PhaseTokens(agent=e.agent)
+        waiting.llm_calls += 1
+        waiting.tokens += tokens
 
     # --- figures ----------------------------------------------------------------------
 
@@ -173,7 +201,42 @@ class Metrics(Projection[MetricsState]):
                         "mean": w.total_s / w.count if w.count else None}
                 for phase, w in sorted(self.state.phases.items())
             },
+            "phase_tokens": self.phase_tokens(),
+            "by_policy": self.by_policy(),
         }
+
+    def phase_tokens(self) -> dict[str, dict[str, int]]:
+        """{phase (or agent, for calls no phase followed): {llm_calls, tokens}}."""
+        totals = {k: PhaseTokens(llm_calls=v.llm_calls, tokens=v.tokens)
+                  for k, v in self.state.phase_tokens.items()}
+        for waiting in self.state.unattributed.values():
+            _add_tokens(totals, waiting.agent, waiting.llm_calls, waiting.tokens)
+        return {k: {"llm_calls": v.llm_calls, "tokens": v.tokens} for k, v in sorted(totals.items())}
+
+    def by_policy(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """{policy: {label: {runs, correct_runs, best_speedup, geomean_speedup, fast_p}}}."""
+        groups: dict[str, dict[str, list[float | None]]] = {}
+        for run in self.state.runs.values():
+            if run.counted:
+                groups.setdefault(run.policy or "unknown", {}).setdefault(
+                    run.label, []).append(run.result)  # type: ignore[arg-type]
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for policy, labels in sorted(groups.items()):
+            out[policy] = {}
+            for label, results in sorted(labels.items()):
+                correct = [s for s in results if s is not None]
+                out[policy][label] = {
+                    "runs": len(results),
+                    "correct_runs": len(correct),
+                    "best_speedup": max(correct) if correct else None,
+                    "geomean_speedup": geomean_floored(results),
+                    "fast_p": {_p_key(p): fast_p(results, p) for p in FAST_P},
+                }
+        return out
+
+    def results(self) -> dict[str, RunStats]:
+        """The runs that count towards the figures, by run id (`RunStats.result` is the speedup)."""
+        return {k: r for k, r in self.state.runs.items() if r.counted}
 
     def _label_summary(self, label: str) -> dict[str, Any]:
         runs = [r for r in self.state.runs.values() if r.label == label and r.counted]
@@ -195,6 +258,14 @@ class Metrics(Projection[MetricsState]):
             "geomean_speedup": geomean_floored(results) if runs else None,
             "fast_p": {_p_key(p): fast_p(results, p) if runs else None for p in FAST_P},
         }
+
+
+def _add_tokens(totals: dict[str, PhaseTokens], key: str, calls: int, tokens: int) -> None:
+    entry = totals.get(key)
+    if entry is None:
+        entry = totals[key] = PhaseTokens()
+    entry.llm_calls += calls
+    entry.tokens += tokens
 
 
 def _ratio(num: int, den: int) -> float | None:
