@@ -42,6 +42,7 @@ AGENT_MODULES: tuple[str, ...] = (
     "agents.profiler",
     "agents.verifier",
     "agents.auto",
+    "agents.auditor",
 )
 """Modules that define (and `@register`) agent services."""
 

@@ -18,7 +18,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from nats.aio.client import Client as NATS
 
+from bus import subjects
+from bus.artifacts import publish_artifacts
+from bus.codec import encode
 from eventstore.events import (
     BaselineMeasured,
     CompileChecked,
@@ -223,3 +227,13 @@ def replace(run: RunBuilder, event: Event, **changes: Any) -> Event:
 
 def first(run: RunBuilder, cls: type[Event], node: str | None = None) -> Any:
     return next(e for e in run.events if isinstance(e, cls) and (node is None or e.node_id == node))
+
+
+async def publish(nc: NATS, run: RunBuilder) -> None:
+    """The run on the bus as its agents would have published it: artifacts, then events."""
+    js = nc.jetstream()
+    await publish_artifacts(js, [(data, "test") for data in run.artifacts.values()],
+                            max_payload=nc.max_payload)
+    for event in run.events:
+        await js.publish(subjects.event_subject(event.run_id, event.type_name), encode(event),
+                         headers={subjects.MSG_ID_HEADER: event.event_id})

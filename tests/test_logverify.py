@@ -14,11 +14,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from auditrun import clean_run
+from auditrun import clean_run, publish
 
 from bus import subjects
-from bus.artifacts import publish_artifacts
-from bus.codec import encode
 from bus.connection import Credentials, connect
 from bus.logverify import LogUnavailable, LogVerified, ask_log, events_digest
 from bus.recorder import Recorder
@@ -26,15 +24,6 @@ from bus.server import EmbeddedNats
 from bus.streams import BusSettings
 from eventstore.codec import encode_event
 from eventstore.log import EventLog
-
-
-async def publish(nc, run) -> None:  # type: ignore[no-untyped-def]
-    js = nc.jetstream()
-    await publish_artifacts(js, [(data, "test") for data in run.artifacts.values()],
-                            max_payload=nc.max_payload)
-    for event in run.events:
-        await js.publish(subjects.event_subject(event.run_id, event.type_name), encode(event),
-                         headers={subjects.MSG_ID_HEADER: event.event_id})
 
 
 async def recorded(nc, run_id: str, count: int) -> LogVerified:  # type: ignore[no-untyped-def]
