@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from agents import knowledge
 from agents.base import Agent, AgentContext
 from agents.calls import CommandFailed, RunHistory, step_id
 from agents.commands import (
+    AuditRun,
     CheckCompile,
+    ExpandNode,
     FixKernel,
     FreezeSuite,
     MeasureBaseline,
@@ -56,6 +59,7 @@ from eventstore.events import (
     NodeEvaluated,
     PlanProposed,
     ProfileCaptured,
+    RunAudited,
     RunFinished,
     TestsRun,
     TestSuiteFrozen,
@@ -71,6 +75,13 @@ E = TypeVar("E", bound=Event)
 
 FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "UnknownTarget")
 """Failures no other iteration can avoid: the run ends instead of planning again."""
+
+AUDIT_TIMEOUT_ENV = "KG_AUDIT_TIMEOUT_S"
+"""How long a run waits for its final audit (default 300 s); no answer fails the run."""
+
+
+def audit_timeout_s() -> float:
+    return float(os.environ.get(AUDIT_TIMEOUT_ENV, "300"))
 
 
 class RunAborted(KernelgraphError):
@@ -92,38 +103,51 @@ class Trajectory:
 
 @register
 class AutoOrchestrator(Agent[StartRun]):
+    """A whole run of one trajectory (`StartRun`), or one node of a search (`ExpandNode`)."""
+
     agent: ClassVar[str] = "auto"
-    commands: ClassVar[tuple[type, ...]] = (StartRun,)
-    produces: ClassVar[tuple[type[Event], ...]] = (RunFinished,)
+    commands: ClassVar[tuple[type, ...]] = (StartRun, ExpandNode)
+    produces: ClassVar[tuple[type[Event], ...]] = (RunFinished, NodeEvaluated)
 
     async def _run(self, ctx: AgentContext[StartRun]) -> AsyncIterator[Event]:
         async with RunHistory(self.nc, ctx.cmd.run_id) as history:
-            async for event in _AutoRun(self, ctx.cmd, history).run():
+            run = _AutoRun(self, ctx.cmd, history)
+            async for event in run.expand() if isinstance(ctx.cmd, ExpandNode) else run.run():
                 yield event
 
 
 class _AutoRun:
-    def __init__(self, agent: AutoOrchestrator, cmd: StartRun, history: RunHistory) -> None:
+    """The steps of a run, shared by the Auto trajectory and the search (`agents.search`)."""
+
+    def __init__(self, agent: Agent[Any], cmd: StartRun, history: RunHistory) -> None:
         self.agent, self.cmd, self.history = agent, cmd, history
-        self.node_id = step_id(cmd, "node")
+        self.node_id = cmd.node_id if isinstance(cmd, ExpandNode) else step_id(cmd, "node")
         self.task_sha256 = cmd.task_sha256
-        self.recipe_sha256 = ""
-        self.baseline_s: float | None = None
+        self.recipe_sha256 = cmd.recipe_sha256 if isinstance(cmd, ExpandNode) else ""
+        self.baseline_s: float | None = cmd.baseline_s if isinstance(cmd, ExpandNode) else None
 
     # --- commands ---------------------------------------------------------------------------
 
-    def command(self, cls: type[K], key: str, iteration: int = 0, **fields: Any) -> K:
+    def command(self, cls: type[K], key: str, iteration: int = 0, *, node_id: str | None = None,
+                **fields: Any) -> K:
+        """The command for step `key`: its id derived from this run's command, the run's task,
+        target and provider filled in (a provider's seed is `seed * 1000 + iteration`)."""
         cmd = self.cmd
-        if "recipe_sha256" in cls.__struct_fields__:
+        accepted = cls.__struct_fields__
+        if "recipe_sha256" in accepted:
             fields.setdefault("recipe_sha256", self.recipe_sha256)
-        if "provider" in cls.__struct_fields__:
-            fields.update(provider=cmd.provider, provider_options=dict(cmd.provider_options),
-                          seed=cmd.seed * 1000 + iteration,
-                          knowledge_cutoff_ts=cmd.knowledge_cutoff_ts)
+        if "provider" in accepted:
+            fields.setdefault("provider", cmd.provider)
+            fields.setdefault("provider_options", dict(cmd.provider_options))
+            fields.setdefault("seed", cmd.seed * 1000 + iteration)
+            fields.setdefault("knowledge_cutoff_ts", cmd.knowledge_cutoff_ts)
+        shared = {"task_sha256": self.task_sha256, "task_file": cmd.task_file,
+                  "target_name": cmd.target_name, "iteration": iteration}
+        for name, value in shared.items():
+            if name in accepted:
+                fields.setdefault(name, value)
         return cls(command_id=step_id(cmd, key), run_id=cmd.run_id, ts=cmd.ts,
-                   node_id=self.node_id, causation_id=cmd.command_id,
-                   task_sha256=self.task_sha256, task_file=cmd.task_file,
-                   target_name=cmd.target_name, iteration=iteration, **fields)
+                   node_id=node_id or self.node_id, causation_id=cmd.command_id, **fields)
 
     async def call(self, command: Command, done: type[E]) -> E:
         try:
@@ -142,36 +166,64 @@ class _AutoRun:
 
     # --- the run ----------------------------------------------------------------------------
 
-    async def run(self) -> AsyncIterator[Event]:
-        cmd = self.cmd
+    async def prepare(self) -> str | None:
+        """Freeze the suite and measure the baseline; the reason when either failed."""
         try:
             frozen = await self.call(self.command(FreezeSuite, "suite"), TestSuiteFrozen)
-            self.task_sha256 = frozen.task_sha256 or cmd.task_sha256
+            self.task_sha256 = frozen.task_sha256 or self.cmd.task_sha256
             self.recipe_sha256 = frozen.recipe_sha256 or ""
             baseline = await self.call(self.command(MeasureBaseline, "baseline"), BaselineMeasured)
             self.baseline_s = baseline.latency_s
         except (CommandFailed, RunAborted) as exc:
-            yield self.agent.event(RunFinished, cmd, status="failed",
-                                   reason=f"preparation failed: {_reason(exc)}")
+            return f"preparation failed: {_reason(exc)}"
+        return None
+
+    async def run(self) -> AsyncIterator[Event]:
+        cmd = self.cmd
+        problem = await self.prepare()
+        if problem:
+            yield self.agent.event(RunFinished, cmd, status="failed", reason=problem)
             return
         yield self.event(ExpansionRequested, parent_id=cmd.node_id or "", policy="auto",
                          strategy=cmd.hint, iterations=cmd.iterations)
         state = Trajectory()
         try:
-            for iteration in range(1, cmd.iterations + 1):
-                finished, stop = await self.iteration(iteration, state)
-                state.finished.append(finished)
+            async for finished in self.iterations(state):
                 yield finished
-                if stop:
-                    break
         except RunAborted as exc:
             yield self.evaluated(state)
             yield self.agent.event(RunFinished, cmd, status="failed", reason=exc.reason)
             return
         evaluated = self.evaluated(state)
         yield evaluated
-        async for event in self.finish(evaluated, state):
+        await self.record_lessons(state)
+        no_kernel = state.failures[-1]["error"] if state.failures else "no valid kernel"
+        async for event in self.finish(evaluated if evaluated.valid else None, (
+                f"no valid kernel in {evaluated.iterations} iteration(s); last failure: {no_kernel}")):
             yield event
+
+    async def expand(self) -> AsyncIterator[Event]:
+        """One node of a search: iterations from the parent the search chose, then the node's
+        best (`NodeEvaluated`). A fatal failure fails the command, which ends the search."""
+        cmd = self.cmd
+        assert isinstance(cmd, ExpandNode)
+        state = Trajectory(parent=dict(cmd.parent) if cmd.parent else None,
+                           failures=[dict(f) for f in cmd.failures])
+        try:
+            async for finished in self.iterations(state):
+                yield finished
+        except RunAborted as exc:
+            raise PermanentError(exc.reason) from exc
+        yield self.evaluated(state)
+        await self.record_lessons(state)
+
+    async def iterations(self, state: Trajectory) -> AsyncIterator[IterationFinished]:
+        for iteration in range(1, self.cmd.iterations + 1):
+            finished, stop = await self.iteration(iteration, state)
+            state.finished.append(finished)
+            yield finished
+            if stop:
+                return
 
     async def iteration(self, it: int, state: Trajectory) -> tuple[IterationFinished, bool]:
         """One plan -> ... -> profile pass; returns its IterationFinished and whether to stop."""
@@ -228,7 +280,7 @@ class _AutoRun:
         state.summaries[it] = plan.summary
         finished = self.finished(it, valid=True, compiled=True, plan=plan, code=code,
                                  latency_s=latency, speedup=speedup, measured_on=measured_on,
-                                 tunables=config)
+                                 tunables=config, verdict_sha256=verdict_sha, proof_event_id=proof)
         return finished, not profile.worth_more
 
     async def compile_loop(self, it: int, code: str) -> tuple[str, str]:
@@ -268,41 +320,64 @@ class _AutoRun:
     def evaluated(self, state: Trajectory) -> NodeEvaluated:
         valid = [f for f in state.finished if f.valid and f.latency_s is not None]
         best = min(valid, key=lambda f: (f.latency_s, f.iteration)) if valid else None
+        parent_id = self.cmd.parent_id if isinstance(self.cmd, ExpandNode) else self.cmd.node_id
         common = {"iterations": len(state.finished), "strategy": self.cmd.hint,
-                  "compiled": any(f.compiled for f in state.finished)}
+                  "compiled": any(f.compiled for f in state.finished), "parent_id": parent_id}
         if best is None:
             return self.event(NodeEvaluated, valid=False, **common)
         return self.event(NodeEvaluated, valid=True, best_iteration=best.iteration,
                           code_sha256=best.code_sha256, plan_sha256=best.plan_sha256,
                           latency_s=best.latency_s, speedup=best.speedup,
-                          measured_on=best.measured_on, tunables=dict(best.tunables), **common)
+                          measured_on=best.measured_on, tunables=dict(best.tunables),
+                          verdict_sha256=best.verdict_sha256, **common)
 
-    async def finish(self, evaluated: NodeEvaluated, state: Trajectory) -> AsyncIterator[Event]:
+    async def finish(self, best: NodeEvaluated | None, no_kernel: str) -> AsyncIterator[Event]:
+        """Re-verify the winner, have the run audited, and end it: `RunFinished` says
+        completed only after a clean final audit."""
         cmd = self.cmd
-        if not evaluated.valid or evaluated.code_sha256 is None:
-            reason = state.failures[-1]["error"] if state.failures else "no valid kernel"
-            yield self.agent.event(RunFinished, cmd, status="completed", reason=(
-                f"no valid kernel in {evaluated.iterations} iteration(s); last failure: {reason}")[:2000])
-            return
+        if best is None or best.code_sha256 is None:
+            ending: dict[str, Any] = {"status": "completed", "reason": no_kernel[:2000]}
+        else:
+            try:
+                verified = await self.call(self.command(
+                    VerifyWinner, "verify", best.best_iteration or 0, node_id=best.node_id,
+                    code_sha256=best.code_sha256, config=dict(best.tunables)), WinnerVerified)
+            except (CommandFailed, RunAborted) as exc:
+                ending = {"status": "failed",
+                          "reason": f"re-verification failed to run: {_reason(exc)}"}
+            else:
+                ending = {"status": "completed", "receipt_sha256": verified.receipt_sha256}
+                if verified.verdict == "pass":
+                    ending.update(best_node_id=best.node_id, speedup=verified.speedup,
+                                  measured_on=verified.measured_on)
+                else:
+                    ending["reason"] = ("the winner failed re-verification: "
+                                        + "; ".join(verified.reasons[:3]))
+        problem = await self.audit()
+        if problem:
+            ending.update(status="failed", reason=(problem + (
+                f" (before the audit: {ending['reason']})" if ending.get("reason") else ""))[:2000])
+        yield self.agent.event(RunFinished, cmd, event_id=self.ending_id(), **ending)
+
+    def ending_id(self) -> str:
+        """The RunFinished event's id; "" lets the service derive it from its position."""
+        return ""
+
+    async def audit(self, key: str = "audit/final", final: bool = True) -> str | None:
+        """Ask the auditor; None when the audit is clean, else what is wrong (fail closed)."""
+        timeout = audit_timeout_s()
         try:
-            verified = await self.call(self.command(
-                VerifyWinner, "verify", evaluated.best_iteration or 0,
-                code_sha256=evaluated.code_sha256, config=dict(evaluated.tunables)),
-                WinnerVerified)
+            async with asyncio.timeout(timeout):
+                audited = await self.call(self.command(AuditRun, key, final=final), RunAudited)
+        except TimeoutError:
+            return f"no audit: the auditor did not answer within {timeout:g} s"
         except (CommandFailed, RunAborted) as exc:
-            yield self.agent.event(RunFinished, cmd, status="failed",
-                                   reason=f"re-verification failed to run: {_reason(exc)}")
-            return
-        await self.record_lessons(state)
-        if verified.verdict != "pass":
-            yield self.agent.event(
-                RunFinished, cmd, status="completed", receipt_sha256=verified.receipt_sha256,
-                reason="the winner failed re-verification: " + "; ".join(verified.reasons[:3]))
-            return
-        yield self.agent.event(
-            RunFinished, cmd, status="completed", best_node_id=self.node_id,
-            speedup=verified.speedup, measured_on=verified.measured_on,
-            receipt_sha256=verified.receipt_sha256)
+            return f"no audit: {_reason(exc)}"
+        if audited.clean:
+            return None
+        first = audited.findings[0] if audited.findings else {}
+        return (f"the audit found {len(audited.findings)} problem(s): "
+                f"{first.get('check', '?')}: {first.get('message', '')}")
 
     async def record_lessons(self, state: Trajectory) -> None:
         """What each valid iteration's plan did to the speedup, for later runs' planners."""

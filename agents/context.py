@@ -43,7 +43,8 @@ async def parent_of(ctx: AgentContext[Any], parent: dict[str, Any] | None) -> di
     if not parent:
         return None
     out: dict[str, Any] = {"config": dict(parent.get("config") or {}),
-                           "speedup": parent.get("speedup")}
+                           "speedup": parent.get("speedup"),
+                           "tuning": str(parent.get("tuning_summary") or "")}
     for key, sha_key in (("code", "code_sha256"), ("plan", "plan_sha256")):
         sha = parent.get(sha_key)
         out[key] = await ctx.get_text(sha) if sha else ""
@@ -61,6 +62,8 @@ def render_parent(parent: dict[str, Any] | None) -> str:
         lines.append(f"Profile: bound={profile.get('bound')}, latency={profile.get('latency_s')} s, "
                      f"grid steps={profile.get('grid_steps')}, vmem={profile.get('vmem_bytes')} bytes")
         lines += [f"- {s}" for s in profile.get("suggestions", [])]
+    if parent.get("tuning"):
+        lines.append(f"Tuning: {parent['tuning']}")
     lines += ["", "```python", parent.get("code", "").strip(), "```"]
     if parent.get("plan"):
         lines += ["", "Its plan:", "", parent["plan"].strip()]

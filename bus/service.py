@@ -133,6 +133,7 @@ class Service:
         self._dispatcher: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight: dict[int, tuple[Msg, float]] = {}
+        self._handling: set[str] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._started = False
 
@@ -158,11 +159,15 @@ class Service:
         """A new event of `cls` caused by `cmd` (its run, node and id as causation).
 
         Its event_id is left blank: the base class gives every yielded event an id derived
-        from the command, so there is no point drawing a random one.
+        from the command and the event's position among those the handler yields. A handler
+        whose events come in an order that depends on timing names them itself (`event_id`
+        in `payload`, derived from what the event is), so a redelivered command still
+        yields the same ids.
         """
         payload.setdefault("node_id", cmd.node_id)
+        payload.setdefault("event_id", "")
         return cls(
-            event_id="", run_id=cmd.run_id, ts=time.time(), producer=self.producer,
+            run_id=cmd.run_id, ts=time.time(), producer=self.producer,
             causation_id=cmd.command_id, **payload,
         )
 
@@ -273,6 +278,15 @@ class Service:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self._dead_letter(msg, exc)
             return
+        if cmd.command_id in self._handling:
+            # A second copy of a command this process is carrying out (a resent command
+            # outside the duplicate window, or a redelivery racing its resend): the
+            # running handler answers it, and its events would carry the same ids anyway.
+            log.info("%s: %s is already being handled here; dropping a duplicate delivery",
+                     self.agent, cmd.command_id)
+            await msg.ack()
+            return
+        self._handling.add(cmd.command_id)
         self.stats.in_flight += 1
         key = id(msg)
         self._in_flight[key] = (msg, time.monotonic())
@@ -298,6 +312,7 @@ class Service:
                 self.stats.completed += 1
         finally:
             self._in_flight.pop(key, None)
+            self._handling.discard(cmd.command_id)
             self.stats.in_flight -= 1
 
     async def _run_handler(self, cmd: Command, pending: list[asyncio.Future[Any]]) -> None:
@@ -308,10 +323,11 @@ class Service:
                 raise PermanentError(f"handler yielded {type(event).__qualname__}, not an Event")
             if index >= MAX_EVENTS_PER_COMMAND:
                 raise PermanentError(f"handler yielded more than {MAX_EVENTS_PER_COMMAND} events")
+            event_id = event.event_id or ids[index]  # a handler may name its events itself
             if event.causation_id is None:
-                event = msgspec.structs.replace(event, event_id=ids[index], causation_id=cmd.command_id)
+                event = msgspec.structs.replace(event, event_id=event_id, causation_id=cmd.command_id)
             else:
-                event = msgspec.structs.replace(event, event_id=ids[index])
+                event = msgspec.structs.replace(event, event_id=event_id)
             pending.append(await self._publish(event))
             index += 1
 

@@ -121,6 +121,9 @@ class RunRequested(Event, frozen=True, kw_only=True, tag="RunRequested"):
     policy_params: Json = {}
     budget: Json = {}
     seed: int = 0
+    start_command: Json = {}
+    """The command that starts the run (StartRun or StartSearch, as JSON), so `resume`
+    can send it again with the same id."""
 
 
 class TestSuiteFrozen(Event, frozen=True, kw_only=True, tag="TestSuiteFrozen"):

@@ -7,9 +7,10 @@ async with await kernelgraph.client.connect_bus("nats://127.0.0.1:4222") as nc:
 ```
 
 A request is two messages: the task source as an artifact and a `RunRequested` event
-(the run's root node), then a `StartRun` command for the Auto orchestrator. Both carry
-deterministic ids derived from the run id, so submitting the same request twice queues it
-once.
+(the run's root node), then the command that starts the run: `StartRun` for one Auto
+trajectory (policy "auto"), `StartSearch` for the search orchestrator (any other policy).
+Both carry deterministic ids derived from the run id, so submitting the same request twice
+queues it once; `RunRequested.start_command` keeps the command so `resume` can resend it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
-from agents.commands import StartRun
+from agents.commands import StartRun, StartSearch
 from bus import artifacts, subjects
 from bus.codec import EventDecodeError, decode_event, derived_event_id, encode
 from bus.streams import BusSettings, ensure_streams
@@ -59,6 +61,17 @@ class KernelRequest:
     tune_budget: int | None = 8
     hint: str = ""
     knowledge_cutoff_ts: float | None = None
+    policy: str = "auto"
+    """"auto": one trajectory; any search policy name: a search."""
+    policy_params: dict[str, str] = field(default_factory=dict)
+    """`--param key=value` strings, checked against the policy's parameters."""
+    max_nodes: int | None = 6
+    max_candidates: int | None = None
+    max_depth: int | None = None
+    target_speedup: float | None = None
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    concurrency: int = 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ class RunResult:
 class CheckedTask:
     name: str
     needs_input_maker: bool
+    policy_params: dict[str, Any] = field(default_factory=dict)
+    """The policy's parameters, typed and with defaults filled in."""
 
 
 def check_request(request: KernelRequest) -> CheckedTask:
@@ -102,6 +117,7 @@ def check_request(request: KernelRequest) -> CheckedTask:
         raise RequestError(f"fix_rounds={request.fix_rounds} must be at least 0")
     if request.target not in api.TARGETS:
         raise RequestError(f"unknown target {request.target!r}; known: {', '.join(api.TARGETS)}")
+    params = check_policy(request)
     from agents.llm.base import UnknownProvider, provider_class
     from agents.test_synth import needs_input_maker, signature_of
 
@@ -120,8 +136,32 @@ def check_request(request: KernelRequest) -> CheckedTask:
                 signature_of(source)
             except Exception as exc:
                 raise RequestError(f"{request.task}: {exc}") from None
-            return CheckedTask(name=_literal_name(source) or request.task.stem, needs_input_maker=True)
-    return CheckedTask(name=api.load_task(request.task).name, needs_input_maker=False)
+            return CheckedTask(name=_literal_name(source) or request.task.stem,
+                               needs_input_maker=True, policy_params=params)
+    return CheckedTask(name=api.load_task(request.task).name, needs_input_maker=False,
+                       policy_params=params)
+
+
+def check_policy(request: KernelRequest) -> dict[str, Any]:
+    """The search policy's typed parameters; a bad name, key or value is a RequestError."""
+    limits = {"max_nodes": request.max_nodes, "max_candidates": request.max_candidates,
+              "max_depth": request.max_depth, "max_tokens": request.max_tokens}
+    for key, value in limits.items():
+        if value is not None and value < 1:
+            raise RequestError(f"{key}={value} must be at least 1")
+    if request.concurrency < 1:
+        raise RequestError(f"concurrency={request.concurrency} must be at least 1")
+    if request.policy == "auto":
+        if request.policy_params:
+            raise RequestError("--param needs a search policy (--policy); auto takes none")
+        return {}
+    from searchpolicies.errors import PolicyError
+    from searchpolicies.registry import get_policy
+
+    try:
+        return get_policy(request.policy, request.policy_params, seed=request.seed).param_values()
+    except PolicyError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def _literal_name(source: str) -> str | None:
@@ -143,27 +183,46 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
                                                    max_payload=nc.max_payload)
     now = time.time()
     root = derived_event_id(f"{run_id}/root", 0, fallback_ms=int(now * 1000))
-    budget = {"iterations": request.iterations, "fix_rounds": request.fix_rounds,
-              "tune_budget": request.tune_budget}
-    requested = RunRequested(
-        event_id=derived_event_id(f"{run_id}/request", 0, fallback_ms=int(now * 1000)),
-        run_id=run_id, ts=now, producer="kernelgraph-client@1", node_id=root,
-        task_name=task.name, task_sha256=task_sha, policy="auto", target=request.target,
-        provider=request.provider, budget=budget, seed=request.seed,
-        policy_params={"hint": request.hint} if request.hint else {})
-    await js.publish(subjects.event_subject(run_id, requested.type_name), encode(requested),
-                     headers={subjects.MSG_ID_HEADER: requested.event_id})
-    start = StartRun(
+    request_id = derived_event_id(f"{run_id}/request", 0, fallback_ms=int(now * 1000))
+    fields: dict[str, Any] = dict(
         command_id=derived_event_id(f"{run_id}/start", 0, fallback_ms=int(now * 1000)),
-        run_id=run_id, ts=now, node_id=root, causation_id=requested.event_id,
+        run_id=run_id, ts=now, node_id=root, causation_id=request_id,
         task_sha256=task_sha, task_file=request.task.name, task_name=task.name,
         target_name=request.target, provider=request.provider,
         provider_options=dict(request.provider_options), iterations=request.iterations,
         fix_rounds=request.fix_rounds, seed=request.seed, tune_budget=request.tune_budget,
         hint=request.hint, knowledge_cutoff_ts=request.knowledge_cutoff_ts or now)
-    await js.publish(subjects.command_subject("auto"), encode(start),
-                     headers={subjects.MSG_ID_HEADER: start.command_id})
+    budget: dict[str, Any] = {"iterations": request.iterations, "fix_rounds": request.fix_rounds,
+                              "tune_budget": request.tune_budget}
+    start: StartRun
+    if request.policy == "auto":
+        start = StartRun(**fields)
+        params: dict[str, Any] = {"hint": request.hint} if request.hint else {}
+    else:
+        limits = {"max_nodes": request.max_nodes, "max_candidates": request.max_candidates,
+                  "max_depth": request.max_depth, "target_speedup": request.target_speedup,
+                  "max_wall_s": request.max_wall_s, "max_tokens": request.max_tokens,
+                  "concurrency": request.concurrency}
+        start = StartSearch(**fields, policy=request.policy, policy_params=task.policy_params,
+                            **limits)
+        budget.update(limits)
+        params = dict(task.policy_params)
+    requested = RunRequested(
+        event_id=request_id, run_id=run_id, ts=now, producer="kernelgraph-client@1",
+        node_id=root, task_name=task.name, task_sha256=task_sha, policy=request.policy,
+        target=request.target, provider=request.provider, budget=budget, seed=request.seed,
+        policy_params=params, start_command=msgspec.to_builtins(start))
+    await js.publish(subjects.event_subject(run_id, requested.type_name), encode(requested),
+                     headers={subjects.MSG_ID_HEADER: requested.event_id})
+    await send_start(js, start)
     return SubmittedRun(run_id=run_id, root_node_id=root, task_name=task.name)
+
+
+async def send_start(js: Any, start: StartRun) -> None:
+    """Queue the command that starts (or resumes) a run; its id makes a resend a no-op
+    while the first copy is still queued."""
+    await js.publish(subjects.command_subject(type(start).target or "auto"), encode(start),
+                     headers={subjects.MSG_ID_HEADER: start.command_id})
 
 
 async def follow(nc: NATS, run_id: str) -> AsyncIterator[Event]:

@@ -43,6 +43,7 @@ AGENT_MODULES: tuple[str, ...] = (
     "agents.verifier",
     "agents.auto",
     "agents.auditor",
+    "agents.search",
 )
 """Modules that define (and `@register`) agent services."""
 

@@ -16,8 +16,11 @@ COMMAND_MODULES = (
     "kernelgraph.cli.estimatecmds",
     "kernelgraph.cli.verifycmds",
     "kernelgraph.cli.runcmds",
+    "kernelgraph.cli.resumecmds",
+    "kernelgraph.cli.benchcmds",
     "kernelgraph.cli.hitlcmds",
     "kernelgraph.cli.knowledgecmds",
+    "kernelgraph.cli.reportcmds",
 )
 
 

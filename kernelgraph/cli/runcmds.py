@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,12 +32,53 @@ ReplayRunOpt = Annotated[str | None, typer.Option(
     "--replay-run", help="The recorded run to replay (needed when the log holds several).",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+PolicyOpt = Annotated[str, typer.Option(
+    "--policy", help="auto (one trajectory), or a search policy: parallel, beam, greedy, "
+    "evolutionary, adaptive, an installed plug-in, or module:Class (see `kernelgraph policies`).")]
+ParamOpt = Annotated[list[str] | None, typer.Option(
+    "--param", help="A policy parameter, key=value (repeatable).", show_default=False)]
+NodesOpt = Annotated[int, typer.Option("--max-nodes", min=1, help="Search: trajectories the policy may request.")]
+CandidatesOpt = Annotated[int | None, typer.Option(
+    "--budget-candidates", min=1, help="Search: candidate kernels (iterations over all nodes).",
+    show_default=False)]
+DepthOpt = Annotated[int | None, typer.Option("--max-depth", min=1, help="Search: deepest node.",
+                                              show_default=False)]
+TargetSpeedupOpt = Annotated[float | None, typer.Option(
+    "--target-speedup", help="Search: stop once a node is this much faster.", show_default=False)]
+WallOpt = Annotated[float | None, typer.Option(
+    "--max-wall-s", help="Search: stop requesting nodes after this many seconds.", show_default=False)]
+TokensOpt = Annotated[int | None, typer.Option(
+    "--max-tokens", min=1, help="Search: stop requesting nodes after this many LLM tokens.",
+    show_default=False)]
+ConcurrencyOpt = Annotated[int, typer.Option(
+    "--concurrency", min=1, help="Search: trajectories running at once.")]
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    policy: str = "auto"
+    params: list[str] | None = None
+    max_nodes: int = 6
+    max_candidates: int | None = None
+    max_depth: int | None = None
+    target_speedup: float | None = None
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    concurrency: int = 2
 
 
 def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds: int, seed: int,
              tune_budget: int, hint: str, model: str | None, replay_from: Path | None,
-             replay_run: str | None) -> Any:
+             replay_run: str | None, limits: SearchLimits | None = None) -> Any:
     from kernelgraph.client import KernelRequest
+    from searchpolicies.errors import PolicyError
+    from searchpolicies.registry import parse_param_args
+
+    limits = limits or SearchLimits()
+    try:
+        params = parse_param_args(limits.params or [])
+    except PolicyError as exc:
+        fail(str(exc))
 
     options: dict[str, Any] = {}
     if model:
@@ -50,7 +92,11 @@ def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds
     cutoff = _replay_cutoff(replay_from, replay_run) if provider == "replay" else None
     return KernelRequest(task=task, target=target, provider=provider, provider_options=options,
                          iterations=iterations, fix_rounds=fix_rounds, seed=seed,
-                         tune_budget=tune_budget, hint=hint, knowledge_cutoff_ts=cutoff)
+                         tune_budget=tune_budget, hint=hint, knowledge_cutoff_ts=cutoff,
+                         policy=limits.policy, policy_params=params, max_nodes=limits.max_nodes,
+                         max_candidates=limits.max_candidates, max_depth=limits.max_depth,
+                         target_speedup=limits.target_speedup, max_wall_s=limits.max_wall_s,
+                         max_tokens=limits.max_tokens, concurrency=limits.concurrency)
 
 
 def _replay_cutoff(log_path: Path | None, run_id: str | None) -> float | None:
@@ -73,6 +119,13 @@ class Progress:
         self.quiet = quiet
         self.best: float | None = None
         self.started = time.monotonic()
+        self.labels: dict[str, str] = {}
+        self.search = False
+
+    def label(self, e: Any) -> str:
+        """`[it 2]` in a single trajectory, `[n3 it 2]` in a search (n3: the third node)."""
+        node = self.labels.get(e.node_id or "", "") if self.search else ""
+        return f"\\[{node + ' ' if node else ''}it {getattr(e, 'iteration', 0)}]"
 
     def __call__(self, event: Any) -> None:
         line = self.describe(event)
@@ -82,7 +135,25 @@ class Progress:
 
     def describe(self, e: Any) -> str | None:
         kind = e.type_name
-        it = f"\\[it {getattr(e, 'iteration', 0)}]"
+        it = self.label(e)
+        if kind == "RunRequested":
+            self.search = e.policy != "auto"
+            return f"search with policy {e.policy} {dict(e.policy_params)}" if self.search else None
+        if kind == "ExpansionRequested":
+            self.labels[e.node_id or ""] = f"n{len(self.labels) + 1}"
+            if not self.search:
+                return None
+            parent = self.labels.get(e.parent_id, "root")
+            hint = f", hint: {e.strategy[:80]}" if e.strategy else ""
+            return f"{self.labels[e.node_id or '']} requested under {parent} ({e.iterations} it{hint})"
+        if kind == "NodeEvaluated" and self.search:
+            node = self.labels.get(e.node_id or "", "?")
+            return f"{node} evaluated: " + (f"{e.speedup:.2f}x" if e.valid and e.speedup else "no valid kernel")
+        if kind == "SearchStopped":
+            return f"search stopped: {e.reason[:200]}"
+        if kind == "RunAudited":
+            return f"audit {'clean' if e.clean else 'FOUND PROBLEMS'}" + (
+                "" if e.clean else f": {e.findings[0].get('message', '')[:160]}" if e.findings else "")
         if kind == "TestSuiteFrozen":
             return f"suite frozen: {e.n_cases} cases, sha256 {e.suite_sha256[:12]}"
         if kind == "BaselineMeasured":
@@ -195,16 +266,32 @@ def search(
     model: ModelOpt = None,
     replay_from: ReplayOpt = None,
     replay_run: ReplayRunOpt = None,
+    policy: PolicyOpt = "auto",
+    param: ParamOpt = None,
+    max_nodes: NodesOpt = 6,
+    budget_candidates: CandidatesOpt = None,
+    max_depth: DepthOpt = None,
+    target_speedup: TargetSpeedupOpt = None,
+    max_wall_s: WallOpt = None,
+    max_tokens: TokensOpt = None,
+    concurrency: ConcurrencyOpt = 2,
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Turn TASK's reference into a verified Pallas kernel: one Auto trajectory.
+    """Turn TASK's reference into a verified Pallas kernel.
+
+    --policy auto (the default) runs one Auto trajectory of --iterations iterations. Any
+    other policy runs a search: the policy expands a graph of trajectories (each in its
+    own session, seeded with its parent's kernel, plan, profile and tuning) until it stops
+    or a budget (--max-nodes, --budget-candidates, --max-depth, --target-speedup,
+    --max-wall-s, --max-tokens) is spent; the best node is re-verified and the run audited.
 
     Without --nats everything runs in this process: an embedded nats-server, the recorder
     writing --db, and every agent. Progress goes to stderr; at the end the verified winner
     and its receipt are written next to the log (DB.winners/) and summarised. Figures from
-    sim-* targets are simulated (a roofline model), never measured.
+    sim-* targets are simulated (a roofline model), never measured. A search killed part
+    way continues with `kernelgraph resume DB --run ID`.
 
     Exit status: 0 a verified kernel; 1 the run ended without one; 2 bad input.
     """
@@ -212,8 +299,10 @@ def search(
     from kernelgraph.client import check_request, submit, wait
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
+    limits = SearchLimits(policy, param, max_nodes, budget_candidates, max_depth, target_speedup,
+                          max_wall_s, max_tokens, concurrency)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
-                       model, replay_from, replay_run)
+                       model, replay_from, replay_run, limits)
     progress = Progress(quiet=quiet)
 
     async def run_on(nc: Any, started: float) -> dict[str, Any]:
@@ -259,6 +348,15 @@ def submit(
     tune_budget: TuneOpt = 8,
     hint: HintOpt = "",
     model: ModelOpt = None,
+    policy: PolicyOpt = "auto",
+    param: ParamOpt = None,
+    max_nodes: NodesOpt = 6,
+    budget_candidates: CandidatesOpt = None,
+    max_depth: DepthOpt = None,
+    target_speedup: TargetSpeedupOpt = None,
+    max_wall_s: WallOpt = None,
+    max_tokens: TokensOpt = None,
+    concurrency: ConcurrencyOpt = 2,
     wait_end: Annotated[bool, typer.Option("--wait", help="Follow the run to its end.")] = False,
     db: Annotated[Path | None, typer.Option(
         "--winner-dir", help="With --wait: write the winner next to this log path.",
@@ -273,8 +371,10 @@ def submit(
 
     if nats is None:
         fail("submit needs --nats URL (or KG_NATS_URL): the deployment to send the request to")
+    limits = SearchLimits(policy, param, max_nodes, budget_candidates, max_depth, target_speedup,
+                          max_wall_s, max_tokens, concurrency)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
-                       model, None, None)
+                       model, None, None, limits)
 
     async def main() -> dict[str, Any]:
         started = time.monotonic()

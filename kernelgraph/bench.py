@@ -1,0 +1,224 @@
+"""A suite run: every task under every policy at one candidate budget, with the paper's metrics.
+
+`kernelgraph bench` and `benchmarks/search.py` use this. Runs share one deployment (the
+embedded runtime or `--nats`) and one log; the figures are folded from that log by the
+same projections `replay` uses, so a bench can be re-analysed from its log alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+
+from eventstore.events import Event, IterationFinished, RunFinished, RunRequested
+from kernelgraph.client import KernelRequest, RequestError, check_request, submit, wait
+from projections.metrics import FAST_P, Metrics, fast_p, geomean_floored
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    path: Path
+    name: str
+
+
+@dataclass
+class Skipped:
+    path: Path
+    reason: str
+
+
+def find_tasks(args: Iterable[Path]) -> tuple[list[BenchTask], list[Skipped]]:
+    """Task files from files and directories: a directory's `*.py` task files, or its
+    sub-directories' `baseline.py` (a JAXBench `benchmark/` folder). Files that do not
+    look like tasks are skipped with the reason."""
+    found: list[Path] = []
+    skipped: list[Skipped] = []
+    for arg in args:
+        if arg.is_file():
+            found.append(arg)
+        elif arg.is_dir():
+            nested = sorted(arg.glob("*/baseline.py"))
+            flat = sorted(p for p in arg.glob("*.py") if not p.name.startswith("_"))
+            if not nested and not flat:
+                skipped.append(Skipped(arg, "no task files (*.py or */baseline.py) in it"))
+            found += nested or flat
+        else:
+            skipped.append(Skipped(arg, "no such file or directory"))
+    tasks = []
+    for path in found:
+        text = path.read_text(errors="replace")
+        if "def reference" not in text and "def workload" not in text and "baseline" not in path.name:
+            skipped.append(Skipped(path, "not a task file (no reference function)"))
+            continue
+        name = path.parent.name if path.name == "baseline.py" else path.stem
+        tasks.append(BenchTask(path=path, name=name))
+    return tasks, skipped
+
+
+@dataclass
+class BenchPlan:
+    tasks: list[BenchTask]
+    policies: list[str]
+    request: KernelRequest
+    """The template every run's request is made from (task, policy and seed replaced)."""
+    repeat: int = 1
+    jobs: int = 1
+
+
+@dataclass
+class RunOutcome:
+    task: str
+    policy: str
+    seed: int
+    run_id: str | None
+    status: str
+    reason: str = ""
+    speedup: float | None = None
+    verified: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass
+class BenchResult:
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def requests_of(plan: BenchPlan) -> list[tuple[BenchTask, str, int, KernelRequest]]:
+    out = []
+    for task in plan.tasks:
+        for policy in plan.policies:
+            for r in range(plan.repeat):
+                seed = plan.request.seed + r
+                out.append((task, policy, seed, replace(plan.request, task=task.path,
+                                                        policy=policy, seed=seed)))
+    return out
+
+
+def check_tasks(plan: BenchPlan) -> list[Skipped]:
+    """Drop the tasks that cannot run (one line each), keeping the rest in the plan."""
+    skipped, kept = [], []
+    for task in plan.tasks:
+        try:
+            check_request(replace(plan.request, task=task.path, policy=plan.policies[0]))
+        except RequestError as exc:
+            skipped.append(Skipped(task.path, str(exc).splitlines()[0][:300]))
+        except Exception as exc:  # a task whose module fails to load or validate
+            skipped.append(Skipped(task.path, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                                   if str(exc) else type(exc).__name__))
+        else:
+            kept.append(task)
+    plan.tasks = kept
+    return skipped
+
+
+async def run_bench(nc: NATS, plan: BenchPlan, *,
+                    on_done: Callable[[RunOutcome, int, int], None] | None = None) -> list[RunOutcome]:
+    """Submit every (task, policy, seed) run, at most `plan.jobs` at a time."""
+    todo = requests_of(plan)
+    gate = asyncio.Semaphore(max(1, plan.jobs))
+    outcomes: list[RunOutcome] = []
+
+    async def one(task: BenchTask, policy: str, seed: int, request: KernelRequest) -> None:
+        async with gate:
+            started = time.monotonic()
+            try:
+                run = await submit(nc, request)
+                result = await wait(nc, run.run_id)
+            except RequestError as exc:
+                outcome = RunOutcome(task.name, policy, seed, None, "refused", str(exc)[:300])
+            else:
+                outcome = RunOutcome(task.name, policy, seed, run.run_id, result.status,
+                                     result.reason[:300], result.speedup, result.verified,
+                                     time.monotonic() - started)
+            outcomes.append(outcome)
+            if on_done is not None:
+                on_done(outcome, len(outcomes), len(todo))
+
+    await asyncio.gather(*(one(*item) for item in todo))
+    return outcomes
+
+
+def candidates_to_best(events: Sequence[Event]) -> int | None:
+    """How many candidate kernels (iterations, in log order) the run wrote before its first
+    one as fast as its best; None without a valid one."""
+    finished = [e for e in events if isinstance(e, IterationFinished)]
+    speeds = [e.speedup for e in finished if e.valid and e.speedup is not None]
+    if not speeds:
+        return None
+    best = max(speeds)
+    for count, e in enumerate(finished, start=1):
+        if e.valid and e.speedup is not None and e.speedup >= best * (1 - 1e-9):
+            return count
+    return None
+
+
+def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
+    """Per policy (and simulated/real label): the paper's figures plus candidates, wall time
+    and tokens, all folded from the runs' events."""
+    per_policy: dict[str, dict[str, Any]] = {}
+    for run_id, events in events_by_run.items():
+        requested = next((e for e in events if isinstance(e, RunRequested)), None)
+        if requested is None:
+            continue
+        metrics = Metrics(run_id).apply_all(events)
+        stats = metrics.state.runs.get(run_id)
+        finished = next((e for e in events if isinstance(e, RunFinished)), None)
+        entry = per_policy.setdefault(requested.policy, {
+            "runs": 0, "tasks": set(), "kernels": 0, "compiled": 0, "correct_kernels": 0,
+            "results": [], "labels": set(), "candidates": 0, "wall_s": 0.0, "tokens": 0,
+            "candidates_to_best": []})
+        entry["runs"] += 1
+        entry["tasks"].add(requested.task_name)
+        kernels = [e for e in events if isinstance(e, IterationFinished)]
+        entry["kernels"] += len(kernels)
+        entry["compiled"] += sum(1 for e in kernels if e.compiled)
+        entry["correct_kernels"] += sum(1 for e in kernels if e.valid)
+        entry["candidates"] += len(kernels)
+        result = stats.result if stats is not None else None
+        correct = bool(stats is not None and stats.counted and result is not None)
+        entry["results"].append(result if correct else None)
+        if stats is not None and stats.label:
+            entry["labels"].add(stats.label)
+        if finished is not None:
+            entry["wall_s"] += max(0.0, finished.ts - requested.ts)
+        entry["tokens"] += metrics.summary().get("tokens", {}).get("total", 0) or 0
+        to_best = candidates_to_best(events)
+        if to_best is not None:
+            entry["candidates_to_best"].append(to_best)
+    out: dict[str, Any] = {}
+    for policy, e in sorted(per_policy.items()):
+        results = e["results"]
+        correct = [r for r in results if r is not None]
+        out[policy] = {
+            "runs": e["runs"],
+            "tasks": len(e["tasks"]),
+            "measured_on": sorted(e["labels"]) or ["simulated"],
+            "compile_rate": _ratio(e["compiled"], e["kernels"]),
+            "correctness_rate": _ratio(e["correct_kernels"], e["kernels"]),
+            "runs_correct": len(correct),
+            "geomean_speedup_floored": round(geomean_floored(results), 4),
+            "best_speedup": round(max(correct), 4) if correct else None,
+            "fast_p": {f"{p:g}": round(fast_p(results, p), 4) for p in FAST_P},
+            "candidates": e["candidates"],
+            "mean_candidates_to_best": (round(sum(e["candidates_to_best"]) / len(e["candidates_to_best"]), 2)
+                                        if e["candidates_to_best"] else None),
+            "wall_s": round(e["wall_s"], 1),
+            "tokens": e["tokens"],
+        }
+    return out
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
