@@ -156,10 +156,14 @@ def check_policy(request: KernelRequest) -> dict[str, Any]:
             raise RequestError("--param needs a search policy (--policy); auto takes none")
         return {}
     from searchpolicies.errors import PolicyError
-    from searchpolicies.registry import get_policy
+    from searchpolicies.registry import get_policy, policy_class
 
+    params = dict(request.policy_params)
     try:
-        return get_policy(request.policy, request.policy_params, seed=request.seed).param_values()
+        cls = policy_class(request.policy)
+        if "iterations" in {p.name for p in cls.params()}:  # --iterations: per trajectory
+            params.setdefault("iterations", str(request.iterations))
+        return get_policy(request.policy, params, seed=request.seed).param_values()
     except PolicyError as exc:
         raise RequestError(str(exc)) from None
 

@@ -97,9 +97,24 @@ def _failed_levers(failures: list[dict[str, Any]]) -> tuple[set[str], bool]:
     return failed, vmem
 
 
+CATALOGUE_LEVERS = {
+    "block_shape": "bigger_blocks", "flatten_leading_axes": "bigger_blocks",
+    "lane_dense_layout": "bigger_blocks", "head_packing": "bigger_blocks",
+    "buffering": "smaller_blocks", "manual_dma": "smaller_blocks", "inner_loop": "smaller_blocks",
+    "dimension_semantics": "smaller_blocks", "vmem_budget": "smaller_blocks",
+    "mxu_alignment": "mxu_aligned_tiles", "alignment": "mxu_aligned_tiles",
+    "reduction_in_one_block": "full_k", "resident_operands": "full_k",
+    "online_reduction": "whole_kv_row", "block_skipping": "whole_kv_row",
+}
+"""The catalogue's levers (a search policy's `[lever=...]` hint) this author can act on."""
+
+
 def _hint_levers(hint: str) -> list[str]:
     text = (hint or "").lower()
-    wanted = [lever for lever in TUNING_LEVERS if lever in text or lever.replace("_", " ") in text]
+    tag = re.match(r"\[lever=([\w+]+)", text)
+    wanted = [CATALOGUE_LEVERS[i] for i in (tag.group(1).split("+") if tag else [])
+              if i in CATALOGUE_LEVERS]
+    wanted += [lever for lever in TUNING_LEVERS if lever in text or lever.replace("_", " ") in text]
     if re.search(r"\b(larger|bigger|fewer steps|per-step overhead)\b", text):
         wanted.append("bigger_blocks")
     if re.search(r"\b(smaller|pipelin|overlap)\b", text):

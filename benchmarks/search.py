@@ -1,0 +1,234 @@
+"""The search's figures.
+
+    python benchmarks/search.py --json [--part overhead,scaling,policies] [--nodes 40]
+        [--tasks tasks/rmsnorm.py,...] [--policies parallel,beam,greedy] [--budget 6]
+
+- `orchestration_overhead_ms_per_node`: the search orchestrator on a real nats-server, with
+  every other agent replaced by one that answers at once (suite, baseline, each node's
+  trajectory, the winner's verification, the audit). Wall time of a `greedy` search of
+  `--nodes` nodes (one decision per evaluated node, the worst case) and of a `parallel`
+  one (all nodes from one decision), divided by the node count. Goal: <= 20 ms.
+- `executor_scaling`: nodes per minute of a real `parallel` search (offline author,
+  `sim-tpu-v6e`, one iteration per node) with 1 and with 2 executor processes
+  (`kernelgraph serve executor`) sharing it; everything else runs in this process.
+- `policies`: `kernelgraph bench` of the tasks under each policy at the same candidate
+  budget (offline author, simulated speedups): tasks correct, floored geometric mean,
+  fast_1, candidates used and candidates needed to reach each run's best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agents.commands import (  # noqa: E402
+    AuditRun,
+    ExpandNode,
+    FreezeSuite,
+    MeasureBaseline,
+    VerifyWinner,
+)
+from bus.service import Service  # noqa: E402
+from eventstore.events import (  # noqa: E402
+    BaselineMeasured,
+    Event,
+    IterationFinished,
+    NodeEvaluated,
+    RunAudited,
+    TestSuiteFrozen,
+    WinnerVerified,
+)
+
+FAKE_SHA = "0" * 64
+
+
+class _Instant(Service):
+    """Answers its commands at once with the events the search waits for."""
+
+    version: ClassVar[str] = "instant"
+
+
+class InstantSuite(_Instant):
+    agent: ClassVar[str] = "test_synth"
+    commands: ClassVar[tuple[type, ...]] = (FreezeSuite,)
+
+    async def handle(self, cmd: FreezeSuite) -> AsyncIterator[Event]:  # type: ignore[override]
+        yield self.event(TestSuiteFrozen, cmd, suite_sha256=FAKE_SHA, n_cases=1,
+                         recipe_sha256=FAKE_SHA)
+
+
+class InstantBaseline(_Instant):
+    agent: ClassVar[str] = "baseline"
+    commands: ClassVar[tuple[type, ...]] = (MeasureBaseline,)
+
+    async def handle(self, cmd: MeasureBaseline) -> AsyncIterator[Event]:  # type: ignore[override]
+        yield self.event(BaselineMeasured, cmd, latency_s=1e-3, measured_on="simulated",
+                         target=cmd.target_name)
+
+
+class InstantTrajectory(_Instant):
+    agent: ClassVar[str] = "auto"
+    commands: ClassVar[tuple[type, ...]] = (ExpandNode,)
+
+    async def handle(self, cmd: ExpandNode) -> AsyncIterator[Event]:  # type: ignore[override]
+        speedup = 1.0 + random.Random(cmd.node_id).random()
+        for it in range(1, cmd.iterations + 1):
+            yield self.event(IterationFinished, cmd, iteration=it, valid=True, compiled=True,
+                             code_sha256=FAKE_SHA, latency_s=1e-3 / speedup, speedup=speedup)
+        yield self.event(NodeEvaluated, cmd, valid=True, compiled=True, best_iteration=1,
+                         iterations=cmd.iterations, code_sha256=FAKE_SHA, latency_s=1e-3 / speedup,
+                         speedup=speedup, parent_id=cmd.parent_id, strategy=cmd.hint)
+
+
+class InstantVerifier(_Instant):
+    agent: ClassVar[str] = "verifier"
+    commands: ClassVar[tuple[type, ...]] = (VerifyWinner,)
+
+    async def handle(self, cmd: VerifyWinner) -> AsyncIterator[Event]:  # type: ignore[override]
+        yield self.event(WinnerVerified, cmd, verdict="pass", receipt_sha256=FAKE_SHA, speedup=1.5)
+
+
+class InstantAuditor(_Instant):
+    agent: ClassVar[str] = "auditor"
+    commands: ClassVar[tuple[type, ...]] = (AuditRun,)
+
+    async def handle(self, cmd: AuditRun) -> AsyncIterator[Event]:  # type: ignore[override]
+        yield self.event(RunAudited, cmd, clean=True, final=cmd.final)
+
+
+async def overhead(nodes: int, policy: str) -> dict[str, Any]:
+    from kernelgraph.client import KernelRequest, check_request, submit, wait
+    from kernelgraph.runtime import Runtime, RuntimeConfig
+
+    os.environ.setdefault("KG_AUDIT_INTERVAL_S", "0")
+    params = {"parallel": {"trajectories": str(nodes), "iterations": "1"},
+              "greedy": {"iterations": "1"}}[policy]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = RuntimeConfig(db_path=Path(tmp) / "log.duckdb", agents=["search"],
+                               concurrency={"search": 1})
+        async with Runtime(config) as runtime:
+            assert runtime.client is not None
+            nc = runtime.client.nc
+            fakes = [cls(nc, settings=config.settings, concurrency=64)
+                     for cls in (InstantSuite, InstantBaseline, InstantTrajectory, InstantVerifier,
+                                 InstantAuditor)]
+            for fake in fakes:
+                await fake.start()
+            try:
+                request = KernelRequest(task=ROOT / "tasks" / "gelu.py", policy=policy,
+                                        policy_params=params, max_nodes=nodes, iterations=1,
+                                        concurrency=nodes)
+                await asyncio.to_thread(check_request, request)  # JAX's first trace: not the search's
+                started = time.perf_counter()
+                run = await submit(nc, request)
+                result = await wait(nc, run.run_id, timeout=600)
+                wall = time.perf_counter() - started
+            finally:
+                for fake in fakes:
+                    await fake.stop()
+    assert result.nodes == nodes, (result.nodes, result.reason)
+    return {"policy": policy, "nodes": nodes, "wall_s": round(wall, 3),
+            "ms_per_node": round(1000 * wall / nodes, 2), "status": result.status}
+
+
+def executor_scaling(executors: int, trajectories: int, task: Path) -> dict[str, Any]:
+    """A real parallel search with executors in `executors` separate processes."""
+    from bus.server import EmbeddedNats
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "KG_WORKSPACE": str(work / "work"),
+               "KG_KNOWLEDGE_PATH": str(work / "knowledge")}
+        server = EmbeddedNats(work / "nats", token=False)
+        server.start()
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            kg = [sys.executable, "-m", "kernelgraph"]
+            others = ["test_synth", "baseline", "planner", "implementer", "fixer", "autotuner",
+                      "profiler", "verifier", "auto", "search", "auditor"]
+            agents = [arg for name in others for arg in ("--agent", name)]
+            procs.append(subprocess.Popen([*kg, "up", "--nats", server.url, "--db",
+                                           str(work / "log.duckdb"), *agents],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for _ in range(executors):
+                procs.append(subprocess.Popen([*kg, "serve", "executor", "--nats", server.url],
+                                              env=env, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+            started = time.perf_counter()
+            done = subprocess.run([*kg, "submit", str(task), "--nats", server.url, "--wait", "--json",
+                                   "--policy", "parallel", "--param", f"trajectories={trajectories}",
+                                   "--iterations", "1", "--tune-budget", "2",
+                                   "--concurrency", str(trajectories)],
+                                  env=env, capture_output=True, text=True, timeout=3600)
+            wall = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            server.stop()
+    if done.returncode not in (0, 1):
+        raise RuntimeError(done.stderr[-2000:])
+    summary = json.loads(done.stdout)
+    return {"executors": executors, "nodes": summary["nodes"], "wall_s": round(wall, 1),
+            "nodes_per_minute": round(60 * summary["nodes"] / wall, 3)}
+
+
+def policies(tasks: list[str], names: list[str], budget: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
+               "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
+        done = subprocess.run([sys.executable, "-m", "kernelgraph", "bench", *tasks,
+                               "--policy", ",".join(names), "--budget-candidates", str(budget),
+                               "--iterations", "2", "--tune-budget", "2", "--db",
+                               str(Path(tmp) / "bench.duckdb"), "--json", "--quiet"],
+                              env=env, capture_output=True, text=True, timeout=6 * 3600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--part", default="overhead,scaling,policies")
+    parser.add_argument("--nodes", type=int, default=40)
+    parser.add_argument("--scaling-task", default=str(ROOT / "tests" / "evaltasks" / "rmsnorm_small.py"))
+    parser.add_argument("--trajectories", type=int, default=4)
+    parser.add_argument("--tasks", default="tasks/rmsnorm.py,tasks/softmax.py,tasks/matmul.py,tasks/attention.py")
+    parser.add_argument("--policies", default="parallel,beam,greedy,adaptive")
+    parser.add_argument("--budget", type=int, default=6)
+    args = parser.parse_args()
+    parts = set(args.part.split(","))
+    out: dict[str, Any] = {"label": "search orchestration on this machine; speedups are simulated"}
+    if "overhead" in parts:
+        runs = [asyncio.run(overhead(args.nodes, p)) for p in ("greedy", "parallel")]
+        out["orchestration_overhead"] = runs
+        out["orchestration_overhead_ms_per_node"] = max(r["ms_per_node"] for r in runs)
+    if "scaling" in parts:
+        task = Path(args.scaling_task)
+        out["executor_scaling"] = [executor_scaling(n, args.trajectories, task) for n in (1, 2)]
+    if "policies" in parts:
+        tasks = [str(ROOT / t) if not Path(t).is_absolute() else t for t in args.tasks.split(",")]
+        out["policies"] = policies(tasks, args.policies.split(","), args.budget)
+    print(json.dumps(out, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
