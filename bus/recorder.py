@@ -125,6 +125,7 @@ class Recorder:
         verifier = LogVerifier(self.read, self.nc.max_payload)
         self._verify_sub = await self.nc.subscribe(subjects.LOG_VERIFY, queue=self.name,
                                                    cb=verifier.on_request)
+        await self.nc.flush()  # the server knows the subscription once start() returns
 
     async def stop(self) -> None:
         """Record everything already on the stream, then stop (call after the services stopped)."""
