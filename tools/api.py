@@ -29,7 +29,13 @@ from typing import Any
 
 import msgspec
 
-from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteError, build_suite
+from tools.correctness.testsuite import (
+    DEFAULT_SEEDS,
+    FrozenSuite,
+    SuiteError,
+    SuiteTooLarge,
+    build_suite,
+)
 from tools.inputs.candidate import CandidateError, read_candidate
 from tools.inputs.files import FileProblem
 from tools.inputs.tasks import Task, TaskError, load_task
@@ -69,7 +75,8 @@ class SuiteRecipe(msgspec.Struct, frozen=True):
 
 
 def freeze_suite(task: Task | str | Path, *, seeds: Sequence[int] = DEFAULT_SEEDS) -> FrozenSuite:
-    """Build and hash the frozen suite; raises `SuiteError` if it cannot tell right from wrong."""
+    """Build and hash the frozen suite; raises `SuiteError` if it cannot tell right from wrong,
+    `SuiteTooLarge` (before building anything) if it would not fit in this process's memory."""
     return build_suite(task if isinstance(task, Task) else load_task(task), seeds=tuple(seeds))
 
 
@@ -302,6 +309,7 @@ __all__ = [
     "SuiteError",
     "SuiteMismatch",
     "SuiteRecipe",
+    "SuiteTooLarge",
     "TargetUnavailable",
     "Task",
     "TaskError",

@@ -52,7 +52,7 @@ def widened_dtype(dtype: Any, precision: OraclePrecision) -> np.dtype:
 
 
 @contextlib.contextmanager
-def _mode(precision: OraclePrecision) -> Iterator[None]:
+def precision_mode(precision: OraclePrecision) -> Iterator[None]:
     import jax
 
     if precision == "float32-highest":
@@ -81,7 +81,7 @@ class Oracle:
     def __call__(self, host: Sequence[np.ndarray]) -> list[np.ndarray]:
         import jax
 
-        with _mode(self.precision):
+        with precision_mode(self.precision):
             wide = [np.asarray(x).astype(widened_dtype(np.asarray(x).dtype, self.precision),
                                          copy=False) for x in host]
             outs = jax.tree.leaves(self._fn(*wide))
@@ -132,7 +132,7 @@ def _abstract_problem(task: Task, shape_index: int, inputs: Sequence[Any],
     """Why the reference does not trace in ``precision`` (None: it does, to the right shapes)."""
     import jax
 
-    with _mode(precision):
+    with precision_mode(precision):
         args = [jax.ShapeDtypeStruct(tuple(x.shape), widened_dtype(x.dtype, precision))
                 for x in inputs]
         try:

@@ -26,6 +26,7 @@ import numpy as np
 
 from kernelgraph.errors import KernelgraphError
 from tools.correctness.ceiling import ceiling_limit, element_slack
+from tools.correctness.footprint import fit_problem
 from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
 from tools.inputs.tasks import Task, check_reference_output
 from tools.sandbox.wire import WireArray, hash_arrays, wire_arrays
@@ -41,6 +42,11 @@ _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 
 class SuiteError(KernelgraphError, ValueError):
     """The task cannot be tested as it stands (a vacuous suite); the message says why."""
+
+
+class SuiteTooLarge(SuiteError):
+    """Freezing the suite would not fit in this process's memory (the estimate says by how
+    much, and the --scale that would fit)."""
 
 
 class SuiteCase(msgspec.Struct, frozen=True):
@@ -144,12 +150,21 @@ def build_suite(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     unseen: bool = True,
     probes: bool = True,
+    check_memory: bool = True,
 ) -> FrozenSuite:
-    """Build and hash the suite for ``task``; raises :class:`SuiteError` if it is vacuous."""
+    """Build and hash the suite for ``task``; raises :class:`SuiteError` if it is vacuous,
+    :class:`SuiteTooLarge` (before anything is built) if it would not fit in memory."""
     import jax
 
     if not seeds:
         raise ValueError(f"{seeds=} must name at least one seed")
+    probe_scales = getattr(task.module, "PROBE_SCALES", DEFAULT_PROBE_SCALES)
+    if check_memory:
+        counts = {0: len(seeds) + (len(probe_scales) if probes else 0)}
+        counts.update({i: 1 for i in task.unseen_shape_indices if unseen})
+        _, problem = fit_problem(task, counts)
+        if problem:
+            raise SuiteTooLarge(problem)
     references = {i: jax.jit(task.reference_at(i)) for i in range(len(task.shapes))}
     oracles: dict[int, Oracle] = {}
     noted: set[int] = set()
@@ -233,8 +248,7 @@ def build_suite(
         notes.append(task.alignment_note)
     _refuse_vacuous(task, cases, references[0], tuning_inputs)
     if probes:
-        scales = getattr(task.module, "PROBE_SCALES", DEFAULT_PROBE_SCALES)
-        for name, factor in scales.items():
+        for name, factor in probe_scales.items():
             scaled = _scale_floats(tuning_inputs, float(factor))
             if scaled is None:
                 notes.append("no floating inputs: numerics probes skipped")
