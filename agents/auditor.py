@@ -25,19 +25,14 @@ verifier's: compose.yaml gives both services the same key volume).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
-from nats.aio.client import Client as NATS
-from nats.js.api import DeliverPolicy
-
 from agents.base import Agent, AgentContext
+from agents.calls import RunHistory
 from agents.commands import AuditRun
-from bus import subjects
 from bus.artifacts import ArtifactNotFound
-from bus.codec import EventDecodeError, decode_event
 from bus.logverify import LogUnavailable, LogVerified, ask_log, events_digest
 from bus.registry import register
 from eventstore.codec import encode_event
@@ -62,47 +57,6 @@ def log_wait_s() -> float:
     return float(os.environ.get(LOG_WAIT_ENV, "60"))
 
 
-class RunStream:
-    """Every event of one run on the events stream, by id (first copy), past then live."""
-
-    def __init__(self, nc: NATS, run_id: str) -> None:
-        self.nc, self.run_id = nc, run_id
-        self.events: dict[str, Event] = {}
-        self.caught_up = asyncio.Event()
-        self._sub = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> RunStream:
-        self._sub = await self.nc.jetstream().subscribe(
-            subjects.run_events_subject(self.run_id), ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL)
-        if not (await self._sub.consumer_info()).num_pending:
-            self.caught_up.set()
-        self._reader = asyncio.create_task(self._read(), name=f"audit-{self.run_id}")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-
-    async def _read(self) -> None:
-        assert self._sub is not None
-        while True:
-            msg = await self._sub.next_msg(timeout=None)
-            try:
-                event = decode_event(msg.data)
-            except EventDecodeError:  # the recorder dead-letters it; the audit sees it missing
-                event = None
-            if event is not None and event.run_id == self.run_id:
-                self.events.setdefault(event.event_id, event)
-            if msg.metadata.num_pending == 0:
-                self.caught_up.set()
-
-
 @register
 class AuditorAgent(Agent[AuditRun]):
     agent: ClassVar[str] = "auditor"
@@ -111,19 +65,20 @@ class AuditorAgent(Agent[AuditRun]):
 
     async def _run(self, ctx: AgentContext[AuditRun]) -> AsyncIterator[Event]:
         cmd = ctx.cmd
-        async with RunStream(self.nc, cmd.run_id) as stream:
-            await stream.caught_up.wait()
-            seen = list(stream.events)
-            reply, problem = await self.recorded(cmd.run_id, stream, set(seen))
+        async with RunHistory(self.nc, cmd.run_id) as history:
+            await history.caught_up()
+            seen = list(copies(history))
+            reply, problem = await self.recorded(cmd.run_id, history, set(seen))
+            stream = copies(history)
             if reply is None:
-                events = [stream.events[i] for i in seen]
+                events = [stream[i] for i in seen]
                 chain = ChainStatus(ok=False, reason=f"log unavailable: {problem}")
                 found = [Finding("log", f"log unavailable: {problem}")]
                 missing: set[str] = set()
             else:
-                events = [stream.events[i] for i in reply.event_ids if i in stream.events]
+                events = [stream[i] for i in reply.event_ids if i in stream]
                 chain = ChainStatus(reply.chain_ok, reply.rows_checked, reply.reason)
-                found = recording_findings(reply, stream.events, seen, events)
+                found = recording_findings(reply, stream, seen, events)
                 missing = set(reply.missing_artifacts)
         artifacts, unreachable = await self.artifacts(cited_artifacts(events) - missing)
         found += [Finding("log", f"artifact {sha[:12]} is in the log but no longer on the bus; "
@@ -139,7 +94,7 @@ class AuditorAgent(Agent[AuditRun]):
                          findings=[{"check": f.check, "message": f.message,
                                     "event_id": f.event_id} for f in findings])
 
-    async def recorded(self, run_id: str, stream: RunStream,
+    async def recorded(self, run_id: str, history: RunHistory,
                        seen: set[str]) -> tuple[LogVerified | None, str]:
         """The recorder's answer once the log holds what was seen and the stream holds what
         was recorded (or the last answer when the wait is over); None and why if it is silent."""
@@ -148,7 +103,8 @@ class AuditorAgent(Agent[AuditRun]):
         reply: LogVerified | None = None
         problem = ""
         while True:
-            asked = cited_artifacts(list(stream.events.values()))
+            stream = copies(history)
+            asked = cited_artifacts(list(stream.values()))
             try:
                 reply = await ask_log(self.nc, run_id, sorted(asked),
                                       timeout=max(0.5, min(ASK_TIMEOUT_S, deadline - loop.time())))
@@ -157,7 +113,7 @@ class AuditorAgent(Agent[AuditRun]):
                 reply, problem = None, str(exc)
             if reply is not None:
                 recorded = reply.event_ids
-                have = [stream.events[i] for i in recorded if i in stream.events]
+                have = [stream[i] for i in recorded if i in stream]
                 if (seen <= set(recorded) and len(have) == len(recorded)
                         and cited_artifacts(have) <= asked):
                     return reply, ""
@@ -179,7 +135,17 @@ class AuditorAgent(Agent[AuditRun]):
         return got, set(ordered) - set(got)
 
 
-def recording_findings(reply: LogVerified, copies: dict[str, Event], seen: list[str],
+def copies(history: RunHistory) -> dict[str, Event]:
+    """The run's events read from the stream so far, by id (the first copy of each), in
+    stream order; an event that does not decode is missing here (the recorder dead-letters it)."""
+    found: dict[str, Event] = {}
+    for event in history.events:
+        if event.run_id == history.run_id:
+            found.setdefault(event.event_id, event)
+    return found
+
+
+def recording_findings(reply: LogVerified, stream: dict[str, Event], seen: list[str],
                        events: list[Event]) -> list[Finding]:
     """Where the stream's copy and the log disagree: unrecorded, unknown or altered events."""
     found: list[Finding] = []
@@ -188,7 +154,7 @@ def recording_findings(reply: LogVerified, copies: dict[str, Event], seen: list[
     if unrecorded:
         found.append(Finding("recorded", f"{len(unrecorded)} event(s) read from the bus are not "
                              f"in the log after {log_wait_s():g} s", unrecorded[0]))
-    unknown = [i for i in reply.event_ids if i not in copies]
+    unknown = [i for i in reply.event_ids if i not in stream]
     if unknown:
         found.append(Finding("recorded", f"the log holds {len(unknown)} event(s) of this run "
                              "that the bus does not carry (undecodable, or no longer retained)",

@@ -84,6 +84,10 @@ class RunHistory:
             if msg.metadata.num_pending == 0:
                 self._caught_up.set()
 
+    async def caught_up(self) -> None:
+        """Return once every event the stream held when the history opened has been read."""
+        await self._caught_up.wait()
+
     def caused_by(self, command_id: str) -> list[Event]:
         return list(self._by_cause.get(command_id, ()))
 

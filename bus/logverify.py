@@ -3,8 +3,9 @@
 Only the recorder opens the DuckDB file, so a process that audits a run asks it on
 `kg.log.verify` (core NATS request-reply: a `LogVerifyRequest`, answered by a `LogVerified`):
 
-- the hash chain's verification (the whole log, recomputed only when rows were appended
-  since the last request);
+- the hash chain's verification (the whole log; recomputed only when rows were appended
+  since the last request: while the recorder runs it holds the file's lock, so nobody else
+  can rewrite a row it has verified);
 - the run's recorded event ids in log order, and a digest of their bodies
   (`events_digest`), so the asker can prove that the copies it read from the events
   stream are, byte for byte, the recorded ones;

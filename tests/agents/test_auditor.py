@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,14 @@ from typer.testing import CliRunner
 
 from agents.calls import RunHistory
 from agents.commands import AuditRun
-from eventstore.events import IterationFinished, RunAudited, RunFinished, WinnerVerified
+from bus.logverify import ask_log
+from eventstore.events import (
+    IterationFinished,
+    MessageDeadLettered,
+    RunAudited,
+    RunFinished,
+    WinnerVerified,
+)
 from eventstore.log import EventLog
 from kernelgraph.cli import app, load_commands
 from kernelgraph.client import KernelRequest, submit, wait
@@ -73,6 +81,46 @@ def test_an_edited_speedup_is_found(tmp_path: Path) -> None:
     result = asyncio.run(audit_on_the_bus(tmp_path, run))
     assert not result.clean and result.chain_ok
     assert {(f["check"], f["event_id"]) for f in result.findings} >= {("claims", lie.event_id)}
+
+
+async def audit_after(tmp_path: Path, run: RunBuilder, tamper: Callable[[EventLog], object]
+                      ) -> RunAudited:
+    """Publish the run, let the recorder store it, change the log, then audit."""
+    config = RuntimeConfig(db_path=tmp_path / "log.duckdb", agents=["auditor"],
+                           recorder_max_wait_s=0.05)
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None and runtime.recorder is not None
+        nc = runtime.client.nc
+        await publish(nc, run)
+        while len((await ask_log(nc, run.run_id)).event_ids) < len(run.events):
+            await asyncio.sleep(0.05)
+        await runtime.recorder.read(tamper)
+        return await audited(nc, run)
+
+
+def test_an_event_only_in_the_log_is_a_finding(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KG_AUDIT_LOG_WAIT_S", "1")
+    run = before_the_end(clean_run())
+    extra = MessageDeadLettered.create(run_id=run.run_id, producer="recorder@1", subject="kg.evt.x",
+                                       error="not an event")
+    result = asyncio.run(audit_after(tmp_path, run, lambda log: log.append([extra])))
+    assert not result.clean
+    assert ("recorded", extra.event_id) in {(f["check"], f["event_id"]) for f in result.findings}
+
+
+def test_a_recorded_body_unlike_the_bus_copy_is_a_finding(tmp_path: Path) -> None:
+    run = before_the_end(clean_run())
+    edited = first(run, WinnerVerified)
+
+    def tamper(log: EventLog) -> None:
+        (body,) = log.sql("SELECT body FROM events WHERE event_id = ?", [edited.event_id])[0]
+        log.sql("UPDATE events SET body = ? WHERE event_id = ?",
+                [body.replace('"test@1"', '"forged@1"'), edited.event_id])
+
+    result = asyncio.run(audit_after(tmp_path, run, tamper))
+    assert not result.clean
+    assert any(f["check"] == "recorded" and "differ" in f["message"] for f in result.findings)
 
 
 def test_without_a_recorder_the_audit_fails_closed(tmp_path: Path,
