@@ -21,6 +21,7 @@ requested twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -162,7 +163,7 @@ class _SearchRun(_AutoRun):
                 budget = budget_of(cmd, self.history.events[:seen], now=time.time())
                 decisions = policy.decide(graph, budget, decision)
                 if decisions:
-                    decided = self.decided(policy, graph, decision, seen, decisions)
+                    decided = self.decided(policy, graph, budget, decision, seen, decisions)
                     decision += 1
                     async for event in self.publish(decided):
                         yield event
@@ -208,8 +209,8 @@ class _SearchRun(_AutoRun):
                                                   f"the search stopped: {stop_reason}"):
             yield event
 
-    def decided(self, policy: SearchPolicy, graph: SearchGraph, decision: int, seen: int,
-                decisions: list[Expand | Stop]) -> PolicyDecided:
+    def decided(self, policy: SearchPolicy, graph: SearchGraph, budget: Budget, decision: int,
+                seen: int, decisions: list[Expand | Stop]) -> PolicyDecided:
         cmd = self.search_cmd
         expansions = []
         for index, d in enumerate(x for x in decisions if isinstance(x, Expand)):
@@ -222,7 +223,8 @@ class _SearchRun(_AutoRun):
                  decision, len(graph.nodes), len(expansions), f", stop: {stop}" if stop else "")
         return self.agent.event(PolicyDecided, cmd, node_id=self.root_id, policy=policy.name,
                                 decision=decision, seen_events=seen, expansions=expansions,
-                                stop=stop, event_id=self.named(f"decision{decision}"))
+                                stop=stop, budget=dataclasses.asdict(budget),
+                                event_id=self.named(f"decision{decision}"))
 
     async def publish(self, decided: PolicyDecided) -> AsyncIterator[Event]:
         """Yield the decision and its node requests, then start (or queue) the expansions."""

@@ -22,91 +22,18 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from agents.commands import (  # noqa: E402
-    AuditRun,
-    ExpandNode,
-    FreezeSuite,
-    MeasureBaseline,
-    VerifyWinner,
-)
-from bus.service import Service  # noqa: E402
-from eventstore.events import (  # noqa: E402
-    BaselineMeasured,
-    Event,
-    IterationFinished,
-    NodeEvaluated,
-    RunAudited,
-    TestSuiteFrozen,
-    WinnerVerified,
-)
-
-FAKE_SHA = "0" * 64
-
-
-class _Instant(Service):
-    """Answers its commands at once with the events the search waits for."""
-
-    version: ClassVar[str] = "instant"
-
-
-class InstantSuite(_Instant):
-    agent: ClassVar[str] = "test_synth"
-    commands: ClassVar[tuple[type, ...]] = (FreezeSuite,)
-
-    async def handle(self, cmd: FreezeSuite) -> AsyncIterator[Event]:  # type: ignore[override]
-        yield self.event(TestSuiteFrozen, cmd, suite_sha256=FAKE_SHA, n_cases=1,
-                         recipe_sha256=FAKE_SHA)
-
-
-class InstantBaseline(_Instant):
-    agent: ClassVar[str] = "baseline"
-    commands: ClassVar[tuple[type, ...]] = (MeasureBaseline,)
-
-    async def handle(self, cmd: MeasureBaseline) -> AsyncIterator[Event]:  # type: ignore[override]
-        yield self.event(BaselineMeasured, cmd, latency_s=1e-3, measured_on="simulated",
-                         target=cmd.target_name)
-
-
-class InstantTrajectory(_Instant):
-    agent: ClassVar[str] = "auto"
-    commands: ClassVar[tuple[type, ...]] = (ExpandNode,)
-
-    async def handle(self, cmd: ExpandNode) -> AsyncIterator[Event]:  # type: ignore[override]
-        speedup = 1.0 + random.Random(cmd.node_id).random()
-        for it in range(1, cmd.iterations + 1):
-            yield self.event(IterationFinished, cmd, iteration=it, valid=True, compiled=True,
-                             code_sha256=FAKE_SHA, latency_s=1e-3 / speedup, speedup=speedup)
-        yield self.event(NodeEvaluated, cmd, valid=True, compiled=True, best_iteration=1,
-                         iterations=cmd.iterations, code_sha256=FAKE_SHA, latency_s=1e-3 / speedup,
-                         speedup=speedup, parent_id=cmd.parent_id, strategy=cmd.hint)
-
-
-class InstantVerifier(_Instant):
-    agent: ClassVar[str] = "verifier"
-    commands: ClassVar[tuple[type, ...]] = (VerifyWinner,)
-
-    async def handle(self, cmd: VerifyWinner) -> AsyncIterator[Event]:  # type: ignore[override]
-        yield self.event(WinnerVerified, cmd, verdict="pass", receipt_sha256=FAKE_SHA, speedup=1.5)
-
-
-class InstantAuditor(_Instant):
-    agent: ClassVar[str] = "auditor"
-    commands: ClassVar[tuple[type, ...]] = (AuditRun,)
-
-    async def handle(self, cmd: AuditRun) -> AsyncIterator[Event]:  # type: ignore[override]
-        yield self.event(RunAudited, cmd, clean=True, final=cmd.final)
+from instant_agents import INSTANT_AGENTS  # noqa: E402
 
 
 async def overhead(nodes: int, policy: str) -> dict[str, Any]:
@@ -122,9 +49,7 @@ async def overhead(nodes: int, policy: str) -> dict[str, Any]:
         async with Runtime(config) as runtime:
             assert runtime.client is not None
             nc = runtime.client.nc
-            fakes = [cls(nc, settings=config.settings, concurrency=64)
-                     for cls in (InstantSuite, InstantBaseline, InstantTrajectory, InstantVerifier,
-                                 InstantAuditor)]
+            fakes = [cls(nc, settings=config.settings, concurrency=64) for cls in INSTANT_AGENTS]
             for fake in fakes:
                 await fake.start()
             try:

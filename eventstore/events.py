@@ -181,7 +181,7 @@ class PolicyDecided(Event, frozen=True, kw_only=True, tag="PolicyDecided"):
     """One answer of the search policy, recorded before any of its expansions is requested.
 
     `seen_events` is how many of the run's events (in log order) the policy's graph was
-    folded from, so the decision can be recomputed from the log; `expansions` are
+    folded from; `expansions` are
     {node_id, parent_id, strategy, iterations}; `stop` is the Stop reason, if any.
     """
 
@@ -190,6 +190,9 @@ class PolicyDecided(Event, frozen=True, kw_only=True, tag="PolicyDecided"):
     seen_events: int
     expansions: list[Json] = []
     stop: str | None = None
+    budget: Json = {}
+    """The `Budget` the policy was given (limits and what was used), so that, with the
+    graph folded from the first `seen_events` events, the decision can be recomputed."""
 
 
 # --- one iteration of a trajectory ----------------------------------------------------------

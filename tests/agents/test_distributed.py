@@ -25,7 +25,7 @@ from kernelgraph.client import KernelRequest, follow, submit
 
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
 AGENTS = ("test_synth", "baseline", "planner", "implementer", "fixer", "autotuner", "profiler",
-          "verifier")
+          "verifier", "auditor")
 
 
 class Services:

@@ -58,3 +58,14 @@ class TestRoulettePluginContract(PolicyContract):
     def policy(self, installed: Path) -> PolicyFactory:
         cls = policy_class("roulette")
         return lambda seed: cls(seed=seed)
+
+
+async def test_the_installed_plug_in_drives_a_real_search(installed: Path, tmp_path: Path) -> None:
+    from instant_search import search
+
+    events = await search(tmp_path, policy="roulette", max_nodes=4, seed=1)
+    requested = [e for e in events if e.type_name == "ExpansionRequested"]
+    assert requested and {e.policy for e in requested} == {"roulette"}
+    assert sorted(e.node_id for e in requested) == sorted(
+        e.node_id for e in events if e.type_name == "NodeEvaluated")
+    assert [e.type_name for e in events][-1] == "RunFinished"

@@ -1,0 +1,44 @@
+"""A search on a real nats-server and log whose agents answer at once (see
+`benchmarks/instant_agents.py`): the orchestration alone, in seconds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from eventstore.events import Event
+from eventstore.log import EventLog
+from kernelgraph.client import KernelRequest, submit, wait
+from kernelgraph.runtime import Runtime, RuntimeConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from instant_agents import FAIL_HINT, INSTANT_AGENTS  # noqa: E402
+
+TASK = ROOT / "tasks" / "gelu.py"
+
+__all__ = ["FAIL_HINT", "search"]
+
+
+async def search(tmp: Path, **request: object) -> list[Event]:
+    """One search on a fresh runtime; the run's events as the log recorded them."""
+    db = tmp / "log.duckdb"
+    config = RuntimeConfig(db_path=db, agents=["search"])
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None and runtime.recorder is not None
+        nc = runtime.client.nc
+        fakes = [cls(nc, settings=config.settings, concurrency=16) for cls in INSTANT_AGENTS]
+        for fake in fakes:
+            await fake.start()
+        try:
+            run = await submit(nc, KernelRequest(task=TASK, iterations=1, **request))  # type: ignore[arg-type]
+            result = await wait(nc, run.run_id, timeout=120)
+            await runtime.recorder.wait_idle(timeout=30)
+        finally:
+            for fake in fakes:
+                await fake.stop()
+    assert result.status == "completed", result.reason
+    with EventLog(db, read_only=True) as log:
+        assert log.verify().ok
+        return list(log.events(run_id=run.run_id))
