@@ -160,7 +160,8 @@ def _graph_section(run: RunReport, src: str) -> str:
     stop = f" Stopped: {escape(run.graph.state.stopped)}." if run.graph.state.stopped else ""
     return (f'<h3 id="graph-{escape(run.run_id)}">{escape(run.task)} <small>· {escape(run.policy)} · '
             f"{escape(run.run_id)} · {badge(run.label)}</small></h3>"
-            f'<p class="muted">{len(rows)} trajectories, status {escape(run.status)}.{stop}</p>'
+            f'<p class="muted">{len(rows)} trajector{"y" if len(rows) == 1 else "ies"}, '
+            f"status {escape(run.status)}.{stop}</p>"
             + _figure(src, f"search graph of run {run.run_id}") + table)
 
 
@@ -228,7 +229,9 @@ def render(data: ReportData, images: dict[str, str]) -> str:
     runs = data.runs
     labels = sorted({r.label for r in runs if r.label})
     progression = "".join(
-        _figure(images[f"progression:{label}"], f"search progression, {label_words(label)}")
+        _figure(images[f"progression:{label}"], f"search progression, {label_words(label)}",
+                f"{badge(label)} runs: lines are the best speedup so far, dots every evaluated "
+                "trajectory (left) or correct kernel (right), crosses the kernels that failed.")
         for label in labels) or '<p class="muted">No trajectory has been evaluated yet.</p>'
     graphs = "".join(_graph_section(run, images[f"graph:{run.run_id}"]) for run in runs)
     winners = "".join(_winner_section(run) for run in runs)

@@ -11,20 +11,13 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.analysis.logs import RealRun
+
 TASK = Path(__file__).parents[1] / "evaltasks" / "gelu_small.py"
-
-
-@dataclass(frozen=True)
-class RealRun:
-    db: Path
-    summary: dict[str, Any]
-    env: dict[str, str]
 
 
 @pytest.fixture(scope="session")

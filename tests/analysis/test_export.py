@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 from eventstore.log import EventLog
 from eventstore.views import VIEW_NAMES
 from kernelgraph.cli import app, load_commands
-from tests.analysis.conftest import RealRun
-from tests.analysis.logs import mixed_runs, write_log
+from tests.analysis.logs import RealRun, mixed_runs, write_log
 
 load_commands()
 runner = CliRunner()
