@@ -115,13 +115,13 @@ def executor_scaling(executors: int, trajectories: int, task: Path) -> dict[str,
             "nodes_per_minute": round(60 * summary["nodes"] / wall, 3)}
 
 
-def policies(tasks: list[str], names: list[str], budget: int) -> dict[str, Any]:
+def policies(tasks: list[str], names: list[str], budget: int, iterations: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
                "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
         done = subprocess.run([sys.executable, "-m", "kernelgraph", "bench", *tasks,
                                "--policy", ",".join(names), "--budget-candidates", str(budget),
-                               "--iterations", "2", "--tune-budget", "2", "--db",
+                               "--iterations", str(iterations), "--tune-budget", "2", "--db",
                                str(Path(tmp) / "bench.duckdb"), "--json", "--quiet"],
                               env=env, capture_output=True, text=True, timeout=6 * 3600)
     if done.returncode != 0:
@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--tasks", default="tasks/rmsnorm.py,tasks/softmax.py,tasks/matmul.py,tasks/attention.py")
     parser.add_argument("--policies", default="parallel,beam,greedy,adaptive")
     parser.add_argument("--budget", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=1, help="iterations per node")
     args = parser.parse_args()
     parts = set(args.part.split(","))
     out: dict[str, Any] = {"label": "search orchestration on this machine; speedups are simulated"}
@@ -151,7 +152,7 @@ def main() -> None:
         out["executor_scaling"] = [executor_scaling(n, args.trajectories, task) for n in (1, 2)]
     if "policies" in parts:
         tasks = [str(ROOT / t) if not Path(t).is_absolute() else t for t in args.tasks.split(",")]
-        out["policies"] = policies(tasks, args.policies.split(","), args.budget)
+        out["policies"] = policies(tasks, args.policies.split(","), args.budget, args.iterations)
     print(json.dumps(out, indent=None if args.json else 2))
 
 

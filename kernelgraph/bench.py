@@ -222,3 +222,14 @@ def _ratio(num: int, den: int) -> float | None:
 
 def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def suite_summary(found: int, outcomes: Sequence[RunOutcome],
+                  events_by_run: dict[str, list[Event]]) -> dict[str, int]:
+    """Tasks found, loaded (passed the request check), that froze a suite in some run, and
+    that got a verified kernel in some run: the line a suite run ends with."""
+    froze = {o.task for o in outcomes if o.run_id and any(
+        e.type_name == "TestSuiteFrozen" for e in events_by_run.get(o.run_id, ()))}
+    return {"found": found, "loaded": len({o.task for o in outcomes}), "froze_suite": len(froze),
+            "verified": len({o.task for o in outcomes if o.verified})}
+

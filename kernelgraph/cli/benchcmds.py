@@ -57,7 +57,14 @@ def bench(
     `kernelgraph replay` and `kernelgraph report` can analyse the bench afterwards.
     """
     from bus.connection import connect
-    from kernelgraph.bench import BenchPlan, check_tasks, find_tasks, run_bench, summarise
+    from kernelgraph.bench import (
+        BenchPlan,
+        check_tasks,
+        find_tasks,
+        run_bench,
+        suite_summary,
+        summarise,
+    )
     from kernelgraph.client import KernelRequest
     from kernelgraph.runtime import Runtime, RuntimeConfig
     from searchpolicies.registry import policy_names
@@ -68,6 +75,7 @@ def bench(
     if not policies or unknown:
         fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}")
     found, skipped = find_tasks(tasks)
+    found_count = len(found) + sum(1 for s in skipped if s.path.is_file())
     template = KernelRequest(task=Path(), target=target, provider=provider, iterations=iterations,
                              fix_rounds=fix_rounds, seed=seed, tune_budget=tune_budget,
                              max_nodes=None, max_candidates=budget_candidates)
@@ -92,7 +100,8 @@ def bench(
         outcomes = await run_bench(nc, plan, on_done=progress)
         run_ids = [o.run_id for o in outcomes if o.run_id]
         events = await read_events(run_ids)
-        return {"policies": summarise(events), "runs": [o.__dict__ for o in outcomes]}
+        return {"policies": summarise(events), "runs": [o.__dict__ for o in outcomes],
+                "summary": suite_summary(found_count, outcomes, events)}
 
     async def main() -> dict[str, Any]:
         if nats is not None:
@@ -128,7 +137,9 @@ def bench(
         emit_json(report)
         return
     out = sys.stdout
-    out.write(f"{len(plan.tasks)} task(s), {len(skipped)} skipped, budget {budget_candidates} "
+    line = report["summary"]
+    out.write(f"{line['found']} task(s) found, {line['loaded']} loaded, {line['froze_suite']} froze "
+              f"a suite, {line['verified']} got a verified kernel; budget {budget_candidates} "
               f"candidates per run, {repeat} repeat(s)\n")
     header = f"{'policy':14} {'runs':>4} {'correct':>7} {'compile':>7} {'geomean':>8} {'fast_1':>6} {'cands':>6} {'to best':>7} {'wall s':>8} label\n"
     out.write(header)

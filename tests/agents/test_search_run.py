@@ -1,8 +1,9 @@
-"""A search as a user runs it, and the same search killed with SIGKILL and resumed.
+"""A search on a deployment whose two executor processes share it, and the same search on
+the embedded runtime killed twice with SIGKILL and resumed.
 
-Both use the real embedded runtime (nats-server, recorder, every agent, the offline
-author) on a small task, with the `parallel` policy: two trajectories of one iteration, so
-an uninterrupted run always ends with two nodes.
+Both use real processes (nats-server, recorder, every agent, the offline author) on a small
+task with the `parallel` policy: two trajectories of one iteration, so an uninterrupted run
+always ends with two nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bus.server import EmbeddedNats
 from eventstore.log import EventLog
 
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
@@ -77,18 +79,48 @@ def run_facts(db: Path) -> dict[str, object]:
             "audits": audits, "finished": finished, "events": events}
 
 
+AGENTS = ("test_synth", "baseline", "planner", "implementer", "fixer", "autotuner", "profiler",
+          "verifier", "auto", "search", "auditor")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object], dict[str, object]]:
+    """The search on a deployment: a nats-server, `kernelgraph up` with every agent but the
+    executor, two `kernelgraph serve executor` processes sharing the work, `submit --wait`."""
     tmp = tmp_path_factory.mktemp("search")
     db = tmp / "runs.duckdb"
-    done = kg("search", str(TASK), "--db", str(db), *SEARCH, "--json", env=environment(tmp))
-    assert done.returncode == 0, done.stderr[-4000:]
+    env = environment(tmp)
+    server = EmbeddedNats(tmp / "nats")
+    server.start()
+    kg_cmd = [sys.executable, "-m", "kernelgraph"]
+    agents = [arg for name in AGENTS for arg in ("--agent", name)]
+    up = subprocess.Popen([*kg_cmd, "up", "--nats", server.url, "--db", str(db), *agents], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    executors = [subprocess.Popen([*kg_cmd, "serve", "executor", "--nats", server.url,
+                                   "--concurrency", "1", "--json"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for _ in range(2)]
+    try:
+        done = kg("submit", str(TASK), "--nats", server.url, "--wait", "--json",
+                  "--winner-dir", str(db), *SEARCH, env=env)
+    finally:
+        for proc in (*executors, up):
+            proc.send_signal(signal.SIGTERM)
+        handled = []
+        for proc in executors:
+            out, _ = proc.communicate(timeout=120)
+            handled.append(json.loads(out)["completed"] if out.strip() else 0)
+        _, up_err = up.communicate(timeout=120)
+        server.stop()
+    assert done.returncode == 0, done.stderr[-4000:] + up_err[-3000:]
+    assert all(n > 0 for n in handled), f"commands handled per executor process: {handled}"
     return db, json.loads(done.stdout), run_facts(db)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_parallel_search_ends_on_its_verified_best_node_after_a_clean_audit(uninterrupted) -> None:
+def test_a_parallel_search_shared_by_two_executor_processes_ends_after_a_clean_audit(
+        uninterrupted) -> None:
     db, summary, facts = uninterrupted
     assert summary["status"] == "completed" and summary["best"]["verified"]
     assert summary["nodes"] == 2 and len(facts["requested"]) == 2

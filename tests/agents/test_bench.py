@@ -1,0 +1,53 @@
+"""`kernelgraph bench`'s parts: finding tasks in files and folders, and the per-policy figures
+folded from real search logs (agents that answer at once, see `instant_search`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from instant_search import search
+
+from kernelgraph.bench import RunOutcome, candidates_to_best, find_tasks, suite_summary, summarise
+from projections.metrics import geomean_floored
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tasks_are_found_in_files_task_folders_and_jaxbench_folders(tmp_path: Path) -> None:
+    jaxbench = tmp_path / "benchmark"
+    for name in ("1_gemm", "2_norm"):
+        (jaxbench / name).mkdir(parents=True)
+        (jaxbench / name / "baseline.py").write_text("def workload(x):\n    return x\n")
+    (jaxbench / "README.md").write_text("not a task")
+    notes = tmp_path / "notes.py"
+    notes.write_text("X = 1\n")
+    tasks, skipped = find_tasks([ROOT / "tasks" / "gelu.py", jaxbench, notes, tmp_path / "nope"])
+    assert [t.name for t in tasks] == ["gelu", "1_gemm", "2_norm"]
+    reasons = {s.path.name: s.reason for s in skipped}
+    assert reasons == {"notes.py": "not a task file (no reference function)",
+                       "nope": "no such file or directory"}
+    shipped, _ = find_tasks([ROOT / "tasks"])
+    assert {"gelu", "rmsnorm", "matmul"} <= {t.name for t in shipped}
+
+
+async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> None:
+    by_run = {}
+    for policy in ("parallel", "greedy"):
+        events = await search(tmp_path / policy, policy=policy, max_nodes=3, seed=1)
+        by_run[events[0].run_id] = events
+    figures = summarise(by_run)
+    assert set(figures) == {"parallel", "greedy"}
+    for policy, row in figures.items():
+        (events,) = [e for e in by_run.values() if e[0].policy == policy]
+        kernels = [e for e in events if e.type_name == "IterationFinished"]
+        finished = next(e for e in events if e.type_name == "RunFinished")
+        assert row["runs"] == 1 and row["candidates"] == len(kernels) == 3
+        assert row["compile_rate"] == row["correctness_rate"] == 1.0
+        assert row["geomean_speedup_floored"] == pytest.approx(geomean_floored([finished.speedup]), abs=1e-4)
+        assert row["fast_p"]["0"] == 1.0 and row["measured_on"] == ["simulated"]
+        assert row["mean_candidates_to_best"] == candidates_to_best(events)
+    outcomes = [RunOutcome("gelu", e[0].policy, 1, run_id, "completed", verified=True)
+                for run_id, e in by_run.items()]
+    assert suite_summary(2, outcomes, by_run) == {"found": 2, "loaded": 1, "froze_suite": 1,
+                                                  "verified": 1}
