@@ -6,6 +6,7 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
@@ -102,7 +103,12 @@ def test_bad_input_is_one_line_and_exit_2(mixed_log: Path, tmp_path: Path) -> No
     EventLog(empty).close()
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
+    damaged = write_log(tmp_path / "damaged.duckdb", no_valid_run("r"))
+    con = duckdb.connect(str(damaged))
+    con.execute("""UPDATE events SET body = '{"type": "NoSuchEvent"}' WHERE seq = 3""")
+    con.close()
     cases = [
+        ([str(damaged)], "row seq=3"),
         ([str(tmp_path / "missing.duckdb")], "no such log"),
         ([str(foreign)], "is not a kernelgraph log"),
         ([str(empty)], "no runs in"),
