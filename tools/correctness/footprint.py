@@ -9,10 +9,17 @@ The model, per case (the suite builds one case at a time):
 * the reference run: its peak of live intermediates, from a liveness walk of its jaxpr in
   which an elementwise result used once by another elementwise op or a reduction is fused
   (never materialised), as XLA does; sub-programs add their own peak where they are called;
-* the oracle run: widened inputs twice (host and device), its own peak, then its float64
-  outputs ``O`` held while the term magnitudes (a second oracle run) and the per-output
-  error arrays are computed: ``4 O`` in all;
-* what the suite already holds: in memory, every earlier case's inputs, oracle and slack.
+* the oracle run: widened inputs twice (host and device) and its own peak, the float64
+  outputs ``O`` of the first run held (with ``|inputs|``) during the second, the term
+  magnitudes;
+* the per-output work after both: oracle, magnitudes, the reference widened, differences,
+  the ceiling's limits and slack, ``8 O`` at most;
+* a fixed ``RUNTIME_BYTES`` for compiling the reference, the oracle and the magnitude run
+  (measured about 130 MiB on XLA:CPU for a small task, whatever its size);
+* the first case's perturbation check: a float64 copy and noise per input, the reference
+  run again;
+* what the suite already holds: in memory, every earlier case's inputs, oracle and slack
+  (nothing, when large arrays go to disk as they are built).
 
 A case's peak is the larger of the reference and oracle phases plus what is held. It is an
 upper bound where XLA fuses more than the rule above, which is the side to err on when the
@@ -34,6 +41,7 @@ import numpy as np
 from tools.correctness.oracle import PRECISIONS, OraclePrecision, precision_mode, widened_dtype
 
 SAFETY = 0.85  # share of the available memory a suite may plan to use
+RUNTIME_BYTES = 192 << 20  # compiled programs and the runtime's own growth while building
 _GIB = float(1 << 30)
 _ELEMENTWISE = frozenset({
     "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh",
@@ -101,7 +109,10 @@ def case_footprint(task: Any, shape_index: int, held_per_case: bool = True) -> C
         2 * ref_peak)
     inputs, wide, out = nbytes(specs), nbytes(wide_in), nbytes(outs)
     held = inputs + oracle_out + oracle_out // 2 if held_per_case else 0  # + float32 slack
-    peak = 2 * inputs + max(ref_peak, out + 2 * wide + oracle_peak + 4 * oracle_out)
+    perturbed = inputs + 2 * wide + ref_peak + out  # the first case's perturbation check
+    oracle_runs = out + inputs + 2 * wide + oracle_peak + oracle_out
+    per_output = out + 8 * oracle_out
+    peak = RUNTIME_BYTES + 2 * inputs + max(ref_peak, perturbed, oracle_runs, per_output)
     return CaseFootprint(shape_index, inputs, out, ref_peak, wide, oracle_out, oracle_peak,
                          precision, held, peak)
 

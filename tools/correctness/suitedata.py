@@ -1,0 +1,116 @@
+"""The frozen suite as data: its cases, its notes and the sha256 that seals them.
+
+The suite is msgpack with sorted keys; its sha256 is over that canonical encoding with the
+hash field empty, so it can be stored as an artifact, rebuilt elsewhere and re-checked.
+Arrays may be memory-mapped from disk (:mod:`tools.correctness.store`); the encoding and the
+hash are the same either way. Built by :func:`tools.correctness.testsuite.build_suite`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from kernelgraph.errors import KernelgraphError
+from tools.correctness.oracle import FULL_PRECISION
+from tools.correctness.store import stream_sha256
+from tools.sandbox.wire import WireArray
+
+FORMAT_VERSION = 2
+
+_ENCODER = msgspec.msgpack.Encoder(order="sorted")
+
+
+class SuiteError(KernelgraphError, ValueError):
+    """The task cannot be tested as it stands (a vacuous suite); the message says why."""
+
+
+class SuiteTooLarge(SuiteError):
+    """Freezing the suite would not fit in this process's memory (the estimate says by how
+    much, and the --scale that would fit)."""
+
+
+class SuiteCase(msgspec.Struct, frozen=True):
+    case_id: str
+    shape_index: int
+    seed: int
+    kind: str  # "seed" (tuning point) | "unseen" | "probe-large" | "probe-small" | ...
+    inputs: tuple[WireArray, ...]
+    inputs_sha256: str
+    oracle: tuple[WireArray, ...]  # float64 for floating outputs, else the reference's dtype
+    out_dtypes: tuple[str, ...]  # what the reference returns; a candidate must match
+    out_shapes: tuple[tuple[int, ...], ...]
+    floor_max_abs: tuple[float, ...]  # the reference's own error against the oracle
+    floor_mean_abs: tuple[float, ...]
+    # False where the reference itself is outside the task TOLERANCE against the oracle
+    # (e.g. a large-magnitude probe): that ceiling cannot be asked of a candidate there.
+    ceiling_applies: tuple[bool, ...] = ()
+    # Per output: what any honest order of accumulation may add to the element-wise
+    # ceiling (float32, the output's shape), or an empty array where that is negligible.
+    slack: tuple[WireArray, ...] = ()
+    # Per output, the largest and the mean magnitude of the terms summed into an element
+    # (>= |oracle|): the scale of an honest kernel's rounding, whatever its order.
+    terms_max_abs: tuple[float, ...] = ()
+    terms_mean_abs: tuple[float, ...] = ()
+    # The precision the oracle ran in (tools.correctness.oracle.PRECISIONS); not part of
+    # the hash while it is the full "float64", so suites frozen before it keep their hash.
+    oracle_precision: str = FULL_PRECISION
+
+
+class FrozenSuite(msgspec.Struct, frozen=True):
+    task_name: str
+    task_sha256: str
+    tolerance: dict[str, float]
+    cases: tuple[SuiteCase, ...]
+    notes: tuple[str, ...] = ()
+    built_with: dict[str, str] = msgspec.field(default_factory=dict)
+    format: int = FORMAT_VERSION
+    sha256: str = ""
+
+    def to_bytes(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FrozenSuite:
+        """Decode a stored suite and check its hash; a changed byte is an error."""
+        suite = msgspec.msgpack.decode(data, type=cls)
+        if suite.format != FORMAT_VERSION:
+            raise SuiteError(f"suite format {suite.format} is not {FORMAT_VERSION}")
+        if suite_hash(suite) != suite.sha256:
+            raise SuiteError("suite hash does not match its contents (the suite was altered)")
+        return suite
+
+    def case(self, case_id: str) -> SuiteCase:
+        for c in self.cases:
+            if c.case_id == case_id:
+                return c
+        raise KeyError(case_id)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "task": self.task_name,
+            "cases": [
+                {"id": c.case_id, "kind": c.kind, "shape_index": c.shape_index, "seed": c.seed,
+                 "input_shapes": [list(a.shape) for a in c.inputs]}
+                for c in self.cases
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def suite_hash(suite: FrozenSuite) -> str:
+    """sha256 of the canonical encoding (msgpack, sorted keys) with the hash field empty;
+    fields added since format 2 are left out while every case holds their default. Fed to
+    the hash piece by piece (:func:`tools.correctness.store.stream_sha256`): arrays kept on
+    disk are read in chunks, never whole."""
+    plain = all(getattr(c, k) == v for c in suite.cases for k, v in _LATER_FIELDS.items())
+
+    def skip(owner: Any, name: str) -> bool:
+        return plain and isinstance(owner, SuiteCase) and name in _LATER_FIELDS
+
+    return stream_sha256(msgspec.structs.replace(suite, sha256=""), skip)
+
+
+_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION}  # SuiteCase, since 2
