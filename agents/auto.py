@@ -45,6 +45,7 @@ from agents.commands import (
     VerifyWinner,
     WriteKernel,
 )
+from agents.steps import StepOrigin, step_command
 from bus.commands import Command
 from bus.registry import register
 from bus.service import PermanentError
@@ -130,24 +131,10 @@ class _AutoRun:
 
     def command(self, cls: type[K], key: str, iteration: int = 0, *, node_id: str | None = None,
                 **fields: Any) -> K:
-        """The command for step `key`: its id derived from this run's command, the run's task,
-        target and provider filled in (a provider's seed is `seed * 1000 + iteration`)."""
-        cmd = self.cmd
-        accepted = cls.__struct_fields__
-        if "recipe_sha256" in accepted:
-            fields.setdefault("recipe_sha256", self.recipe_sha256)
-        if "provider" in accepted:
-            fields.setdefault("provider", cmd.provider)
-            fields.setdefault("provider_options", dict(cmd.provider_options))
-            fields.setdefault("seed", cmd.seed * 1000 + iteration)
-            fields.setdefault("knowledge_cutoff_ts", cmd.knowledge_cutoff_ts)
-        shared = {"task_sha256": self.task_sha256, "task_file": cmd.task_file,
-                  "target_name": cmd.target_name, "iteration": iteration}
-        for name, value in shared.items():
-            if name in accepted:
-                fields.setdefault(name, value)
-        return cls(command_id=step_id(cmd, key), run_id=cmd.run_id, ts=cmd.ts,
-                   node_id=node_id or self.node_id, causation_id=cmd.command_id, **fields)
+        """The command for step `key`, its id derived from this run's command."""
+        return step_command(StepOrigin.of(self.cmd), cls, step_id(self.cmd, key),
+                            node_id=node_id or self.node_id, task_sha256=self.task_sha256,
+                            iteration=iteration, recipe_sha256=self.recipe_sha256, **fields)
 
     async def call(self, command: Command, done: type[E]) -> E:
         try:

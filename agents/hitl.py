@@ -17,7 +17,7 @@ kernel so far and ends the session.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.commands import (
     CheckCompile,
@@ -31,6 +31,7 @@ from agents.commands import (
     VerifyWinner,
     WriteKernel,
 )
+from agents.steps import StepOrigin, step_command
 from bus.commands import Command
 from eventstore.events import (
     BaselineMeasured,
@@ -58,6 +59,8 @@ RESULTS: dict[str, type[Event]] = {
     "test": TestsRun, "tune": TuningSwept, "profile": ProfileCaptured, "verify": WinnerVerified,
 }
 EDITABLE = ("plan", "kernel")
+
+K = TypeVar("K", bound=Command)
 
 
 class HitlError(ValueError):
@@ -252,51 +255,53 @@ def next_command(state: HitlState, phase: str | None = None) -> tuple[str, Comma
     if need is not True:
         raise HitlError(f"{phase} needs {need}")
     iteration = state.iteration + 1 if phase == "plan" else max(state.iteration, 0)
-    options = dict(request.policy_params.get("provider_options", {}))
-    base: dict[str, Any] = {
-        "command_id": derived(state, f"hitl/{state.done_steps}/{phase}"),
-        "run_id": state.run_id, "ts": request.ts, "node_id": state.node_id,
-        "causation_id": request.event_id, "task_sha256": state.task_sha256 or request.task_sha256,
-        "task_file": str(request.policy_params.get("task_file", f"{request.task_name}.py")),
-        "target_name": request.target, "iteration": iteration,
-    }
-    llm = {"provider": request.provider, "provider_options": options,
-           "seed": request.seed * 1000 + iteration,
-           "knowledge_cutoff_ts": request.policy_params.get("knowledge_cutoff_ts")}
+    origin = StepOrigin(
+        run_id=state.run_id, ts=request.ts, causation_id=request.event_id,
+        task_file=str(request.policy_params.get("task_file", f"{request.task_name}.py")),
+        target_name=request.target, provider=request.provider,
+        provider_options=dict(request.policy_params.get("provider_options", {})),
+        seed=request.seed, knowledge_cutoff_ts=request.policy_params.get("knowledge_cutoff_ts"))
+
+    def make(cls: type[K], **fields: Any) -> K:
+        fields.setdefault("iteration", iteration)
+        return step_command(origin, cls, derived(state, f"hitl/{state.done_steps}/{phase}"),
+                            node_id=state.node_id,
+                            task_sha256=state.task_sha256 or request.task_sha256,
+                            recipe_sha256=state.recipe_sha256 or "", **fields)
+
     feedback = "\n".join(state.feedback)
-    kernel = {"recipe_sha256": state.recipe_sha256 or ""}
     if phase == "suite":
-        return phase, FreezeSuite(**base, **llm)
+        return phase, make(FreezeSuite)
     if phase == "baseline":
-        return phase, MeasureBaseline(**base)
+        return phase, make(MeasureBaseline)
     if phase == "plan":
-        return phase, ProposePlan(**base, **llm, parent=state.parent, failures=state.failures,
-                                  feedback=feedback, baseline_s=state.baseline_s,
-                                  hint=str(request.policy_params.get("hint", "")))
+        return phase, make(ProposePlan, parent=state.parent, failures=state.failures,
+                           feedback=feedback, baseline_s=state.baseline_s,
+                           hint=str(request.policy_params.get("hint", "")))
     if phase == "implement":
-        return phase, WriteKernel(**base, **llm, plan_sha256=state.plan_sha256 or "",
-                                  parent=state.parent, failures=state.failures, feedback=feedback)
+        return phase, make(WriteKernel, plan_sha256=state.plan_sha256 or "", parent=state.parent,
+                           failures=state.failures, feedback=feedback)
     if phase == "compile":
-        return phase, CheckCompile(**base, **kernel, code_sha256=state.code_sha256 or "",
-                                   attempt=state.compile_attempt)
+        return phase, make(CheckCompile, code_sha256=state.code_sha256 or "",
+                           attempt=state.compile_attempt)
     if phase == "fix":
-        return phase, FixKernel(**base, **llm, code_sha256=state.code_sha256 or "",
-                                diagnostics=state.diagnostics, history=state.fix_history,
-                                round=len(state.fix_history) + 1)
+        return phase, make(FixKernel, code_sha256=state.code_sha256 or "",
+                           diagnostics=state.diagnostics, history=state.fix_history,
+                           round=len(state.fix_history) + 1)
     if phase == "test":
-        return phase, RunTests(**base, **kernel, code_sha256=state.code_sha256 or "")
+        return phase, make(RunTests, code_sha256=state.code_sha256 or "")
     if phase == "tune":
-        return phase, TuneKernel(**base, **kernel, code_sha256=state.code_sha256 or "",
-                                 budget=int(request.budget.get("tune_budget") or 8),
-                                 verdict_sha256=state.tests.verdict_sha256 if state.tests else None)
+        return phase, make(TuneKernel, code_sha256=state.code_sha256 or "",
+                           budget=int(request.budget.get("tune_budget") or 8),
+                           verdict_sha256=state.tests.verdict_sha256 if state.tests else None)
     if phase == "profile":
         verdict = state.tests.verdict_sha256 if state.tests else ""
-        return phase, ProfileKernel(**base, code_sha256=state.code_sha256 or "",
-                                    verdict_sha256=verdict or "")
+        return phase, make(ProfileKernel, code_sha256=state.code_sha256 or "",
+                           verdict_sha256=verdict or "")
     best = state.best
     assert best is not None
-    return phase, VerifyWinner(**{**base, "iteration": best.iteration}, **kernel,
-                               code_sha256=best.code_sha256, config=best.config)
+    return phase, make(VerifyWinner, iteration=best.iteration, code_sha256=best.code_sha256,
+                       config=best.config)
 
 
 def derived(state: HitlState, key: str) -> str:

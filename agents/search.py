@@ -33,6 +33,7 @@ from agents.auto import FATAL_ERRORS, RunAborted, _AutoRun
 from agents.base import Agent, AgentContext
 from agents.calls import CommandFailed, RunHistory, step_id
 from agents.commands import ExpandNode, StartSearch
+from agents.steps import StepOrigin, step_command
 from bus.codec import derived_event_id
 from bus.registry import register
 from eventstore.events import (
@@ -306,16 +307,12 @@ class _SearchRun(_AutoRun):
     def expand_command(self, order: NodeOrder) -> ExpandNode:
         cmd = self.search_cmd
         parent, failures = self.child_context(order.parent_id)
-        return ExpandNode(
-            command_id=step_id(cmd, f"node/{order.node_id}"), run_id=cmd.run_id, ts=cmd.ts,
-            node_id=order.node_id, causation_id=cmd.command_id, task_sha256=self.task_sha256,
-            task_file=cmd.task_file, task_name=cmd.task_name, target_name=cmd.target_name,
-            provider=cmd.provider, provider_options=dict(cmd.provider_options),
-            iterations=order.iterations, fix_rounds=cmd.fix_rounds,
-            seed=cmd.seed * 1000 + order.ordinal, tune_budget=cmd.tune_budget,
-            hint=order.strategy, knowledge_cutoff_ts=cmd.knowledge_cutoff_ts,
-            parent_id=order.parent_id, parent=parent, failures=failures,
-            recipe_sha256=self.recipe_sha256, baseline_s=self.baseline_s)
+        return step_command(
+            StepOrigin.of(cmd), ExpandNode, step_id(cmd, f"node/{order.node_id}"),
+            node_id=order.node_id, task_sha256=self.task_sha256, recipe_sha256=self.recipe_sha256,
+            task_name=cmd.task_name, iterations=order.iterations, fix_rounds=cmd.fix_rounds,
+            seed=cmd.seed * 1000 + order.ordinal, tune_budget=cmd.tune_budget, hint=order.strategy,
+            parent_id=order.parent_id, parent=parent, failures=failures, baseline_s=self.baseline_s)
 
     # --- what a child sees ------------------------------------------------------------------
 
