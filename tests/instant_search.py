@@ -12,7 +12,7 @@ from kernelgraph.client import KernelRequest, submit, wait
 from kernelgraph.runtime import Runtime, RuntimeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks"))
 
 from instant_agents import FAIL_HINT, INSTANT_AGENTS  # noqa: E402
 
