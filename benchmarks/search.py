@@ -37,7 +37,7 @@ from instant_agents import INSTANT_AGENTS  # noqa: E402
 
 
 async def overhead(nodes: int, policy: str) -> dict[str, Any]:
-    from kernelgraph.client import KernelRequest, check_request, submit, wait
+    from kernelgraph.client import KernelRequest, SearchLimits, check_request, submit, wait
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
     os.environ.setdefault("KG_AUDIT_INTERVAL_S", "0")
@@ -54,8 +54,8 @@ async def overhead(nodes: int, policy: str) -> dict[str, Any]:
                 await fake.start()
             try:
                 request = KernelRequest(task=ROOT / "tasks" / "gelu.py", policy=policy,
-                                        policy_params=params, max_nodes=nodes, iterations=1,
-                                        concurrency=nodes)
+                                        policy_params=params, iterations=1,
+                                        limits=SearchLimits(max_nodes=nodes, concurrency=nodes))
                 await asyncio.to_thread(check_request, request)  # JAX's first trace: not the search's
                 started = time.perf_counter()
                 run = await submit(nc, request)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,26 @@ class RequestError(KernelgraphError, ValueError):
 
 
 @dataclass(frozen=True)
+class SearchLimits:
+    """A search's stop criteria (None: no limit) and how many trajectories run at once;
+    the same fields travel in `StartSearch`."""
+
+    max_nodes: int | None = 6
+    max_candidates: int | None = None
+    max_depth: int | None = None
+    target_speedup: float | None = None
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    concurrency: int = 2
+
+    def check(self) -> None:
+        for key in ("max_nodes", "max_candidates", "max_depth", "max_tokens", "concurrency"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise RequestError(f"{key}={value} must be at least 1")
+
+
+@dataclass(frozen=True)
 class KernelRequest:
     task: Path
     target: str = api.DEFAULT_TARGET
@@ -65,13 +86,7 @@ class KernelRequest:
     """"auto": one trajectory; any search policy name: a search."""
     policy_params: dict[str, str] = field(default_factory=dict)
     """`--param key=value` strings, checked against the policy's parameters."""
-    max_nodes: int | None = 6
-    max_candidates: int | None = None
-    max_depth: int | None = None
-    target_speedup: float | None = None
-    max_wall_s: float | None = None
-    max_tokens: int | None = None
-    concurrency: int = 2
+    limits: SearchLimits = field(default_factory=lambda: SearchLimits())
 
 
 @dataclass(frozen=True)
@@ -144,13 +159,7 @@ def check_request(request: KernelRequest) -> CheckedTask:
 
 def check_policy(request: KernelRequest) -> dict[str, Any]:
     """The search policy's typed parameters; a bad name, key or value is a RequestError."""
-    limits = {"max_nodes": request.max_nodes, "max_candidates": request.max_candidates,
-              "max_depth": request.max_depth, "max_tokens": request.max_tokens}
-    for key, value in limits.items():
-        if value is not None and value < 1:
-            raise RequestError(f"{key}={value} must be at least 1")
-    if request.concurrency < 1:
-        raise RequestError(f"concurrency={request.concurrency} must be at least 1")
+    request.limits.check()
     if request.policy == "auto":
         if request.policy_params:
             raise RequestError("--param needs a search policy (--policy); auto takes none")
@@ -203,10 +212,7 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
         start = StartRun(**fields)
         params: dict[str, Any] = {"hint": request.hint} if request.hint else {}
     else:
-        limits = {"max_nodes": request.max_nodes, "max_candidates": request.max_candidates,
-                  "max_depth": request.max_depth, "target_speedup": request.target_speedup,
-                  "max_wall_s": request.max_wall_s, "max_tokens": request.max_tokens,
-                  "concurrency": request.concurrency}
+        limits = dataclasses.asdict(request.limits)
         start = StartSearch(**fields, policy=request.policy, policy_params=task.policy_params,
                             **limits)
         budget.update(limits)

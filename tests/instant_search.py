@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 from eventstore.events import Event
 from eventstore.log import EventLog
-from kernelgraph.client import KernelRequest, submit, wait
+from kernelgraph.client import KernelRequest, SearchLimits, submit, wait
 from kernelgraph.runtime import Runtime, RuntimeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +22,13 @@ TASK = ROOT / "tasks" / "gelu.py"
 __all__ = ["FAIL_HINT", "search"]
 
 
+LIMITS = {f.name for f in dataclasses.fields(SearchLimits)}
+
+
 async def search(tmp: Path, **request: object) -> list[Event]:
-    """One search on a fresh runtime; the run's events as the log recorded them."""
+    """One search on a fresh runtime; the run's events as the log recorded them. `request`
+    holds `KernelRequest` fields and `SearchLimits` fields alike."""
+    limits = SearchLimits(**{k: request.pop(k) for k in list(request) if k in LIMITS})  # type: ignore[arg-type]
     db = tmp / "log.duckdb"
     config = RuntimeConfig(db_path=db, agents=["search"])
     async with Runtime(config) as runtime:
@@ -32,7 +38,7 @@ async def search(tmp: Path, **request: object) -> list[Event]:
         for fake in fakes:
             await fake.start()
         try:
-            run = await submit(nc, KernelRequest(task=TASK, iterations=1, **request))  # type: ignore[arg-type]
+            run = await submit(nc, KernelRequest(task=TASK, iterations=1, limits=limits, **request))  # type: ignore[arg-type]
             result = await wait(nc, run.run_id, timeout=120)
             await runtime.recorder.wait_idle(timeout=30)
         finally:

@@ -27,7 +27,7 @@ from kernelgraph.cli.runcmds import (
 def bench(
     tasks: Annotated[list[Path], typer.Argument(
         help="Task files or directories (a folder of task files, or a JAXBench benchmark/ "
-        "folder whose sub-folders hold baseline.py).")],
+        "folder whose sub-folders hold baseline.py), or shipped task names.")],
     policy: Annotated[str, typer.Option(
         "--policy", help="Comma-separated policies to compare (auto, parallel, beam, ...).")] = "parallel,beam",
     budget_candidates: Annotated[int, typer.Option(
@@ -65,8 +65,9 @@ def bench(
         suite_summary,
         summarise,
     )
-    from kernelgraph.client import KernelRequest
+    from kernelgraph.client import KernelRequest, SearchLimits
     from kernelgraph.runtime import Runtime, RuntimeConfig
+    from kernelgraph.tasknames import UnknownTask, resolve_task
     from searchpolicies.registry import policy_names
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
@@ -74,11 +75,15 @@ def bench(
     unknown = [p for p in policies if p not in known and ":" not in p]
     if not policies or unknown:
         fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}")
+    try:  # an existing path as it is, else a shipped task's name
+        tasks = [resolve_task(t) for t in tasks]
+    except UnknownTask as exc:
+        fail(str(exc))
     found, skipped = find_tasks(tasks)
     found_count = len(found) + sum(1 for s in skipped if s.path.is_file())
     template = KernelRequest(task=Path(), target=target, provider=provider, iterations=iterations,
                              fix_rounds=fix_rounds, seed=seed, tune_budget=tune_budget,
-                             max_nodes=None, max_candidates=budget_candidates)
+                             limits=SearchLimits(max_nodes=None, max_candidates=budget_candidates))
     plan = BenchPlan(tasks=found, policies=policies, request=template, repeat=repeat, jobs=jobs)
     skipped += check_tasks(plan)
     for s in skipped:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,29 +53,16 @@ ConcurrencyOpt = Annotated[int, typer.Option(
     "--concurrency", min=1, help="Search: trajectories running at once.")]
 
 
-@dataclass(frozen=True)
-class SearchLimits:
-    policy: str = "auto"
-    params: list[str] | None = None
-    max_nodes: int = 6
-    max_candidates: int | None = None
-    max_depth: int | None = None
-    target_speedup: float | None = None
-    max_wall_s: float | None = None
-    max_tokens: int | None = None
-    concurrency: int = 2
-
-
 def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds: int, seed: int,
              tune_budget: int, hint: str, model: str | None, replay_from: Path | None,
-             replay_run: str | None, limits: SearchLimits | None = None) -> Any:
-    from kernelgraph.client import KernelRequest
+             replay_run: str | None, policy: str = "auto", param: list[str] | None = None,
+             limits: Any = None) -> Any:
+    from kernelgraph.client import KernelRequest, SearchLimits
     from searchpolicies.errors import PolicyError
     from searchpolicies.registry import parse_param_args
 
-    limits = limits or SearchLimits()
     try:
-        params = parse_param_args(limits.params or [])
+        params = parse_param_args(param or [])
     except PolicyError as exc:
         fail(str(exc))
 
@@ -93,10 +79,14 @@ def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds
     return KernelRequest(task=task, target=target, provider=provider, provider_options=options,
                          iterations=iterations, fix_rounds=fix_rounds, seed=seed,
                          tune_budget=tune_budget, hint=hint, knowledge_cutoff_ts=cutoff,
-                         policy=limits.policy, policy_params=params, max_nodes=limits.max_nodes,
-                         max_candidates=limits.max_candidates, max_depth=limits.max_depth,
-                         target_speedup=limits.target_speedup, max_wall_s=limits.max_wall_s,
-                         max_tokens=limits.max_tokens, concurrency=limits.concurrency)
+                         policy=policy, policy_params=params, limits=limits or SearchLimits())
+
+
+def _limits(*values: Any) -> Any:
+    """The search limits from the options, in `SearchLimits` field order."""
+    from kernelgraph.client import SearchLimits
+
+    return SearchLimits(*values)
 
 
 def _replay_cutoff(log_path: Path | None, run_id: str | None) -> float | None:
@@ -299,10 +289,10 @@ def search(
     from kernelgraph.client import check_request, submit, wait
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
-    limits = SearchLimits(policy, param, max_nodes, budget_candidates, max_depth, target_speedup,
-                          max_wall_s, max_tokens, concurrency)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
-                       model, replay_from, replay_run, limits)
+                       model, replay_from, replay_run, policy, param, _limits(
+                           max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
+                           max_tokens, concurrency))
     progress = Progress(quiet=quiet)
 
     async def run_on(nc: Any, started: float) -> dict[str, Any]:
@@ -371,10 +361,10 @@ def submit(
 
     if nats is None:
         fail("submit needs --nats URL (or KG_NATS_URL): the deployment to send the request to")
-    limits = SearchLimits(policy, param, max_nodes, budget_candidates, max_depth, target_speedup,
-                          max_wall_s, max_tokens, concurrency)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
-                       model, None, None, limits)
+                       model, None, None, policy, param, _limits(
+                           max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
+                           max_tokens, concurrency))
 
     async def main() -> dict[str, Any]:
         started = time.monotonic()
