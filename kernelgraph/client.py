@@ -33,6 +33,7 @@ from bus import artifacts, subjects
 from bus.codec import EventDecodeError, decode_event, derived_event_id, encode
 from bus.streams import BusSettings, ensure_streams
 from eventstore.events import (
+    AgentFailed,
     Event,
     NodeEvaluated,
     RunFinished,
@@ -44,6 +45,7 @@ from kernelgraph.errors import KernelgraphError
 from tools import api
 
 DEFAULT_PROVIDER = "offline"
+START_COMMANDS = ("StartRun", "StartSearch")
 
 
 class RequestError(KernelgraphError, ValueError):
@@ -267,6 +269,13 @@ async def wait(nc: NATS, run_id: str, *, on_event: Callable[[Event], None] | Non
                 evaluated[event.node_id] = event
             elif isinstance(event, WinnerVerified):
                 verified = event
+            elif isinstance(event, AgentFailed) and event.command_type in START_COMMANDS:
+                # the orchestrator itself gave up: no RunFinished will come
+                return RunResult(run_id=run_id, status="failed",
+                                 reason=f"{event.agent} gave up on the run: {event.error}"[:2000],
+                                 best_node_id=None, speedup=None, measured_on=None, verified=False,
+                                 receipt_sha256=None, code_sha256=None, config={},
+                                 nodes=len(evaluated))
             elif isinstance(event, RunFinished):
                 best = evaluated.get(event.best_node_id or "")
                 return RunResult(

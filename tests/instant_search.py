@@ -25,7 +25,7 @@ __all__ = ["FAIL_HINT", "search"]
 LIMITS = {f.name for f in dataclasses.fields(SearchLimits)}
 
 
-async def search(tmp: Path, **request: object) -> list[Event]:
+async def search(tmp: Path, *, expect: str = "completed", **request: object) -> list[Event]:
     """One search on a fresh runtime; the run's events as the log recorded them. `request`
     holds `KernelRequest` fields and `SearchLimits` fields alike."""
     limits = SearchLimits(**{k: request.pop(k) for k in list(request) if k in LIMITS})  # type: ignore[arg-type]
@@ -44,7 +44,7 @@ async def search(tmp: Path, **request: object) -> list[Event]:
         finally:
             for fake in fakes:
                 await fake.stop()
-    assert result.status == "completed", result.reason
+    assert result.status == expect, result.reason
     with EventLog(db, read_only=True) as log:
         assert log.verify().ok
         return list(log.events(run_id=run.run_id))

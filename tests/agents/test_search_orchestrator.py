@@ -93,3 +93,18 @@ async def test_the_budget_stops_the_search(tmp_path: Path, limits: dict[str, obj
         assert iterations <= limits["max_candidates"]
     if "max_nodes" in limits:
         assert len([e for e in events if isinstance(e, ExpansionRequested)]) == limits["max_nodes"]
+
+
+class BrokenPolicy(SearchPolicy):
+    """A plug-in with a bug."""
+
+    name: ClassVar[str] = "broken"
+
+    def propose(self, graph: SearchGraph, budget: Budget, decision: int) -> Sequence[Decision]:
+        raise ZeroDivisionError("a bug in the policy")
+
+
+async def test_a_policy_that_crashes_ends_the_run_with_its_error(tmp_path: Path) -> None:
+    events = await search(tmp_path, expect="failed", policy=f"{__name__}:BrokenPolicy")
+    (failed,) = [e for e in events if e.type_name == "AgentFailed"]
+    assert failed.agent == "search" and "ZeroDivisionError: a bug in the policy" in failed.error
