@@ -74,8 +74,10 @@ def probe(page: Path, profile: Path) -> dict[str, Any]:
 
 
 def artifacts_dir() -> Path:
+    """$KG_TEST_ARTIFACTS/report, emptied: what it holds is this run's report and no other's."""
     folder = Path(os.environ.get("KG_TEST_ARTIFACTS", "tmp")) / "report"
-    folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     return folder
 
 
