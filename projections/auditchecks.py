@@ -28,7 +28,8 @@ reads it first, so one broken artifact is not reported once per check.
   verification and audits; no trajectory event for a node not yet requested.
 - `expansions`: each expansion is of a new node, under the root or a node evaluated valid
   before it; in a policy search each was announced by the policy's decision, and after the
-  final audit every announced one was requested.
+  final audit every announced one was requested (an Auto run or a HITL session has no
+  policy: its orchestrator requests its one node itself).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ AFTER_EVALUATION = frozenset({"WinnerVerified", "RunAudited"})
 """What may still concern a node once it is evaluated: the winner's re-check, audits."""
 LATE_COMMANDS = frozenset({"VerifyWinner", "AuditRun"})
 """Commands whose failure (AgentFailed) may follow a node's evaluation."""
+NO_POLICY = frozenset({"auto", "hitl"})
+"""`RunRequested.policy` of runs no search policy decides (an Auto trajectory, a HITL
+session, where the user decides): no `PolicyDecided` announces their expansions."""
 
 
 def check(name: str) -> Callable[[CheckFn], CheckFn]:
@@ -429,7 +433,7 @@ def _expansions(a: Audit) -> Iterator[Finding]:
             yield _find("expansions", a.events[0], "the run has no RunRequested (no root node)")
         return
     root = a.root_id
-    policy_search = a.requested.policy != "auto"
+    policy_search = a.requested.policy not in NO_POLICY
     announced: dict[str, tuple[PolicyDecided, dict[str, Any]]] = {}
     seen: set[str] = set()
     for event in a.events:
@@ -462,4 +466,4 @@ def _expansions(a: Audit) -> Iterator[Finding]:
                             f"node {node}, never requested")
 
 
-__all__ = ["AFTER_EVALUATION", "CHECKS", "LATE_COMMANDS", "NODE_PHASE_EVENTS", "check"]
+__all__ = ["AFTER_EVALUATION", "CHECKS", "LATE_COMMANDS", "NODE_PHASE_EVENTS", "NO_POLICY", "check"]

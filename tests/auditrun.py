@@ -3,7 +3,8 @@
 `clean_run("beam")`: a policy search; the root is expanded into n1 (valid, 1.25x after
 tuning) and n2 (a wrong answer), then n1 into n3 (valid, 2x), then Stop; n3 is re-verified
 with a real signed receipt (the session's test key), audited and finished.
-`clean_run("auto")`: one trajectory under the root, as Auto runs it.
+`clean_run("auto")`: one trajectory under the root, as Auto runs it (`"hitl"`: the same
+node, as a HITL session records it, with no policy decision).
 
 Every figure is what the evaluator would record: a verdict record per judgement (summary
 and measurement, speedup = baseline / latency) and a receipt sealed by `tools`' own `seal`.
@@ -198,8 +199,8 @@ def clean_run(policy: str = "beam") -> RunBuilder:
              recipe_sha256=run.put(json.dumps(recipe).encode()))
     run.emit(BaselineMeasured, run.root, latency_s=BASELINE_S, measured_on="simulated",
              target=TARGET)
-    if policy == "auto":
-        run.emit(ExpansionRequested, "n1", parent_id=run.root, policy="auto", iterations=2)
+    if policy in ("auto", "hitl"):
+        run.emit(ExpansionRequested, "n1", parent_id=run.root, policy=policy, iterations=2)
         run.finish(run.node("n1", [None, 8e-6]))
         return run
     run.decide(0, [("n1", run.root), ("n2", run.root)])

@@ -59,7 +59,7 @@ def reverdict(run: RunBuilder, event: Event, **record_changes: object) -> Event:
     return replace(run, event, verdict_sha256=run.put(json.dumps(record).encode()))
 
 
-@pytest.mark.parametrize("policy", ["beam", "auto"])
+@pytest.mark.parametrize("policy", ["beam", "auto", "hitl"])
 def test_a_clean_run_passes_every_check(policy: str) -> None:
     report = audit(clean_run(policy))
     assert report.clean and report.findings == [] and report.chain_ok
