@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.hitlcmds",
     "kernelgraph.cli.knowledgecmds",
     "kernelgraph.cli.reportcmds",
+    "kernelgraph.cli.taskcmds",
 )
 
 

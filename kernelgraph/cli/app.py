@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import msgspec
@@ -38,6 +39,19 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     """Stop with a one-line error a user can act on, never a traceback."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def task_arg(value: Path) -> Path:
+    """A TASK argument as a file: an existing path, or the name of a shipped task."""
+    from kernelgraph.tasknames import UnknownTask, resolve_task
+
+    try:
+        path = resolve_task(value)
+    except UnknownTask as exc:
+        fail(str(exc))
+    if not path.is_file():
+        fail(f"{path}: not a task file")
+    return path
 
 
 def parse_config(items: list[str] | None) -> dict[str, Any]:

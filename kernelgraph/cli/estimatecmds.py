@@ -10,16 +10,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, fail, parse_config
+from kernelgraph.cli.app import app, console, emit_json, fail, parse_config, task_arg
+from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 
 @app.command()
 def estimate(
-    task: Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py).", show_default=False)],
+    task: Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py), or a shipped task's name.", show_default=False)],
     candidate: Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7.")] = "sim-tpu-v6e",
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
     shape_index: Annotated[int, typer.Option("--shape-index", min=0, help="Which of the task's shapes (0 = the tuning point).")] = 0,
+    scale: ScaleOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
 ) -> None:
     """Estimate a configuration's speed from its lowering and the cost model alone.
@@ -28,11 +30,13 @@ def estimate(
     configurations, never a result. The candidate is lowered in the sandboxed child with
     abstract inputs (shapes and dtypes), so full-size shapes are estimated in seconds.
     Exit status 0 when the estimate is sound (every kernel's work counted), 1 when not."""
-    for label, path in (("task", task), ("candidate", candidate)):
-        if not path.is_file():
-            fail(f"{path}: no such {label} file")
+    task = task_arg(task)
+    if not candidate.is_file():
+        fail(f"{candidate}: no such candidate file")
     from kernelgraph.errors import KernelgraphError
     from tools.performance.estimate import estimate as run_estimate
+
+    task = apply_scale(task, scale)
 
     chosen = parse_config(config or [])
     status = console.status(f"lowering {candidate.name} for {target}", spinner="dots")

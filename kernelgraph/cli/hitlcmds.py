@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail
+from kernelgraph.cli.app import app, emit_json, err_console, fail, task_arg
 from kernelgraph.cli.buscmds import DEFAULT_DB
 from kernelgraph.cli.runcmds import ModelOpt, ProviderOpt, SeedOpt, TargetOpt, TuneOpt
 
@@ -32,7 +32,6 @@ RunOpt = Annotated[str | None, typer.Option(
     "--run", help="The session's run id [default: the latest HITL session in --db].",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-PRODUCER = "hitl@1"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -43,9 +42,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _load(db: Path, run: str | None) -> tuple[Any, dict[str, bytes]]:
-    """The session's state folded from the log, and the artifacts its next step reads."""
+    """The session's state folded from the log, and the artifacts its next step reads (for
+    `verify`, every artifact the final audit reads too: the bus keeps them only a while)."""
     from agents.hitl import HitlError, HitlState
     from eventstore.log import EventLog
+    from projections.audit import cited_artifacts
 
     if not db.exists():
         raise HitlError(f"{db} does not exist; start a session with `kernelgraph hitl start TASK --db {db}`")
@@ -55,10 +56,14 @@ def _load(db: Path, run: str | None) -> tuple[Any, dict[str, bytes]]:
             if not sessions:
                 raise HitlError(f"{db} holds no HITL session; start one with `kernelgraph hitl start`")
             run = sessions[-1].run_id
-        state = HitlState.fold(list(log.events(run_id=run)))
+        events = list(log.events(run_id=run))
+        state = HitlState.fold(events)
         if state.request is None:
             raise HitlError(f"no run {run!r} in {db}")
-        artifacts = {sha: log.get_artifact(sha) for sha in state.artifacts_needed()
+        wanted = state.artifacts_needed()
+        if state.next_phase == "verify" and state.finished is None:
+            wanted += sorted(cited_artifacts(events))
+        artifacts = {sha: log.get_artifact(sha) for sha in dict.fromkeys(wanted)
                      if log.has_artifact(sha)}
     return state, artifacts
 
@@ -80,6 +85,7 @@ def _runtime(db: Path, agents: list[str] | None) -> Any:
 
 
 def _human(state: Any, phase: str, action: str, text: str = "", sha: str | None = None) -> Any:
+    from agents.hitlend import PRODUCER
     from eventstore.events import HumanFeedbackGiven
 
     return HumanFeedbackGiven.create(run_id=state.run_id, producer=PRODUCER, node_id=state.node_id,
@@ -99,8 +105,28 @@ def _status(state: Any) -> dict[str, Any]:
         "best": None if best is None else {"iteration": best.iteration, "speedup": best.speedup,
                                            "measured_on": best.measured_on, "config": best.config},
         "finished": state.finished.status if state.finished else None,
+        "reason": state.finished.reason if state.finished else None,
+        "audit": _audit(state.audit),
         "history": state.history,
     }
+
+
+def _audit(audited: Any) -> dict[str, Any] | None:
+    """The final audit's outcome (None until the session's `verify` asked for it)."""
+    if audited is None:
+        return None
+    return {"clean": audited.clean, "events_checked": audited.events_checked,
+            "chain_ok": audited.chain_ok, "findings": list(audited.findings)}
+
+
+def _audit_text(audit: dict[str, Any] | None) -> str:
+    if audit is None:
+        return "audit: none yet (the final audit runs when `verify` ends the session)"
+    if audit["clean"]:
+        return f"audit: clean ({audit['events_checked']} events)"
+    lines = [f"audit: NOT clean, {len(audit['findings'])} finding(s)"]
+    lines += [f"  - {f.get('check', '?')}: {f.get('message', '')}" for f in audit["findings"][:10]]
+    return "\n".join(lines)
 
 
 def _print_status(status: dict[str, Any]) -> None:
@@ -112,15 +138,17 @@ def _print_status(status: dict[str, Any]) -> None:
     if best:
         out.write(f"best so far: iteration {best['iteration']}, {best['speedup']:.2f}x "
                   f"({best['measured_on']}), config {best['config']}\n")
+    out.write(_audit_text(status["audit"]) + "\n")
     if status["finished"]:
-        out.write(f"ended: {status['finished']}\n")
+        reason = f" ({status['reason']})" if status["reason"] else ""
+        out.write(f"ended: {status['finished']}{reason}\n")
     else:
         out.write(f"next: {status['next_phase']}  (kernelgraph hitl next)\n")
 
 
 @hitl.command("start")
 def start(
-    task: Annotated[Path, typer.Argument(help="A task file.")],
+    task: Annotated[Path, typer.Argument(help="A task file, or a shipped task's name (see `kernelgraph tasks`).")],
     db: DbOpt = DEFAULT_DB,
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",
@@ -132,10 +160,12 @@ def start(
 ) -> None:
     """Record a kernel request as a HITL session; nothing runs until `hitl next`."""
     from agents.hitl import session_node
+    from agents.hitlend import PRODUCER
     from bus import artifacts
     from eventstore.events import ExpansionRequested, RunRequested, new_event_id
     from kernelgraph.client import KernelRequest, check_request
 
+    task = task_arg(task)
     request = KernelRequest(task=task, target=target, provider=provider, seed=seed,
                             tune_budget=tune_budget, hint=hint,
                             provider_options={"model": model} if model else {})
@@ -194,22 +224,29 @@ def next_phase(
         show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run the next phase's agent once, show its result, and stop."""
+    """Run the next phase's agent once, show its result, and stop. `verify` ends the
+    session: the node is evaluated, its best kernel re-verified and the run audited; the
+    session fails (exit 1) when the audit is not clean."""
     from agents.calls import RunHistory
     from agents.hitl import RESULTS, next_command
+    from agents.hitlend import close_iterations, evaluate
     from bus import artifacts
 
     try:
         state, stored = _load(db, run)
-        if feedback:
-            state.apply(_human(state, state.next_phase, "feedback", feedback))
+        human = [_human(state, state.next_phase, "feedback", feedback)] if feedback else []
+        for event in human:
+            state.apply(event)
         phase, command = next_command(state)
+        ending = evaluate(state) if phase == "verify" else []
+        if ending:
+            phase, command = next_command(state, phase)  # the evaluated node's kernel
     except _user_errors() as exc:
         fail(str(exc))
     if not json_out:
         err_console.print(f"running {phase} (iteration {command.iteration}) ...", highlight=False)
 
-    async def main() -> Any:
+    async def main() -> tuple[Any, str, dict[str, Any]]:
         from bus.registry import load_agents
         from kernelgraph.runtime import AGENT_MODULES
 
@@ -219,17 +256,18 @@ def next_phase(
             await artifacts.publish_artifacts(
                 nc.jetstream(), [(data, "artifact") for data in stored.values()],
                 max_payload=nc.max_payload)
-            if feedback:
-                await _publish(nc, [_human(state, phase, "feedback", feedback)])
+            await _publish(nc, [*human, *ending])
             async with RunHistory(nc, state.run_id) as history:
+                if phase == "verify":
+                    return await _end_session(nc, history, state, command)
                 result = await history.call(command, RESULTS[phase])
-            text = await _describe(nc, phase, result)
-            if phase == "verify":
-                await _publish(nc, _closing(state, result))
-            return result, text
+                if phase == "plan":  # the previous iteration ended with this plan
+                    state.apply(result)
+                    await _publish(nc, close_iterations(state, result.iteration - 1))
+            return result, await _describe(nc, phase, result), {}
 
     try:
-        result, text = asyncio.run(main())
+        result, text, extra = asyncio.run(main())
     except _user_errors() as exc:
         fail(str(exc))
     except Exception as exc:
@@ -241,9 +279,48 @@ def next_phase(
     if json_out:
         import msgspec
 
-        emit_json({"phase": phase, "event": msgspec.to_builtins(result), "text": text})
+        emit_json({"phase": phase, "event": msgspec.to_builtins(result), "text": text, **extra})
     else:
         sys.stdout.write(text.rstrip() + "\n")
+    if extra.get("finished", {}).get("status") == "failed":
+        raise typer.Exit(1)
+
+
+async def _end_session(nc: Any, history: Any, state: Any,
+                       command: Any) -> tuple[Any, str, dict[str, Any]]:
+    """Re-verify the evaluated node's kernel, ask for the final audit and end the run, as
+    Auto does: completed only after a clean audit; no answer within `KG_AUDIT_TIMEOUT_S`,
+    or findings, and the session fails."""
+    import msgspec
+
+    from agents.auto import audit_timeout_s
+    from agents.calls import CommandFailed
+    from agents.hitlend import audit_command, audit_problem, finish_session
+    from eventstore.events import RunAudited, WinnerVerified
+
+    verified, failure = None, None
+    try:
+        verified = await history.call(command, WinnerVerified)
+    except CommandFailed as exc:
+        failure = exc.failure.error
+    audited, timeout = None, audit_timeout_s()
+    try:
+        async with asyncio.timeout(timeout):
+            audited = await history.call(audit_command(state), RunAudited)
+        problem = audit_problem(audited)
+    except TimeoutError:
+        problem = f"no audit: the auditor did not answer within {timeout:g} s"
+    except CommandFailed as exc:
+        problem = f"no audit: {exc.failure.error[:2000]}"
+    finished = finish_session(state, verified, failure, problem)
+    await _publish(nc, [finished])
+    lines = [await _describe(nc, "verify", verified) if verified is not None
+             else f"re-verification failed to run: {failure}"]
+    lines.append(_audit_text(_audit(audited)) if audited is not None else f"audit: {problem}")
+    lines.append(f"session ended: {finished.status}"
+                 + (f" ({finished.reason})" if finished.reason else ""))
+    return verified, "\n".join(lines), {"audit": _audit(audited),
+                                        "finished": msgspec.to_builtins(finished)}
 
 
 async def _describe(nc: Any, phase: str, e: Any) -> str:
@@ -277,24 +354,6 @@ async def _describe(nc: Any, phase: str, e: Any) -> str:
     return f"baseline: {e.latency_s:.3e} s ({e.measured_on}, {e.method})"
 
 
-def _closing(state: Any, verified: Any) -> list[Any]:
-    from eventstore.events import NodeEvaluated, RunFinished
-
-    best = state.best
-    evaluated = NodeEvaluated.create(
-        run_id=state.run_id, producer=PRODUCER, node_id=state.node_id, valid=True, compiled=True,
-        best_iteration=best.iteration, iterations=state.iteration, code_sha256=best.code_sha256,
-        plan_sha256=best.plan_sha256, latency_s=best.latency_s, speedup=best.speedup,
-        measured_on=best.measured_on, tunables=best.config)
-    passed = verified.verdict == "pass"
-    finished = RunFinished.create(
-        run_id=state.run_id, producer=PRODUCER, status="completed",
-        best_node_id=state.node_id if passed else None, speedup=verified.speedup if passed else None,
-        measured_on=verified.measured_on, receipt_sha256=verified.receipt_sha256,
-        reason="" if passed else "the kernel failed re-verification")
-    return [evaluated, finished]
-
-
 @hitl.command("edit")
 def edit(
     what: Annotated[str, typer.Argument(help="plan or kernel")] = "kernel",
@@ -309,6 +368,8 @@ def edit(
     try:
         state, stored = _load(db, run)
         sha = state.plan_sha256 if what == "plan" else state.code_sha256
+        if state.finished is not None or state.evaluated is not None:
+            raise HitlError("the session's node is evaluated; there is nothing left to edit")
         if sha is None or sha not in stored:
             raise HitlError(f"there is no {what} yet to edit")
     except _user_errors() as exc:

@@ -12,18 +12,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, err_console, fail, parse_config
+from kernelgraph.cli.app import app, console, emit_json, err_console, fail, parse_config, task_arg
+from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
-TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py).", show_default=False)]
+TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py), or a shipped task's name.", show_default=False)]
 CandidateArg = Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)]
 TargetOpt = Annotated[str, typer.Option("--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7 (simulated) or tpu | gpu (real device).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 
 
-def _check_paths(task: Path, candidate: Path) -> None:
-    for label, path in (("task", task), ("candidate", candidate)):
-        if not path.is_file():
-            fail(f"{path}: no such {label} file")
+def _check_paths(task: Path, candidate: Path) -> Path:
+    """The task file (a path, or a shipped task's name resolved); both files must exist."""
+    resolved = task_arg(task)
+    if not candidate.is_file():
+        fail(f"{candidate}: no such candidate file")
+    return resolved
 
 
 def _check_target(target: str) -> None:
@@ -45,6 +48,7 @@ def tune(
     budget_configs: Annotated[int | None, typer.Option("--budget-configs", min=1, help="Evaluate at most N configurations (default first).")] = None,
     budget_s: Annotated[float | None, typer.Option("--budget-s", min=1.0, help="Start no configuration after S seconds.")] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel worker processes.")] = 2,
+    scale: ScaleOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Sweep the candidate's TUNABLES and print the table and the best configuration.
@@ -52,8 +56,9 @@ def tune(
     Each configuration is compiled and checked for correctness against one frozen test suite
     before it is timed. On a real device configurations run one at a time. Exit status 0
     when at least one configuration passed."""
-    _check_paths(task, candidate)
+    task = _check_paths(task, candidate)
     _check_target(target)
+    task = apply_scale(task, scale)
     from kernelgraph.errors import KernelgraphError
     from tools.inputs.candidate import CandidateError, read_candidate
     from tools.performance.autotune import autotune
@@ -112,6 +117,7 @@ def profile(
     candidate: CandidateArg,
     target: TargetOpt = "sim-tpu-v6e",
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
+    scale: ScaleOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Evaluate the candidate and summarise where its time goes.
@@ -119,8 +125,9 @@ def profile(
     Latency, bytes moved, flops, fraction of peak bandwidth and compute, what bounds it, VMEM
     use, grid steps, and concrete suggestions. Simulated figures are labelled so. Exit status
     0 only when the candidate passed verification."""
-    _check_paths(task, candidate)
+    task = _check_paths(task, candidate)
     _check_target(target)
+    task = apply_scale(task, scale)
     from kernelgraph.errors import KernelgraphError
     from tools.performance.profile import render, summarize
 

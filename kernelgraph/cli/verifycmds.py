@@ -12,11 +12,13 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kernelgraph.cli.app import app, console, emit_json, fail, parse_config
+from kernelgraph.cli.app import app, console, emit_json, fail, parse_config, task_arg
+from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 _TaskArg = Annotated[Path, typer.Argument(
     help="Task file: a kernelgraph task (reference, make_inputs, SHAPES) or a JAXBench "
-         "baseline.py (CONFIG, create_inputs, workload).", show_default=False)]
+         "baseline.py (CONFIG, create_inputs, workload); or a shipped task's name (see "
+         "`kernelgraph tasks`).", show_default=False)]
 _CandidateArg = Annotated[Path, typer.Argument(
     help="Candidate kernel file: defines build(**knobs) and optionally TUNABLES.",
     show_default=False)]
@@ -39,6 +41,7 @@ def verify(
         "--time-limit", min=5.0, help="Seconds the sandboxed candidate may run in all.")] = 300.0,
     memory_gb: Annotated[float, typer.Option(
         "--memory-gb", min=0.5, help="Address-space limit of the sandboxed candidate.")] = 4.0,
+    scale: ScaleOpt = None,
     json: _JsonOpt = False,
 ) -> None:
     """Verify a candidate kernel against a task, independently of whoever wrote it.
@@ -47,9 +50,9 @@ def verify(
 
     Exit status 0 only on a pass, 1 on a fail, 2 on a usage error. The receipt's sha256 covers every number the verdict follows from.
     """
-    for label, path in (("task", task), ("candidate", candidate)):
-        if not path.is_file():
-            fail(f"{path}: no such {label} file")
+    task = task_arg(task)
+    if not candidate.is_file():
+        fail(f"{candidate}: no such candidate file")
     from kernelgraph.errors import KernelgraphError
     from tools.performance.executors import TARGETS
     from tools.sandbox.launcher import Limits
@@ -58,6 +61,7 @@ def verify(
 
     if target not in TARGETS:
         fail(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    task = apply_scale(task, scale)
     limits = Limits(wall_s=time_limit, memory_bytes=int(memory_gb * (1 << 30)))
     status = (console.status(f"verifying {candidate.name} on {target}", spinner="dots")
               if not json else contextlib.nullcontext())

@@ -1,0 +1,64 @@
+"""`kernelgraph tasks`: the shipped task suite, with each task's kernel class, dtypes and shapes."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from kernelgraph.cli.app import app, console, emit_json, fail
+
+
+@app.command("tasks")
+def tasks(
+    name: Annotated[list[str] | None, typer.Argument(
+        help="Only these tasks (names or paths); default: every shipped task.",
+        show_default=False)] = None,
+    no_class: Annotated[bool, typer.Option(
+        "--no-class", help="Skip the kernel class (classifying traces each reference; "
+        "classes are cached per task and author version).")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+) -> None:
+    """List the shipped tasks: kernel class (as the offline author reads it from the jaxpr), dtypes and shapes.
+
+    Any command that takes a TASK accepts one of these names as well as a path: `kernelgraph verify rmsnorm kernels/rmsnorm.py`. The first shape is the tuning point, the rest are unseen shapes (an unaligned one is derived when every declared shape is aligned). A class marked unsupported is one the offline author refuses, with its reason."""
+    from kernelgraph.errors import KernelgraphError
+    from kernelgraph.taskinfo import describe
+    from kernelgraph.tasknames import resolve_task, shipped_tasks
+
+    try:
+        paths = [resolve_task(n) for n in name] if name else list(shipped_tasks().values())
+    except KernelgraphError as exc:
+        fail(str(exc))
+    infos = []
+    status = (console.status("reading tasks", spinner="dots") if not json and sys.stdout.isatty()
+              else contextlib.nullcontext())
+    with status as spinner:
+        for path in paths:
+            if spinner is not None:
+                spinner.update(f"reading {path.stem} ({len(infos) + 1}/{len(paths)})")
+            try:
+                infos.append(describe(path, classify=not no_class))
+            except KernelgraphError as exc:
+                fail(str(exc))
+    if json:
+        emit_json({"tasks": [i.to_json() for i in infos]})
+        return
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("task", "class", "dtype", "shapes (tuning point first)"):
+        table.add_column(column, overflow="fold")
+    for info in infos:
+        kind = "-" if info.kernel_class is None else info.kernel_class
+        if info.unsupported:
+            kind += " [red](unsupported)[/]"
+        shapes = ", ".join(str(tuple(s)) if isinstance(s, list) else str(s) for s in info.shapes)
+        table.add_row(escape(info.name), kind, info.dtype, escape(shapes))
+    console.print(table)
+    for info in infos:
+        if info.unsupported:
+            console.print(f"[dim]{escape(info.name)}: unsupported: {escape(info.unsupported)}[/]")
