@@ -2,7 +2,9 @@
 
 The grid is narrowed by the profile of the default configuration's test run (many short
 grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
-as large), then capped by the budget with the default first. Each configuration is one
+as large). The default itself is left out: the test run already measured it on the same
+suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
+other configurations, in the grid's order. Each configuration is one
 `MeasureConfig` command, so every executor process on the bus takes part; the commands'
 ids derive from this command's, so a restarted sweep does not measure anything twice.
 """
@@ -75,6 +77,7 @@ class AutotunerAgent(Agent[TuneKernel]):
                 profile = msgspec.to_builtins(await ctx.run_tool(
                     api.profile_of, record["measurement"], record.get("compile_report")))
         planned, why = narrow(grid, profile)
+        planned = [c for c in planned if c != grid[0]]
         if cmd.budget is not None:
             planned = planned[:max(cmd.budget, 1)]
         commands = [

@@ -21,7 +21,9 @@ TargetOpt = Annotated[str, typer.Option(
 IterOpt = Annotated[int, typer.Option("--iterations", min=1, help="Auto iterations (plan .. profile).")]
 FixOpt = Annotated[int, typer.Option("--fix-rounds", min=0, help="Fix attempts per compile failure.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the provider's choices.")]
-TuneOpt = Annotated[int, typer.Option("--tune-budget", min=1, help="Configurations timed per autotune.")]
+TuneOpt = Annotated[int, typer.Option(
+    "--tune-budget", min=1, help="Configurations timed per autotune besides the default (the "
+    "test run times that one).")]
 HintOpt = Annotated[str, typer.Option("--hint", help="A strategy hint for the planner.")]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", envvar="KG_GEMINI_MODEL", help="The Gemini model (gemini provider).", show_default=False)]
