@@ -149,7 +149,10 @@ def main() -> None:
         out["orchestration_overhead_ms_per_node"] = max(r["ms_per_node"] for r in runs)
     if "scaling" in parts:
         task = Path(args.scaling_task)
-        out["executor_scaling"] = [executor_scaling(n, args.trajectories, task) for n in (1, 2)]
+        out["executor_scaling"] = []
+        for n in (1, 2):
+            out["executor_scaling"].append(executor_scaling(n, args.trajectories, task))
+            print(json.dumps(out["executor_scaling"][-1]), file=sys.stderr, flush=True)
     if "policies" in parts:
         tasks = [str(ROOT / t) if not Path(t).is_absolute() else t for t in args.tasks.split(",")]
         out["policies"] = policies(tasks, args.policies.split(","), args.budget, args.iterations)
