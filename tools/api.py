@@ -16,6 +16,7 @@ them in a thread (`AgentContext.run_tool`).
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
+- `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`).
 - `receipt_json` / `receipt_problems`: a receipt as text; why a receipt does not hold
   (hash, signature, verdict and speedup re-derived), for the auditor.
 """
@@ -242,6 +243,36 @@ def estimate(
                      limits=limits)
 
 
+def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str | None) -> Path:
+    """The task file to use, everywhere, for a run at ``scales`` (the `--scale` factors:
+    ``"0.5,0.25"``, ``["0.5", "0.25"]`` or ``[0.5, 0.25]``; None: ``task`` as it is).
+
+    A JAXBench task gets a file that is the original plus ``SCALES = [...]``, written once
+    where every process can read it: the suite, the baseline, the verifier, the timing child
+    and an agent given its source all load the same sizes from the path (or the source)
+    alone. The scaled task is checked here (abstract evaluation only): a scale whose config
+    does not hold is dropped with a note the suite repeats; a tuning scale that does not
+    hold, a task whose inputs no CONFIG entry sizes, and a kernelgraph task (its sizes are
+    its SHAPES) raise `TaskError` with the reason. The suite and the receipt record the
+    scales that held (`FrozenSuite.scales`, receipt `suite.scales`).
+    """
+    from tools.inputs.scaling import parse_scales, write_scaled_task
+
+    try:
+        factors = parse_scales(scales)
+    except ValueError as exc:
+        raise TaskError(task, str(exc)) from None
+    if factors is None:
+        return Path(task)
+    original = load_task(task, validate=False)
+    if original.format != "jaxbench":
+        raise TaskError(task, "--scale applies to JAXBench CONFIG sizes; this task's sizes "
+                        "are its SHAPES (edit them, or make_inputs)")
+    path = write_scaled_task(task, factors)
+    load_task(path)  # the scaled task must hold: refuse here, with the reason
+    return path
+
+
 def candidate_configs(candidate: str | Path) -> list[dict[str, Any]]:
     """Every configuration of the candidate's TUNABLES, the default first."""
     return list(read_candidate(candidate).configs())
@@ -335,5 +366,6 @@ __all__ = [
     "receipt_problems",
     "recipe_of",
     "render",
+    "scaled_task",
     "suite_from_recipe",
 ]

@@ -67,6 +67,9 @@ class FrozenSuite(msgspec.Struct, frozen=True):
     built_with: dict[str, str] = msgspec.field(default_factory=dict)
     format: int = FORMAT_VERSION
     sha256: str = ""
+    # The --scale factors the task was loaded at, one per scaled shape; () for the task
+    # file's own sizes (and then not part of the hash, as before the field existed).
+    scales: tuple[float, ...] = ()
 
     def to_bytes(self) -> bytes:
         return _ENCODER.encode(self)
@@ -97,6 +100,7 @@ class FrozenSuite(msgspec.Struct, frozen=True):
                 for c in self.cases
             ],
             "notes": list(self.notes),
+            "scales": list(self.scales),
         }
 
 
@@ -108,6 +112,8 @@ def suite_hash(suite: FrozenSuite) -> str:
     plain = all(getattr(c, k) == v for c in suite.cases for k, v in _LATER_FIELDS.items())
 
     def skip(owner: Any, name: str) -> bool:
+        if isinstance(owner, FrozenSuite):
+            return name == "scales" and not owner.scales
         return plain and isinstance(owner, SuiteCase) and name in _LATER_FIELDS
 
     return stream_sha256(msgspec.structs.replace(suite, sha256=""), skip)

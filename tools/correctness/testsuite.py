@@ -94,6 +94,7 @@ def build_suite(
         builder.notes.append("the task declares no unseen shapes (SHAPES has one entry)")
     if task.alignment_note:
         builder.notes.append(task.alignment_note)
+    builder.notes.extend(task.notes)  # what loading decided (scales dropped, sizes fixed)
     if probes:
         tuning = builder.cases[0]  # read back from disk where it was spilled, then let go
         for name, factor in probe_scales.items():
@@ -109,7 +110,7 @@ def build_suite(
         task_name=task.name, task_sha256=task.source_sha256,
         tolerance=dict(builder.tolerance or task.tolerance),
         cases=tuple(builder.cases), notes=tuple(builder.notes),
-        built_with={"jax": jax.__version__},
+        built_with={"jax": jax.__version__}, scales=task.scales,
     )
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
 

@@ -88,13 +88,21 @@ def _derive_jaxbench(task: Task) -> tuple[Task | None, str]:
     if not configs:
         return None, "the task has no CONFIG"
     smallest = configs[-1]
-    config = {k: off_tile(v) for k, v in smallest.items()}
+    movable = task.config_sizes or tuple(smallest)  # only what scaling may change
+    config = {k: off_tile(v) if k in movable else v for k, v in smallest.items()}
     if config == smallest:
         return None, f"no size in CONFIG is {_MIN_SIZE} or more"
     shape = {"scale": "unaligned", **{k: v for k, v in config.items() if v != smallest[k]}}
     candidate = dataclasses.replace(task, shapes=(*task.shapes, shape),
                                     _configs=(*configs, config))
-    return _checked(candidate, lambda: None)
+    found, why = _checked(candidate, lambda: None)
+    if found is not None and task.config_sizes:
+        from tools.inputs.scaling import config_problem
+
+        problem = config_problem(found, len(found.shapes) - 1)
+        if problem is not None:
+            return None, problem
+    return found, why
 
 
 def _checked(candidate: Task, undo: Any) -> tuple[Task | None, str]:

@@ -6,9 +6,11 @@ Two formats are read natively:
   ``make_inputs(key, shape_index=0)``, optional ``SHAPES`` (first entry = tuning point,
   the rest = unseen shapes), optional ``TOLERANCE`` and ``flops(*inputs)``.
 * JAXBench ``baseline.py`` files: ``CONFIG`` dict, ``create_inputs(dtype=...)``,
-  ``workload(*inputs)``, optional ``get_flops()``. Shapes come from scaling the integer
-  sizes in ``CONFIG`` (``SCALES`` in the file, else ``DEFAULT_JAXBENCH_SCALES``); seeds by
-  folding the seed into the file's own ``jax.random`` keys.
+  ``workload(*inputs)``, optional ``get_flops()``. Shapes come from scaling the entries of
+  ``CONFIG`` that size an input (or bound an integer input's values) by the ``scales``
+  given, else ``SCALES`` in the file, else ``DEFAULT_JAXBENCH_SCALES``
+  (:mod:`tools.inputs.scaling`); seeds by folding the seed into the file's own
+  ``jax.random`` keys.
 
 Task files are trusted (the user wrote them), so they are imported in this process.
 Every problem is a :class:`TaskError` that names the file and says what is wrong.
@@ -17,10 +19,10 @@ Every problem is a :class:`TaskError` that names the file and says what is wrong
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import inspect
-import math
 import sys
 import threading
 import traceback
@@ -37,7 +39,6 @@ from tools.inputs.files import FileProblem, read_python_source
 
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
 _SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
-_MIN_SCALED_SIZE = 16  # smaller integers in CONFIG (kernel sizes, group counts) are not sizes
 
 TaskFormat = Literal["kernelgraph", "jaxbench"]
 __all__ = ["DEFAULT_TOLERANCE", "Task", "TaskError", "default_tolerance", "load_task"]
@@ -63,6 +64,11 @@ class Task:
     derived_shapes: tuple[int, ...] = ()  # unaligned shapes added by tools.inputs.shapes
     alignment_note: str = ""  # why tails are not exercised, when they are not
     _specs: dict[int, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
+    # JAXBench: the --scale factors asked for (explicitly, or SCALES in the file) that held,
+    # one per shape; () for the file's defaults. Recorded in the suite and the receipt.
+    scales: tuple[float, ...] = ()
+    config_sizes: tuple[str, ...] = ()  # JAXBench: the CONFIG entries scaling changes
+    notes: tuple[str, ...] = ()  # what loading decided that the suite should say
 
     def tolerance_for(self, dtype_names: Sequence[str]) -> dict[str, float]:
         """The element-wise ceiling for outputs of these dtypes: the declared TOLERANCE over
@@ -290,23 +296,25 @@ def _jaxbench_task(
         raise TaskError(
             path, "JAXBench baseline is missing " + " and ".join(f"`{m}`" for m in missing)
         )
+    explicit = scales is not None or hasattr(module, "SCALES")
     scales = tuple(scales if scales is not None else getattr(module, "SCALES",
                                                              DEFAULT_JAXBENCH_SCALES))
-    if not scales or any(not isinstance(s, int | float) or s <= 0 for s in scales):
+    if not scales or any(not isinstance(s, int | float) or isinstance(s, bool) or s <= 0
+                         for s in scales):
         raise TaskError(path, f"scales must be positive numbers, got {scales!r}")
+    from tools.inputs.scaling import config_roles, scale_config, select_configs
+
     base = dict(module.CONFIG)
+    roles = config_roles(module, base)
     configs_by_scale: dict[float, dict[str, Any]] = {}
     for scale in scales:  # scales that round to the same sizes give one shape
-        config = _scaled_config(base, scale)
+        config = scale_config(base, roles.scaled, scale)
         if config not in configs_by_scale.values():
-            configs_by_scale[scale] = config
-    scales, configs = tuple(configs_by_scale), tuple(configs_by_scale.values())
-    shapes = tuple(
-        {"scale": s, **{k: v for k, v in c.items() if _is_size(base.get(k))}}
-        for s, c in zip(scales, configs, strict=True)
-    )
+            configs_by_scale[float(scale)] = config
+    shapes = tuple({"scale": s, **{k: c[k] for k in roles.scaled}}
+                   for s, c in configs_by_scale.items())
     name = base.get("name", path.parent.name if path.stem == "baseline" else path.stem)
-    return Task(
+    task = Task(
         name=str(name),
         path=path,
         source_sha256=sha,
@@ -314,24 +322,15 @@ def _jaxbench_task(
         shapes=shapes,
         tolerance=_tolerance(path, module),
         module=module,
-        _configs=configs,
+        _configs=tuple(configs_by_scale.values()),
         declared_tolerance=_declared(module),
+        config_sizes=roles.scaled,
     )
-
-
-def _scaled_config(config: dict[str, Any], scale: float) -> dict[str, Any]:
-    """Scale every size in CONFIG to a multiple of 8 (or of its own factor below 8), so
-    scales like 0.75 give sizes that are not powers of two."""
-    scaled = dict(config)
-    for key, value in config.items():
-        if _is_size(value):
-            align = math.gcd(value, 8)
-            scaled[key] = max(align, round(value * scale / align) * align)
-    return scaled
-
-
-def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= _MIN_SCALED_SIZE
+    task = select_configs(task, roles, explicit)
+    if explicit:
+        task = dataclasses.replace(task, scales=tuple(
+            float(s["scale"]) for s in task.shapes if isinstance(s.get("scale"), int | float)))
+    return task
 
 
 def _tolerance(path: Path, module: ModuleType) -> dict[str, float]:

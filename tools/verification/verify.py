@@ -450,7 +450,7 @@ class _Context:
                           "sha256": source.sha256 if source else None,
                           "config": self.config},
             "suite": {"sha256": self.suite.sha256, "cases": len(self.suite.cases),
-                      "notes": list(self.suite.notes)},
+                      "notes": list(self.suite.notes), "scales": list(self.suite.scales)},
             "target": self.target,
             "checks": checks,
             "audit": {str(k): v for k, v in self.audits.items()},
