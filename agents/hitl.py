@@ -10,8 +10,11 @@ events, never mutations:
 - `goto` chooses the next phase (for example `verify` to finish with the current kernel).
 
 Phases: suite -> baseline -> plan -> implement -> compile (-> fix -> compile ...) -> test ->
-tune -> profile -> plan (the next iteration) ... and `verify`, which re-verifies the best
-kernel so far and ends the session.
+tune -> profile -> plan (the next iteration) ... and `verify`, which ends the session.
+
+A session ends the way an Auto run does (`agents.hitlend`): its iterations and its node
+are evaluated, the best kernel re-verified, the run audited, and `RunFinished` says
+completed only after a clean final audit.
 """
 
 from __future__ import annotations
@@ -40,9 +43,12 @@ from eventstore.events import (
     ExpansionRequested,
     FixAttempted,
     HumanFeedbackGiven,
+    IterationFinished,
     KernelWritten,
+    NodeEvaluated,
     PlanProposed,
     ProfileCaptured,
+    RunAudited,
     RunFinished,
     RunRequested,
     TestsRun,
@@ -76,7 +82,22 @@ class Valid:
     latency_s: float | None
     speedup: float | None
     measured_on: str
+    verdict_sha256: str | None = None
+    """The verdict behind `speedup` (the test run's, or the tuning sweep's best)."""
+    proof_event_id: str | None = None
+    """The TestsRun or TuningSwept that reported that verdict."""
     profile_sha256: str | None = None
+
+
+@dataclass
+class Attempt:
+    """What one iteration did, for the `IterationFinished` of an iteration that ended invalid."""
+
+    plan_sha256: str | None = None
+    code_sha256: str | None = None
+    compiled: bool = False
+    failed_phase: str | None = None
+    error: str = ""
 
 
 @dataclass
@@ -103,7 +124,12 @@ class HitlState:
     feedback: list[str] = field(default_factory=list)
     next_phase: str = "suite"
     done_steps: int = 0
+    attempts: dict[int, Attempt] = field(default_factory=dict)
+    closed: dict[int, IterationFinished] = field(default_factory=dict)
+    evaluated: NodeEvaluated | None = None
     verified: WinnerVerified | None = None
+    audit: RunAudited | None = None
+    """The latest final audit."""
     finished: RunFinished | None = None
     history: list[str] = field(default_factory=list)
 
@@ -128,24 +154,30 @@ class HitlState:
             self._done("baseline", "plan", f"baseline {e.latency_s:.3e} s ({e.measured_on})")
         elif isinstance(e, PlanProposed):
             self.iteration = max(self.iteration, e.iteration)
+            self.attempts[e.iteration] = Attempt(plan_sha256=e.plan_sha256)
             self.plan_sha256, self.code_sha256, self.tests = e.plan_sha256, None, None
             self.compile_attempt, self.diagnostics, self.fix_history = 0, [], []
             self.feedback = []
             self._done("plan", "implement", f"it {e.iteration} plan: {e.summary}")
         elif isinstance(e, KernelWritten):
-            self.code_sha256, self.config = e.code_sha256, {}
+            self.code_sha256, self.config, self.tests = e.code_sha256, {}, None
+            self._attempt(e.iteration).code_sha256 = e.code_sha256
             self.feedback = []
             self._done("implement", "compile", f"it {e.iteration} kernel {e.code_sha256[:12]}")
         elif isinstance(e, CompileChecked):
             self.diagnostics = list(e.diagnostics)
+            attempt = self._attempt(e.iteration)
             if e.ok:
+                attempt.compiled = True
                 self._done("compile", "test", f"it {e.iteration} compiled")
             else:
                 self.compile_attempt = e.attempt + 1
-                self._done("compile", "fix", f"it {e.iteration} compile failed: "
-                           + (str(e.diagnostics[0].get("message", ""))[:120] if e.diagnostics else ""))
+                message = str(e.diagnostics[0].get("message", "")) if e.diagnostics else ""
+                attempt.failed_phase, attempt.error = "compile", message or "the compile check failed"
+                self._done("compile", "fix", f"it {e.iteration} compile failed: {message[:120]}")
         elif isinstance(e, FixAttempted):
-            self.code_sha256 = e.code_sha256
+            self.code_sha256, self.tests = e.code_sha256, None
+            self._attempt(e.iteration).code_sha256 = e.code_sha256
             self.fix_history.append({"round": e.attempt, "error": e.error, "cause": e.cause,
                                      "fix": e.fix})
             self._done("fix", "compile", f"it {e.iteration} fix round {e.attempt}")
@@ -156,8 +188,10 @@ class HitlState:
                 self._done("test", "tune", f"it {e.iteration} tests pass"
                            + (f", {e.speedup:.2f}x ({e.measured_on})" if e.speedup else ""))
             else:
-                self.failures.append({"iteration": e.iteration, "phase": "test",
-                                      "error": "; ".join(e.reasons[:3]) or "wrong answer"})
+                error = "; ".join(e.reasons[:3]) or "wrong answer"
+                self.failures.append({"iteration": e.iteration, "phase": "test", "error": error})
+                attempt = self._attempt(e.iteration)
+                attempt.failed_phase, attempt.error = "test", error
                 self._done("test", "plan", f"it {e.iteration} tests FAILED")
         elif isinstance(e, TuningSwept):
             self._tuned(e)
@@ -171,22 +205,41 @@ class HitlState:
             self._done("profile", "plan", f"it {e.iteration} profile: {e.bound}-bound")
         elif isinstance(e, HumanFeedbackGiven):
             self._human(e)
+        elif isinstance(e, IterationFinished):
+            self.closed[e.iteration] = e
+        elif isinstance(e, NodeEvaluated):
+            self.evaluated, self.next_phase = e, "verify"
+            if e.valid:
+                self.history.append(f"node evaluated: iteration {e.best_iteration} is the best"
+                                    + (f", {e.speedup:.2f}x ({e.measured_on})" if e.speedup else ""))
         elif isinstance(e, WinnerVerified):
             self.verified = e
             self._done("verify", "verify", f"winner re-verified: {e.verdict}")
+        elif isinstance(e, RunAudited):
+            if e.final:
+                self.audit = e
         elif isinstance(e, RunFinished):
             self.finished = e
 
+    def _attempt(self, iteration: int) -> Attempt:
+        return self.attempts.setdefault(iteration, Attempt())
+
     def _tuned(self, e: TuningSwept) -> None:
-        tests = self.tests
-        config, latency, speedup = self.config, tests.latency_s if tests else None, \
-            tests.speedup if tests else None
+        """The iteration's valid kernel: the sweep's best when it beats the test run of the
+        same code, else the test run's figures; each with the verdict and event behind it."""
+        tests = self.tests if self.tests and self.tests.code_sha256 == e.code_sha256 else None
+        config: dict[str, Any] = dict(tests.config) if tests else dict(self.config)
+        latency = tests.latency_s if tests else None
+        speedup = tests.speedup if tests else None
+        verdict = tests.verdict_sha256 if tests else None
+        proof = tests.event_id if tests else None
+        measured_on = (tests.measured_on if tests else None) or e.measured_on
         if e.best_latency_s is not None and (latency is None or e.best_latency_s < latency):
             config, latency, speedup = dict(e.best_config), e.best_latency_s, e.best_speedup
+            verdict, proof, measured_on = e.verdict_sha256, e.event_id, e.measured_on
         self.config = dict(config)
-        if self.code_sha256:
-            self.valid.append(Valid(e.iteration, self.code_sha256, self.plan_sha256, dict(config),
-                                    latency, speedup, e.measured_on))
+        self.valid.append(Valid(e.iteration, e.code_sha256, self.plan_sha256, dict(config),
+                                latency, speedup, measured_on, verdict, proof))
         self._done("tune", "profile", f"it {e.iteration} tuned: {config}")
 
     def _human(self, e: HumanFeedbackGiven) -> None:
@@ -194,12 +247,14 @@ class HitlState:
             self.feedback.append(e.text)
             self.history.append(f"feedback for {e.phase_name}: {e.text[:80]}")
         elif e.action == "edit" and e.artifact_sha256:
+            attempt = self._attempt(self.iteration)
             if e.phase_name == "plan":
-                self.plan_sha256 = e.artifact_sha256
+                self.plan_sha256 = attempt.plan_sha256 = e.artifact_sha256
                 self.next_phase = "implement"
             else:
-                self.code_sha256 = e.artifact_sha256
+                self.code_sha256 = attempt.code_sha256 = e.artifact_sha256
                 self.next_phase, self.compile_attempt, self.fix_history = "compile", 0, []
+                self.tests = None
             self.history.append(f"edited the {e.phase_name}")
         elif e.action == "goto":
             self.next_phase = e.phase_name
@@ -227,6 +282,9 @@ class HitlState:
             shas.append(self.tests.verdict_sha256)
         if self.request is not None:
             shas.append(self.request.task_sha256)
+        winner = self.evaluated or self.best  # what `verify` re-checks
+        if winner is not None:
+            shas.append(winner.code_sha256)
         return [s for s in dict.fromkeys(shas) if s]
 
 
@@ -247,20 +305,18 @@ def next_command(state: HitlState, phase: str | None = None) -> tuple[str, Comma
         "test": state.code_sha256 is not None or "a kernel first",
         "tune": bool(state.tests and state.tests.passed) or "passing tests first",
         "profile": bool(state.tests and state.tests.verdict_sha256) or "a test run first",
-        "verify": state.best is not None or "a valid, tuned kernel first",
+        "verify": (state.best is not None or bool(state.evaluated and state.evaluated.valid)
+                   or "a valid, tuned kernel first"),
     }
     need = needs.get(phase, True)
     if phase not in PHASES:
         raise HitlError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
     if need is not True:
         raise HitlError(f"{phase} needs {need}")
+    if state.evaluated is not None and phase != "verify":
+        raise HitlError("the node is evaluated; only `verify` is left, which ends the session")
     iteration = state.iteration + 1 if phase == "plan" else max(state.iteration, 0)
-    origin = StepOrigin(
-        run_id=state.run_id, ts=request.ts, causation_id=request.event_id,
-        task_file=str(request.policy_params.get("task_file", f"{request.task_name}.py")),
-        target_name=request.target, provider=request.provider,
-        provider_options=dict(request.policy_params.get("provider_options", {})),
-        seed=request.seed, knowledge_cutoff_ts=request.policy_params.get("knowledge_cutoff_ts"))
+    origin = session_origin(state)
 
     def make(cls: type[K], **fields: Any) -> K:
         fields.setdefault("iteration", iteration)
@@ -298,14 +354,31 @@ def next_command(state: HitlState, phase: str | None = None) -> tuple[str, Comma
         verdict = state.tests.verdict_sha256 if state.tests else ""
         return phase, make(ProfileKernel, code_sha256=state.code_sha256 or "",
                            verdict_sha256=verdict or "")
+    node = state.evaluated
+    if node is not None and node.valid and node.code_sha256:
+        return phase, make(VerifyWinner, iteration=node.best_iteration or 0,
+                           code_sha256=node.code_sha256, config=dict(node.tunables))
     best = state.best
     assert best is not None
     return phase, make(VerifyWinner, iteration=best.iteration, code_sha256=best.code_sha256,
                        config=best.config)
 
 
+def session_origin(state: HitlState) -> StepOrigin:
+    """What every command of the session carries (`agents.steps`)."""
+    request = state.request
+    assert request is not None
+    return StepOrigin(
+        run_id=state.run_id, ts=request.ts, causation_id=request.event_id,
+        task_file=str(request.policy_params.get("task_file", f"{request.task_name}.py")),
+        target_name=request.target, provider=request.provider,
+        provider_options=dict(request.policy_params.get("provider_options", {})),
+        seed=request.seed, knowledge_cutoff_ts=request.policy_params.get("knowledge_cutoff_ts"))
+
+
 def derived(state: HitlState, key: str) -> str:
-    """A command id that depends only on the session and the step (a re-run step is one step)."""
+    """An id that depends only on the session and `key`: of a step's command (a re-run step
+    is one step), or of an event the session records itself (recorded once)."""
     from bus.codec import derived_event_id
 
     assert state.request is not None
