@@ -2,7 +2,8 @@
 
 Leading axes (batch, heads) are merged into one `parallel` grid axis outside the kernel
 (a reshape, a layout op); q blocks are `parallel`, KV blocks `arbitrary` (running max, sum
-and f32 accumulator in VMEM scratch). Causal: KV blocks wholly above the diagonal are
+and f32 accumulator in VMEM scratch). Grouped-query attention needs no copy of K and V:
+the K/V index map sends query head h to key/value head h // (q_heads / kv_heads). Causal: KV blocks wholly above the diagonal are
 skipped with `pl.when` and their index map is clamped, so they are not fetched either.
 A KV tail (length not a multiple of the block) is masked.
 """
@@ -71,18 +72,26 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q
 @functools.partial(jax.jit, static_argnames=("block_q", "block_kv"))
 def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%):
     q, k, v = %Q%, %K%, %V%
-    if q.ndim not in (3, 4) or k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+    if (q.ndim not in (3, 4) or k.shape != v.shape or k.ndim != q.ndim
+            or q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]):
         raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not attention operands")
+    q_heads, kv_heads = (q.shape[-3], k.shape[-3]) if q.ndim == 4 else (1, 1)
+    if q.ndim == 3 and q.shape[0] != k.shape[0] or q_heads % kv_heads:
+        raise ValueError(f"{q.shape=} and {k.shape=}: query heads must be a multiple of kv heads")
     if block_q % SUBLANES or block_kv % SUBLANES:
         raise ValueError(f"{block_q=} and {block_kv=} must be multiples of {SUBLANES}")
     lead, (q_len, depth), kv_len = q.shape[:-2], q.shape[-2:], k.shape[-2]
-    groups = int(np.prod(lead))
+    groups, kv_groups = int(np.prod(lead)), int(np.prod(k.shape[:-2]))
+    repeat = q_heads // kv_heads  # query head h reads key/value head h // repeat
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if kv_len <= block_kv else block_kv
-    q3, k3, v3 = q.reshape(groups, q_len, depth), k.reshape(groups, kv_len, depth), v.reshape(groups, kv_len, depth)
+    q3 = q.reshape(groups, q_len, depth)
+    k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
 
     def kv_index(g, i, j):
-        return (g, j, 0)
+        if CAUSAL:  # a block above the diagonal repeats the last needed one: no new fetch
+            j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
+        return ((g // q_heads) * kv_heads + (g % q_heads) // repeat, j, 0)
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%), block_q=bq, block_kv=bkv, kv_len=kv_len),
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
@@ -117,7 +126,8 @@ def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         name: list(dict.fromkeys([v, max(SUBLANES, v // 2), v * 2])) for name, v in blocks.items()}
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
-    kind = "causal" if d["causal"] else "non-causal"
+    kind = ("causal" if d["causal"] else "non-causal") + (
+        " grouped-query" if d.get("kv_heads") else "")
     doc = (f"{kind} flash attention kernel for {task_name}: online softmax over KV blocks, "
            "f32 running max/sum/accumulator in VMEM.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))

@@ -7,25 +7,32 @@ the same axis. The classes, tried in order:
 1. `elementwise`: elementwise and broadcasting ops only, output shaped like the main input;
 2. `rowwise`: reductions over the last axis only, broadcast back, rows independent;
 3. `matmul_epilogue`: one dot_general of two inputs, then elementwise ops on its result;
-4. `attention`: softmax(q k^T * scale) v (optionally causal), checked against the numbers;
+4. `attention`: softmax(q k^T * scale) v (optionally causal, optionally grouped-query),
+   checked against the numbers; so are `paged_attention`, `linear_attention` and
+   `grouped_matmul` (`patterns`), tried first;
 5. `rows_generic`: anything whose rows (leading axis) are independent, checked by probing;
 6. `single_block`: the whole arrays as one block.
+
+A task that fits no class and whose reference cannot be written out as a kernel body gets
+`TaskFacts.unsupported`, the reason the offline author refuses it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.llm.offline import patterns
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
-CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "rows_generic",
-           "single_block")
+CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
+           "linear_attention", "grouped_matmul", "rows_generic", "single_block")
 
 UNARY = {
     "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "neg", "abs", "sqrt", "rsqrt",
@@ -69,6 +76,8 @@ class TaskFacts:
     flops: int
     detail: dict[str, Any] = field(default_factory=dict)
     body_source: str = ""  # the whole reference as `_body(*args, <dims>)`, when it emits
+    pinned: dict[str, int] = field(default_factory=dict)  # dims traced at their tuning size
+    unsupported: str = ""  # why the offline author writes no kernel for this task, if it won't
 
     @property
     def io_bytes(self) -> int:
@@ -105,14 +114,37 @@ def _arg_names(fn: Any, count: int) -> list[str]:
     return [params[i] if i < len(params) else f"arg{i}" for i in range(count)]
 
 
-def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str]) -> Any:
+def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str],
+                    minimum: dict[str, int], pinned: dict[str, int]) -> Any:
+    """The jaxpr over symbolic dims, each known to be at least its smallest task size (so
+    `D1 < 8` in a reference is decidable); `pinned` symbols are traced at their value."""
     import jax
     from jax import export
 
-    scope = dict(zip(symbols, export.symbolic_shape(", ".join(symbols)), strict=True)) if symbols else {}
+    free = [s for s in symbols if s not in pinned]
+    constraints = [f"{s} >= {minimum[s]}" for s in free if minimum.get(s, 0) > 1]
+    scope = dict(zip(free, export.symbolic_shape(", ".join(free), constraints=constraints),
+                     strict=True)) if free else {}
+    scope.update(pinned)
     specs = [jax.ShapeDtypeStruct(tuple(scope[d] if isinstance(d, str) else d for d in a.dims),
                                   np.dtype(a.dtype)) for a in args]
     return jax.make_jaxpr(reference)(*specs)
+
+
+def _trace(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
+           dim_values: dict[str, int]) -> tuple[Any, dict[str, int], str]:
+    """(jaxpr, pinned symbols, note). A symbol the reference does Python arithmetic on
+    (`depth ** -0.5`) is pinned to its tuning value and the trace retried; the error names it."""
+    pinned: dict[str, int] = {}
+    while True:
+        try:
+            return _symbolic_jaxpr(reference, args, symbols, minimum, pinned), pinned, ""
+        except Exception as exc:  # a symbolic dim used where only an integer works
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            named = [s for s in symbols if s not in pinned and re.search(rf"\b{s}\b", first)]
+            if not named:
+                return None, pinned, first[:120]
+            pinned.update({s: dim_values[s] for s in named})
 
 
 def _out_dims(aval_shape: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -142,31 +174,6 @@ def _rows_independent(reference: Any, inputs: tuple[Any, ...], row_inputs: list[
                for p, f in zip(part, full, strict=True))
 
 
-def _attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-                         causal: bool) -> np.ndarray:
-    s = np.einsum("...qd,...kd->...qk", q, k) * scale
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        s = np.where(np.arange(n_q)[:, None] >= np.arange(n_k)[None, :], s, -np.inf)
-    s = s - s.max(-1, keepdims=True)
-    p = np.exp(s)
-    p = p / p.sum(-1, keepdims=True)
-    return np.einsum("...qk,...kd->...qd", p, v)
-
-
-def _match_attention(reference: Any, inputs: tuple[Any, ...], qkv: tuple[int, int, int],
-                     causal_hint: bool) -> dict[str, Any] | None:
-    q, k, v = (np.asarray(inputs[i], np.float64) for i in qkv)
-    want = np.asarray(reference(*inputs), np.float64)
-    for causal in (causal_hint, not causal_hint):
-        for scale_kind in ("rsqrt_d", "one"):
-            scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
-            got = _attention_reference(q, k, v, scale, causal)
-            if got.shape == want.shape and np.allclose(got, want, rtol=2e-3, atol=2e-4):
-                return {"causal": causal, "scale": scale_kind}
-    return None
-
-
 def _producer_map(eqns: list[Any]) -> dict[Any, Any]:
     return {v: e for e in eqns for v in e.outvars}
 
@@ -174,7 +181,7 @@ def _producer_map(eqns: list[Any]) -> dict[Any, Any]:
 def _trace_to_input(v: Any, producers: dict[Any, Any], invars: list[Any]) -> int | None:
     while v not in invars:
         e = producers.get(v)
-        if e is None or e.primitive.name not in ("convert_element_type", "transpose"):
+        if e is None or e.primitive.name not in ("convert_element_type", "transpose", "reshape"):
             return None
         v = e.invars[0]
     return invars.index(v)
@@ -238,29 +245,48 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     args = [Arg(n, str(x.dtype), tuple(x.shape), d) for n, x, d in zip(names, inputs, dims, strict=True)]
     dim_values = {d: size for a in args for d, size in zip(a.dims, a.shape, strict=True)
                   if isinstance(d, str)}
-    try:
-        closed = _symbolic_jaxpr(reference, args, symbols)
-        shape_note = ""
-    except Exception as exc:  # the reference does Python arithmetic on a dimension
+    sizes = {d: [case[i][axis] for case in shapes] for i, a in enumerate(args)
+             for axis, d in enumerate(a.dims) if isinstance(d, str)}
+    minimum = {d: min(s) for d, s in sizes.items()}
+    varying = {d for d, s in sizes.items() if len(set(s)) > 1}
+    closed, pinned, failure = _trace(reference, args, symbols, minimum, dim_values)
+    shape_note = ""
+    if closed is None:  # the reference does Python arithmetic on a dimension
         closed = jax.make_jaxpr(reference)(*inputs)
-        shape_note = (f"traced at the tuning shapes only (symbolic tracing failed: "
-                      f"{str(exc).splitlines()[0][:120]})")
+        shape_note = f"traced at the tuning shapes only (symbolic tracing failed: {failure})"
+        pinned = dict(dim_values)
+    elif pinned:
+        shape_note = ("dims " + ", ".join(f"{s}={v}" for s, v in pinned.items())
+                      + " traced at their tuning sizes (the reference computes with them in "
+                      "Python)")
     invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
     out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
     outs = [(_out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]
     prims = sorted({e.primitive.name for e in eqns})
-    cost = jax.jit(reference).lower(*inputs).compile().cost_analysis()
+    cost = jax.jit(reference).lower(*inputs).cost_analysis()  # before XLA's passes: no compile
     cost = cost[0] if isinstance(cost, list) else cost
     facts = TaskFacts("single_block", args, outs, out_shapes, dim_values, symbols, [], prims,
                       int((cost or {}).get("flops", 0)))
     if shape_note:
         facts.reasons.append(shape_note)
-    try:
-        facts.body_source = function_source("_body", eqns, invars, outvars, symbols, consts)
-    except EmitError as exc:
-        facts.reasons.append(f"the reference cannot be written out as a kernel body: {exc}")
+    facts.pinned = pinned
+    fixed = sorted(set(pinned) & varying)
+    if fixed:  # a body traced at one size of a dim that takes others would be wrong there
+        facts.reasons.append("the reference cannot be written out as a kernel body: it fixes "
+                             f"dims {', '.join(fixed)} in Python, and they take other sizes "
+                             "at the unseen shapes")
+    else:
+        try:
+            facts.body_source = function_source("_body", eqns, invars, outvars, symbols, consts)
+        except EmitError as exc:
+            facts.reasons.append(f"the reference cannot be written out as a kernel body: {exc}")
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
+    if facts.kernel_class == "single_block" and not facts.body_source:
+        why = "; ".join(r for r in facts.reasons if "kernel body" in r or "symbolic" in r)
+        facts.unsupported = ("no kernel class fits (" + facts.reasons[-1] + ") and no "
+                             "single-block kernel can be written either ("
+                             + (why or "no body") + ")")
     return facts
 
 
@@ -270,19 +296,24 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
     dots = [e for e in eqns if e.primitive.name == "dot_general"]
     reductions = [e for e in eqns if e.primitive.name in REDUCTIONS]
     args = facts.args
+    if _decide_special(facts, reference, inputs, names):
+        return
     if len(dots) == 2 and "exp" in names and reductions:
         producers = _producer_map(eqns)
         q = _trace_to_input(dots[0].invars[0], producers, invars)
         k = _trace_to_input(dots[0].invars[1], producers, invars)
         v = _trace_to_input(dots[1].invars[1], producers, invars)
         if None not in (q, k, v) and len({q, k, v}) == 3 and args[q].shape[-1] == args[v].shape[-1]:
-            match = _match_attention(reference, inputs, (q, k, v), "iota" in names)
+            match = patterns.match_attention(reference, inputs, (q, k, v), "iota" in names)
             if match and len(args[q].shape) in (3, 4):
                 facts.kernel_class = "attention"
                 facts.detail = {"q": q, "k": k, "v": v, **match}
+                grouped = (f", grouped-query ({args[q].shape[-3]} query heads over "
+                           f"{match['kv_heads']} key/value heads)" if match["kv_heads"] else "")
                 facts.reasons.append(f"two dot_generals around exp/{reductions[0].primitive.name}: "
                                      f"softmax(q k^T) v, scale {match['scale']}, "
-                                     f"causal={match['causal']} (checked on the tuning inputs)")
+                                     f"causal={match['causal']}{grouped} (checked on the tuning "
+                                     "inputs)")
                 return
         facts.reasons.append("two dots and a softmax, but not q k^T / v shaped")
     if len(dots) == 1:
@@ -297,12 +328,41 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
     _decide_rows(facts, reference, inputs, eqns, dots, reductions)
 
 
+def _decide_special(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...],
+                    names: set[str]) -> bool:
+    """The classes told apart by a float64 model on the tuning inputs (`patterns`)."""
+    if "gather" in names and "exp" in names:
+        paged = patterns.match_paged_attention(reference, inputs)
+        if paged is not None:
+            facts.kernel_class, facts.detail = "paged_attention", paged
+            facts.reasons.append("softmax attention of one query per sequence over key/value "
+                                 "pages gathered through an integer block table, masked to "
+                                 f"`lengths`; scale {paged['scale']} (checked on the tuning inputs)")
+            return True
+    if names & {"scan", "cumsum", "while"}:
+        linear = patterns.match_linear_attention(reference, inputs)
+        if linear is not None:
+            facts.kernel_class, facts.detail = "linear_attention", linear
+            facts.reasons.append(f"a scan ({', '.join(sorted(names & {'scan', 'cumsum', 'while'}))}) "
+                                 "computing causal linear attention tril(q k^T) v, scale "
+                                 f"{linear['scale']} (checked on the tuning inputs)")
+            return True
+    grouped = patterns.match_grouped_matmul(reference, inputs, names)
+    if grouped is not None:
+        facts.kernel_class, facts.detail = "grouped_matmul", grouped
+        facts.reasons.append("ragged_dot: consecutive row groups of lhs times one rhs each, group "
+                             "sizes from an integer input (checked on the tuning inputs)")
+        return True
+    return False
+
+
 def _decide_rows(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], eqns: list[Any],
                  dots: list[Any], reductions: list[Any]) -> None:
     args = facts.args
     row_sym = facts.outs[0][0][0] if facts.outs and facts.outs[0][0] else None
     row_inputs = [bool(a.dims) and a.dims[0] == row_sym for a in args]
     rows_ok = (isinstance(row_sym, str) and row_sym in facts.dim_values and any(row_inputs)
+               and row_sym not in facts.pinned
                and all(o[0] and o[0][0] == row_sym for o in facts.outs) and bool(facts.body_source))
     independent = rows_ok and _rows_independent(reference, inputs, row_inputs)
     if independent:

@@ -5,11 +5,18 @@ copied in as code: one line per equation, `jax.lax.<prim>_p.bind(...)` with the 
 literals. The jaxpr is traced with symbolic dimensions (`jax.export.symbolic_shape`), so
 every shape in it is an expression of named dims; the emitted function takes those dims as
 keyword arguments and a kernel binds them to its block sizes.
+
+Two primitives the Mosaic TPU lowering has no general rule for are written as the ops that
+compute them on a TPU (`REWRITES`): a take-along-the-last-axis `gather` becomes a one-hot
+select and sum, and `top_k` on the last axis becomes k rounds of max (ties to the lowest
+index, as `lax.top_k`); `is_finite` becomes |x| < inf. The helpers they call are written
+once, above the function.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,7 +112,8 @@ def param_source(value: Any) -> str:
         return f"np.dtype({np.dtype(value).name!r})"
     if isinstance(value, enum.Enum) and hasattr(lax, type(value).__name__):
         return f"lax.{type(value).__name__}.{value.name}"
-    raise EmitError(f"cannot write parameter {value!r} ({type(value).__name__}) as a literal")
+    shown = repr(value).splitlines()[0][:60] if repr(value) else ""
+    raise EmitError(f"cannot write parameter {shown} ({type(value).__name__}) as a literal")
 
 
 class Emitter:
@@ -114,6 +122,16 @@ class Emitter:
     def __init__(self, consts: dict[Any, Any] | None = None) -> None:
         self.names: dict[Any, str] = {}
         self.consts = consts or {}
+        self.helpers: dict[str, str] = {}  # rewrite helpers the emitted lines call
+        self.splats: dict[Any, Any] = {}  # one-element arrays broadcast from a literal
+
+    def constant_of(self, v: Any) -> Any:
+        """The value of a literal or of a one-element array broadcast from one, else None."""
+        if isinstance(v, jcore.Literal):
+            return np.asarray(v.val).item()
+        if v in self.consts and np.asarray(self.consts[v]).size == 1:
+            return np.asarray(self.consts[v]).reshape(()).item()
+        return self.splats.get(v)
 
     def name(self, v: Any) -> str:
         if isinstance(v, jcore.Literal):
@@ -136,8 +154,17 @@ class Emitter:
         args = [self.name(v) for v in eqn.invars]
         outs = [self.name(v) for v in eqn.outvars]
         target = ", ".join(outs) + ("," if len(outs) == 1 and eqn.primitive.multiple_results else "")
+        if (name == "broadcast_in_dim" and isinstance(eqn.invars[0], jcore.Literal)
+                and all(isinstance(d, int) for d in eqn.outvars[0].aval.shape)
+                and math.prod(eqn.outvars[0].aval.shape) == 1):
+            self.splats[eqn.outvars[0]] = np.asarray(eqn.invars[0].val).item()
         if name == "dim_as_value":
             return f"{target} = np.int32({dim_source(eqn.params['dim'])})"
+        if name in REWRITES:
+            helper, call = REWRITES[name](eqn, args, self)
+            if helper:
+                self.helpers.setdefault(helper, HELPERS[helper])
+            return f"{target} = {call}"
         if not hasattr(lax, f"{name}_p"):
             raise EmitError(f"primitive {name!r} has no public jax.lax form")
         params = ", ".join(f"{k}={param_source(v)}" for k, v in sorted(eqn.params.items())
@@ -148,6 +175,118 @@ class Emitter:
         if name in ELEMENTWISE_NARY and len(args) > 1:
             return f"{target} = _nary(lax.{name}_p, dict({params}{extra}), {', '.join(args)})"
         return f"{target} = lax.{name}_p.bind({', '.join(args)}, {params}{extra})".replace(", )", ")")
+
+
+def _static_index(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str, str] | None:
+    """`x[:, 0]` traced over symbolic dims: a gather of one constant index along one axis,
+    written as a static slice."""
+    operand, indices = (v.aval for v in eqn.invars)
+    dn = eqn.params["dimension_numbers"]
+    rank = len(operand.shape)
+    if len(dn.collapsed_slice_dims) != 1 or tuple(dn.start_index_map) != tuple(dn.collapsed_slice_dims):
+        return None
+    (axis,) = dn.collapsed_slice_dims
+    kept = [str(d) for i, d in enumerate(operand.shape) if i != axis]
+    sizes = [str(s) for i, s in enumerate(eqn.params["slice_sizes"]) if i != axis]
+    constant = emitter.constant_of(eqn.invars[1])
+    if (tuple(dn.operand_batching_dims) or tuple(indices.shape) != (1,) or constant is None
+            or tuple(dn.offset_dims) != tuple(range(rank - 1)) or kept != sizes
+            or int(eqn.params["slice_sizes"][axis]) != 1):
+        return None
+    return "", f"lax.index_in_dim({args[0]}, {int(constant)}, {axis}, keepdims=False)"
+
+
+def _gather_rewrite(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str, str]:
+    """`jnp.take_along_axis(x, idx, axis=-1)`-shaped gathers (one index per row), and a
+    constant index along one axis (a static slice)."""
+    static = _static_index(eqn, args, emitter)
+    if static is not None:
+        return static
+    operand, indices = (v.aval for v in eqn.invars)
+    out = eqn.outvars[0].aval
+    dn = eqn.params["dimension_numbers"]
+    rank = len(operand.shape)
+    last = (rank - 1,)
+    batch = tuple(range(rank - 1))
+    if not (rank >= 1 and len(out.shape) == rank and tuple(dn.offset_dims) == ()
+            and tuple(dn.collapsed_slice_dims) == last and tuple(dn.start_index_map) == last
+            and tuple(dn.operand_batching_dims) == batch
+            and tuple(dn.start_indices_batching_dims) == batch
+            and tuple(eqn.params["slice_sizes"]) == (1,) * rank
+            and len(indices.shape) == rank + 1 and str(out.shape[-1]) == "1"):
+        raise EmitError("a gather that is not take_along_axis on the last axis (one index "
+                        "per row) has no Mosaic form the offline author writes")
+    mode = eqn.params["mode"]
+    mode_name = getattr(mode, "name", str(mode))
+    fill = eqn.params.get("fill_value")
+    if mode_name == "FILL_OR_DROP":
+        fill_src = repr(float("nan") if fill is None else float(fill)).replace("nan", "float('nan')")
+    elif mode_name in ("PROMISE_IN_BOUNDS", "CLIP"):
+        fill_src = "None"
+    else:
+        raise EmitError(f"gather mode {mode_name} is not rewritten")
+    clip = mode_name == "CLIP"
+    return "take_along_last", f"_take_along_last({args[0]}, {args[1]}, {fill_src}, clip={clip})"
+
+
+def _top_k_rewrite(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str, str]:
+    del emitter
+    operand = eqn.invars[0].aval
+    axis = eqn.params.get("axis", len(operand.shape) - 1)
+    if axis not in (-1, len(operand.shape) - 1):
+        raise EmitError(f"top_k along axis {axis}, not the last, is not rewritten")
+    return "top_k_last", f"_top_k_last({args[0]}, {int(eqn.params['k'])})"
+
+
+def _is_finite_rewrite(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str, str]:
+    """|x| < inf: the same answer (NaN and +-inf give False) from ops the TPU cost model
+    prices; `is_finite` lowers to a Mosaic op it has no rule for."""
+    del eqn, emitter
+    return "", f"lax.lt(lax.abs({args[0]}), lax.full_like({args[0]}, float('inf')))"
+
+
+REWRITES = {"gather": _gather_rewrite, "top_k": _top_k_rewrite, "is_finite": _is_finite_rewrite}
+
+HELPERS = {
+    "take_along_last": '''def _take_along_last(x, idx, fill, clip=False):
+    """take_along_axis on the last axis as a one-hot select and sum (one non-zero term,
+    so the sum is exact); out-of-range indices give `fill` (FILL_OR_DROP) or are clamped."""
+    idx = idx.reshape(idx.shape[:-1]).astype(jnp.int32)
+    size = x.shape[-1]
+    if clip:
+        idx = jnp.clip(idx, 0, size - 1)
+    cols = lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+    picked = jnp.sum(jnp.where(cols == idx, x, jnp.zeros_like(x)), axis=-1, keepdims=True)
+    if fill is None:
+        return picked
+    inside = jnp.logical_and(idx >= 0, idx < size)
+    return jnp.where(inside, picked, jnp.full_like(picked, fill))
+
+
+''',
+    "top_k_last": '''def _top_k_last(x, k):
+    """lax.top_k on the last axis as k rounds of max over the columns not yet taken: the
+    largest first, ties to the lowest index."""
+    width = x.shape[-1]
+    cols = lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+    out_shape = (*x.shape[:-1], k)
+    slot = lax.broadcasted_iota(jnp.int32, out_shape, x.ndim - 1)
+    low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    values = jnp.zeros(out_shape, x.dtype)
+    indices = jnp.zeros(out_shape, jnp.int32)
+    taken = jnp.zeros(x.shape, jnp.bool_)
+    for j in range(k):
+        best = jnp.max(jnp.where(taken, jnp.full_like(x, low), x), axis=-1, keepdims=True)
+        hit = jnp.logical_and(jnp.logical_not(taken), x == best)
+        first = jnp.min(jnp.where(hit, cols, width), axis=-1, keepdims=True)
+        values = jnp.where(slot == j, best, values)
+        indices = jnp.where(slot == j, first, indices)
+        taken = jnp.logical_or(taken, cols == first)
+    return values, indices
+
+
+''',
+}
 
 
 NARY_HELPER = '''
@@ -177,7 +316,7 @@ def function_source(
     arg_list = ", ".join(f"a{i}" for i in range(len(inputs)))
     dim_list = ", ".join(f"{d}=None" for d in dims)
     signature = ", ".join(p for p in (arg_list, "*" if dims else "", dim_list) if p)
-    lines = [f"def {fn_name}({signature}):"]
+    lines = [*emitter.helpers.values(), f"def {fn_name}({signature}):"]
     lines += [f"    {b}" for b in body]
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""Kernel classes recognised by their numbers, not by their ops: attention and its kin.
+
+A reference may write attention in many ways (einsums, reshapes for grouped heads, a gather
+of cache pages, a `lax.scan` over the sequence). The jaxpr says which inputs play which
+part (their dtypes, ranks and the axes they share); a float64 model of the class, run on
+the tuning inputs, must then give the reference's output, or the class is not claimed.
+
+- `attention`: softmax(q k^T * scale) v, optionally causal; grouped-query when q has a
+  multiple of k's heads (query head h reads key/value head h // (q_heads / kv_heads)).
+- `paged_attention`: one query token per sequence over key/value pages gathered through a
+  block table, the first `lengths[b]` cached tokens only.
+- `linear_attention`: causal linear attention, o_t = q_t sum_{s<=t} k_s v_s^T.
+- `grouped_matmul`: `ragged_dot`, consecutive row groups of lhs against one rhs each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+RTOL, ATOL = 2e-3, 2e-4  # the float64 model against the reference in its own precision
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=RTOL, atol=ATOL))
+
+
+def _outputs(reference: Any, inputs: tuple[Any, ...]) -> list[np.ndarray]:
+    import jax
+
+    return [np.asarray(o, np.float64) for o in jax.tree.leaves(reference(*inputs))]
+
+
+def _repeat_heads(q: np.ndarray, kv: np.ndarray) -> np.ndarray | None:
+    """`kv` with each head repeated for its query heads; None when the heads do not group."""
+    if q.shape[:-3] != kv.shape[:-3] or kv.ndim != q.ndim:
+        return None
+    if q.ndim < 4 or kv.shape[-3] == q.shape[-3]:
+        return kv if q.shape[:-2] == kv.shape[:-2] else None
+    if q.shape[-3] % kv.shape[-3]:
+        return None
+    return np.repeat(kv, q.shape[-3] // kv.shape[-3], axis=-3)
+
+
+def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+                      causal: bool) -> np.ndarray:
+    s = np.einsum("...qd,...kd->...qk", q, k) * scale
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s = np.where(np.arange(n_q)[:, None] >= np.arange(n_k)[None, :], s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p = p / p.sum(-1, keepdims=True)
+    return np.einsum("...qk,...kd->...qd", p, v)
+
+
+def match_attention(reference: Any, inputs: tuple[Any, ...], qkv: tuple[int, int, int],
+                    causal_hint: bool) -> dict[str, Any] | None:
+    """Scale, causality and head grouping that reproduce the reference, or None."""
+    q, k, v = (np.asarray(inputs[i], np.float64) for i in qkv)
+    k_full, v_full = _repeat_heads(q, k), _repeat_heads(q, v)
+    if k_full is None or v_full is None:
+        return None
+    (want,) = _outputs(reference, inputs)[:1]
+    for causal in (causal_hint, not causal_hint):
+        for scale_kind in ("rsqrt_d", "one"):
+            scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+            if _close(softmax_attention(q, k_full, v_full, scale, causal), want):
+                grouped = q.ndim == 4 and k.shape[-3] != q.shape[-3]
+                return {"causal": causal, "scale": scale_kind,
+                        "kv_heads": int(k.shape[-3]) if grouped else None}
+    return None
+
+
+def _paged_model(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, tables: np.ndarray,
+                 lengths: np.ndarray, scale: float) -> np.ndarray:
+    heads, _, page, depth = k_pages.shape
+    batch, pages = tables.shape
+    k = k_pages[:, tables].reshape(heads, batch, pages * page, depth)
+    v = v_pages[:, tables].reshape(heads, batch, pages * page, depth)
+    s = np.einsum("bhd,hbtd->bht", q, k) * scale
+    cached = np.arange(pages * page)[None, None, :] < lengths[:, None, None]
+    s = np.where(cached, s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p = p / p.sum(-1, keepdims=True)
+    return np.einsum("bht,hbtd->bhd", p, v)
+
+
+def match_paged_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:
+    """q (B, H, D); k and v pages (H, P, S, D); int block table (B, n); int lengths (B,)."""
+    arrays = [np.asarray(x) for x in inputs]
+    floats = [i for i, x in enumerate(arrays) if np.issubdtype(x.dtype, np.floating)]
+    ints = [i for i, x in enumerate(arrays) if np.issubdtype(x.dtype, np.integer)]
+    if len(floats) != 3 or len(ints) != 2:
+        return None
+    qi = next((i for i in floats if arrays[i].ndim == 3), None)
+    pages = [i for i in floats if arrays[i].ndim == 4]
+    ti = next((i for i in ints if arrays[i].ndim == 2), None)
+    li = next((i for i in ints if arrays[i].ndim == 1), None)
+    if qi is None or len(pages) != 2 or ti is None or li is None:
+        return None
+    ki, vi = pages
+    q, k, v, tables, lengths = (arrays[i] for i in (qi, ki, vi, ti, li))
+    batch, heads, depth = q.shape
+    if (k.shape != v.shape or k.shape[0] != heads or k.shape[-1] != depth
+            or tables.shape[0] != batch or lengths.shape != (batch,)):
+        return None
+    (want,) = _outputs(reference, inputs)[:1]
+    for scale_kind in ("rsqrt_d", "one"):
+        scale = depth ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+        got = _paged_model(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                           tables, lengths, scale)
+        if _close(got, want):
+            return {"q": qi, "k": ki, "v": vi, "tables": ti, "lengths": li, "scale": scale_kind}
+    return None
+
+
+def match_linear_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:
+    """Three same-shaped float inputs (..., S, D), in the order q, k, v: the output is
+    tril(q k^T) v (causal, no normalisation), with or without a 1/sqrt(D) scale."""
+    arrays = [np.asarray(x) for x in inputs]
+    if len(arrays) != 3 or any(not np.issubdtype(x.dtype, np.floating) for x in arrays):
+        return None
+    q, k, v = (x.astype(np.float64) for x in arrays)
+    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1] or q.ndim not in (3, 4):
+        return None
+    (want,) = _outputs(reference, inputs)[:1]
+    seq = q.shape[-2]
+    s = np.einsum("...qd,...kd->...qk", q, k) * np.tril(np.ones((seq, seq)))
+    base = np.einsum("...qk,...kd->...qd", s, v)
+    for scale_kind, scale in (("one", 1.0), ("rsqrt_d", q.shape[-1] ** -0.5)):
+        if _close(base * scale, want):
+            return {"q": 0, "k": 1, "v": 2, "scale": scale_kind}
+    return None
+
+
+def match_grouped_matmul(reference: Any, inputs: tuple[Any, ...],
+                         primitives: set[str]) -> dict[str, Any] | None:
+    """lhs (M, K), rhs (G, K, N), int group sizes (G,): consecutive row groups of lhs times
+    their rhs, rows past the groups zero (`lax.ragged_dot`)."""
+    if "ragged_dot_general" not in primitives or len(inputs) != 3:
+        return None
+    arrays = [np.asarray(x) for x in inputs]
+    lhs, rhs, sizes = arrays
+    if (lhs.ndim != 2 or rhs.ndim != 3 or sizes.ndim != 1 or rhs.shape[0] != sizes.shape[0]
+            or rhs.shape[1] != lhs.shape[1] or not np.issubdtype(sizes.dtype, np.integer)):
+        return None
+    (want,) = _outputs(reference, inputs)[:1]
+    got = np.zeros((lhs.shape[0], rhs.shape[2]))
+    start = 0
+    for g, size in enumerate(sizes.tolist()):
+        got[start:start + size] = lhs[start:start + size].astype(np.float64) @ rhs[g].astype(np.float64)
+        start += size
+    return {"lhs": 0, "rhs": 1, "group_sizes": 2} if _close(got, want) else None
