@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import attention, matmul, rows
+from agents.llm.offline import attention, grouped, matmul, paged, rows, scan
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES
 
@@ -35,6 +35,12 @@ def candidate_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         return matmul.matmul_source(facts, params, task_name, chip)
     if c == "attention":
         return attention.attention_source(facts, params, task_name, chip)
+    if c == "paged_attention":
+        return paged.paged_source(facts, params, task_name, chip)
+    if c == "linear_attention":
+        return scan.scan_source(facts, params, task_name, chip)
+    if c == "grouped_matmul":
+        return grouped.grouped_source(facts, params, task_name, chip)
     return rows.rows_source(facts, params, task_name)
 
 

@@ -15,14 +15,15 @@ import re
 from typing import Any
 
 from agents.llm.base import NO_GAIN_MARKER
-from agents.llm.offline import attention, matmul, rows
+from agents.llm.offline import attention, grouped, matmul, paged, rows, scan
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
 
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
     "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
-    "single_block": (),
+    "paged_attention": (), "linear_attention": ("block_seq",),
+    "grouped_matmul": ("block_m", "block_n"), "single_block": (),
 }
 FIXED_LEVERS = {
     "elementwise": ["row_blocks_parallel", "f32_in_vmem"],
@@ -30,8 +31,12 @@ FIXED_LEVERS = {
     "rows_generic": ["reference_jaxpr_in_kernel", "row_blocks_parallel"],
     "matmul_epilogue": ["fuse_epilogue", "f32_accumulator", "k_axis_arbitrary_innermost"],
     "attention": ["online_softmax", "f32_accumulator", "kv_axis_arbitrary"],
+    "paged_attention": paged.LEVERS, "linear_attention": scan.LEVERS,
+    "grouped_matmul": grouped.LEVERS,
     "single_block": ["single_block"],
 }
+WRITERS: dict[str, Any] = {"paged_attention": paged, "linear_attention": scan,
+                           "grouped_matmul": grouped}  # classes whose writer sizes its blocks
 TUNING_LEVERS = ("bigger_blocks", "smaller_blocks", "full_k", "mxu_aligned_tiles", "whole_kv_row")
 
 
@@ -43,6 +48,10 @@ def default_params(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, i
         return matmul.default_blocks(facts, chip)
     if c == "attention":
         return attention.default_blocks(facts, chip)
+    if c == "linear_attention":
+        return scan.default_blocks(facts, chip)
+    if c == "grouped_matmul":
+        return grouped.default_blocks(facts, chip)
     return {}
 
 
@@ -56,6 +65,10 @@ def extents(facts: TaskFacts) -> dict[str, int]:
     if c == "attention":
         q, k = facts.args[d["q"]].shape, facts.args[d["k"]].shape
         return {"block_q": q[-2], "block_kv": k[-2]}
+    if c == "linear_attention":
+        return scan.extents(facts)
+    if c == "grouped_matmul":
+        return grouped.extents(facts)
     return {}
 
 
@@ -78,6 +91,9 @@ def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
         total = 2 * 4 * (bq * depth + 2 * bkv * depth) + 2 * 4 * bq * depth + 4 * (bq * depth + 2 * bq * LANES)
         return total, (f"2 x 4 B x ({bq}x{depth} q + 2 x {bkv}x{depth} k,v) + 2 x 4 B x {bq}x{depth} out "
                        f"+ scratch 4 B x ({bq}x{depth} acc + 2 x {bq}x{LANES} padded m,l) = {total:,} B")
+    writer = WRITERS.get(c)
+    if writer is not None:
+        return writer.vmem_bytes(facts, params)
     total = facts.io_bytes * 2
     return total, f"2 x {facts.io_bytes:,} B of whole inputs and outputs = {total:,} B"
 
@@ -255,7 +271,7 @@ def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], t
             "## Expected effect", NO_GAIN_MARKER, ""])
     params = decision["params"]
     spec = {"kernel_class": c, "levers": decision["levers"], "params": params}
-    vmem, arithmetic = vmem_bytes(facts, params) if params or c == "single_block" else (0, "")
+    vmem, arithmetic = vmem_bytes(facts, params) if params or not BLOCK_KNOBS[c] else (0, "")
     limit = scoped_vmem(chip)
     return "\n".join([
         "## Analysis", *analysis, "",
@@ -277,6 +293,8 @@ def _strategy(c: str) -> str:
         "matmul_epilogue": "Tiled matmul with an f32 VMEM accumulator; the epilogue runs on the "
                            "finished tile at the last K step, so the product never round-trips HBM.",
         "attention": "Flash attention: online softmax over KV blocks with running max/sum in VMEM.",
+        "paged_attention": paged.STRATEGY, "linear_attention": scan.STRATEGY,
+        "grouped_matmul": grouped.STRATEGY,
         "single_block": "One block holding the whole arrays; correctness first.",
     }[c]
 
@@ -291,6 +309,9 @@ def _grid(c: str, params: dict[str, int]) -> str:
     if c == "attention":
         return (f"grid (batch*heads, cdiv(Sq, {params['block_q']}), cdiv(Sk, {params['block_kv']})); "
                 "first two parallel, KV arbitrary; q/out (g,i,0), k/v (g,j,0).")
+    writer = WRITERS.get(c)
+    if writer is not None:
+        return writer.grid_text(params)
     return "grid (1,); every array one whole block."
 
 

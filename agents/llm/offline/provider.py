@@ -2,7 +2,8 @@
 
 It reads only `request.context` (never the prompt): classifies the task from its jaxpr,
 plans levers from the parent's profile, writes the candidate for the kernel class, fixes by
-regenerating safer variants, and writes `make_inputs` from a signature.
+regenerating safer variants, and writes `make_inputs` from a signature. A task it has no
+kernel for is refused with `ProviderError("unsupported: <reason>")`, which ends the run.
 """
 
 from __future__ import annotations
@@ -51,10 +52,15 @@ class OfflineProvider(Provider):
         return handler(ctx)
 
     def _facts(self, ctx: dict[str, Any]) -> Any:
+        """The task's facts; a task the author writes no kernel for is refused here, with
+        its reason, so the run ends instead of planning kernels that cannot exist."""
         path = ctx.get("task_path")
         if not path:
             raise ProviderError("the request context has no task_path")
-        return classify_task(path)
+        facts = classify_task(path)
+        if facts.unsupported:
+            raise ProviderError(f"unsupported: {facts.unsupported}")
+        return facts
 
     def _plan(self, ctx: dict[str, Any]) -> str:
         facts = self._facts(ctx)

@@ -1,0 +1,124 @@
+"""Causal linear attention as a chunked scan: o = tril(q k^T) v without the (seq x seq)
+matrix, and without the step-by-step recurrence either.
+
+Leading axes (batch, heads) are merged into one `parallel` grid axis outside the kernel (a
+reshape, a layout op); the sequence is cut into chunks along an `arbitrary` axis, in order.
+A (head_dim x head_dim) f32 state in VMEM scratch carries sum_s k_s v_s^T over the chunks
+already done, so each chunk is two MXU products for its own causal block,
+tril(q_c k_c^T) v_c, one for the past, q_c S, and one to update the state, S += k_c^T v_c.
+A sequence tail (length not a multiple of the chunk) is masked out of k and v before it
+can reach the state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import SUBLANES, header, tunables_literal
+
+LEVERS = ["chunked_scan", "state_in_vmem", "sequence_axis_arbitrary"]
+STRATEGY = ("Chunked scan: per chunk the causal block on the MXU plus the carried "
+            "(head_dim x head_dim) state; the state never leaves VMEM.")
+
+
+def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
+    del chip
+    seq = facts.args[facts.detail["q"]].shape[-2]
+    return {"block_seq": min(128, -(-seq // SUBLANES) * SUBLANES)}
+
+
+def extents(facts: TaskFacts) -> dict[str, int]:
+    return {"block_seq": facts.args[facts.detail["q"]].shape[-2]}
+
+
+def grid_text(params: dict[str, int]) -> str:
+    return (f"grid (batch*heads, cdiv(seq, {params['block_seq']})): first parallel, chunks "
+            "arbitrary and in order; q/k/v/out (g, c, 0); state in VMEM scratch.")
+
+
+def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
+    c = params["block_seq"]
+    depth = facts.args[facts.detail["q"]].shape[-1]
+    dv = facts.args[facts.detail["v"]].shape[-1]
+    total = 2 * 4 * c * (2 * depth + dv) + 2 * 4 * c * dv + 4 * depth * dv
+    return total, (f"2 x 4 B x {c} x ({depth} q + {depth} k + {dv} v) + 2 x 4 B x {c}x{dv} out "
+                   f"+ 4 B x {depth}x{dv} state = {total:,} B")
+
+
+_TEMPLATE = '''
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, state_ref, *, seq, scale):
+    c = pl.program_id(1)
+    chunk = q_ref.shape[0]
+
+    @pl.when(c == 0)
+    def _init():
+        state_ref[...] = jnp.zeros_like(state_ref)
+
+    rows = c * chunk + lax.broadcasted_iota(jnp.int32, (chunk, 1), 0)
+    inside = rows < seq
+    q = q_ref[...].astype(jnp.float32) * scale
+    k = jnp.where(inside, k_ref[...].astype(jnp.float32), 0.0)
+    v = jnp.where(inside, v_ref[...].astype(jnp.float32), 0.0)
+    scores = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    causal = (lax.broadcasted_iota(jnp.int32, scores.shape, 0)
+              >= lax.broadcasted_iota(jnp.int32, scores.shape, 1))
+    scores = jnp.where(causal, scores, 0.0)
+    out = jnp.dot(scores, v, preferred_element_type=jnp.float32) + jnp.dot(
+        q, state_ref[...], preferred_element_type=jnp.float32)
+    o_ref[...] = out.astype(o_ref.dtype)
+    state_ref[...] += lax.dot_general(k, v, (((0,), (0,)), ((), ())),
+                                      preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("block_seq",))
+def %NAME%(%ARGS%, *, block_seq: int = %BS%):
+    q, k, v = %Q%, %K%, %V%
+    if q.ndim not in (3, 4) or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not linear-attention operands")
+    if block_seq % SUBLANES:
+        raise ValueError(f"{block_seq=} must be a multiple of {SUBLANES}")
+    seq, depth, dv = q.shape[-2], q.shape[-1], v.shape[-1]
+    groups = int(np.prod(q.shape[:-2]))
+    chunk = seq if seq <= block_seq else block_seq
+    q3, k3, v3 = (x.reshape(groups, seq, x.shape[-1]) for x in (q, k, v))
+    out = pl.pallas_call(
+        functools.partial(_kernel, seq=seq, scale=float(%SCALE%)),
+        out_shape=jax.ShapeDtypeStruct((groups, seq, dv), v.dtype),
+        grid=(groups, pl.cdiv(seq, chunk)),
+        in_specs=[
+            pl.BlockSpec((None, chunk, depth), lambda g, c: (g, c, 0)),
+            pl.BlockSpec((None, chunk, depth), lambda g, c: (g, c, 0)),
+            pl.BlockSpec((None, chunk, dv), lambda g, c: (g, c, 0)),
+        ],
+        out_specs=pl.BlockSpec((None, chunk, dv), lambda g, c: (g, c, 0)),
+        scratch_shapes=[pltpu.VMEM((depth, dv), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+    )(q3, k3, v3)
+    return out.reshape(v.shape)
+
+
+def build(block_seq: int = %BS%):
+    return functools.partial(%NAME%, block_seq=block_seq)
+'''
+
+
+def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
+                chip: dict[str, Any] | None = None) -> str:
+    d = facts.detail
+    blocks = default_blocks(facts, chip)
+    if isinstance(params.get("block_seq"), int) and params["block_seq"] > 0:
+        blocks["block_seq"] = max(SUBLANES, params["block_seq"] // SUBLANES * SUBLANES)
+    value = blocks["block_seq"]
+    tunables = params.get("tunables") or {
+        "block_seq": list(dict.fromkeys([value, max(SUBLANES, value // 2), value * 2]))}
+    names = [a.name for a in facts.args]
+    scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
+    doc = (f"chunked causal linear-attention kernel for {task_name}: intra-chunk causal block "
+           "plus a (head_dim x head_dim) f32 state carried in VMEM across chunks.\n\n"
+           + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    body = (_TEMPLATE.replace("%NAME%", "linear_attention_kernel").replace("%ARGS%", ", ".join(names))
+            .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]]).replace("%V%", names[d["v"]])
+            .replace("%SCALE%", scale).replace("%BS%", str(value)))
+    return header(doc) + "\n" + tunables_literal(tunables) + "\n" + body
