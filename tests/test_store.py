@@ -110,3 +110,30 @@ def test_spilling_keeps_the_peak_near_one_case_and_within_the_estimate(tmp_path:
     assert runs["disk"]["growth"] < runs["memory"]["growth"] - 100 * (1 << 20)
     assert runs["disk"]["growth"] <= runs["disk"]["estimate"]
     assert runs["memory"]["growth"] <= runs["memory"]["estimate"]
+
+
+def test_output_statistics_in_chunks_are_the_whole_array_statistics(monkeypatch) -> None:
+    from tools.correctness import floors
+    from tools.inputs.dtypes import DEFAULT_TOLERANCE
+
+    rng = np.random.default_rng(0)
+    oracle = rng.standard_normal((300, 100)) * 100
+    oracle[5, 5] = np.inf
+    ref = (oracle + rng.standard_normal(oracle.shape) * 1e-3).astype(np.float32)
+    magnitude = np.abs(np.where(np.isfinite(oracle), oracle, 0)) * 1e3  # slack is needed
+    whole = floors.output_stats(ref, oracle, magnitude, DEFAULT_TOLERANCE)
+    monkeypatch.setattr(floors, "CHUNK", 1000)  # 30 chunks
+    chunked = floors.output_stats(ref, oracle, magnitude, DEFAULT_TOLERANCE)
+    assert whole.slack is not None and np.array_equal(whole.slack, chunked.slack)
+    for name in ("oracle_finite", "reference_finite", "floor_max_abs", "ceiling_applies",
+                 "terms_max_abs"):
+        assert getattr(whole, name) == getattr(chunked, name), name
+    for name in ("floor_mean_abs", "terms_mean_abs"):  # sums in another order
+        assert getattr(chunked, name) == pytest.approx(getattr(whole, name), rel=1e-12)
+    summed = [np.where(np.isfinite(oracle), -2 * oracle, np.nan)]
+    monkeypatch.setattr(floors, "CHUNK", 1 << 23)
+    one = floors.term_magnitudes(summed, [oracle])[0]
+    monkeypatch.setattr(floors, "CHUNK", 1000)
+    assert np.array_equal(one, floors.term_magnitudes(summed, [oracle])[0])
+    assert np.array_equal(one, np.maximum(np.nan_to_num(np.abs(summed[0]), nan=0.0,
+                                                        posinf=0.0), np.abs(oracle)))

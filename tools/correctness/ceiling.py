@@ -50,6 +50,14 @@ def element_slack(dtype_name: str, magnitude: np.ndarray, oracle: np.ndarray,
     return slack.astype(np.float32)
 
 
+def raw_slack(dtype_name: str, magnitude: np.ndarray) -> np.ndarray | None:
+    """:func:`element_slack` without the test for negligible (for a part of an output whose
+    whole needs it); None for integer outputs."""
+    if is_exact(dtype_name):
+        return None
+    return (ACCUMULATION_ULPS * accumulation_eps(dtype_name) * magnitude).astype(np.float32)
+
+
 def ceiling_limit(dtype_name: str, oracle: np.ndarray, tolerance: dict[str, float],
                   slack: np.ndarray | None) -> np.ndarray:
     """The largest |c - o| allowed per element (zero for integer outputs)."""

@@ -11,9 +11,10 @@ The model, per case (the suite builds one case at a time):
   (never materialised), as XLA does; sub-programs add their own peak where they are called;
 * the oracle run: widened inputs twice (host and device) and its own peak, the float64
   outputs ``O`` of the first run held (with ``|inputs|``) during the second, the term
-  magnitudes;
-* the per-output work after both: oracle, magnitudes, the reference widened, differences,
-  the ceiling's limits and slack, ``8 O`` at most;
+  magnitudes, and its outputs' host copies;
+* the per-output work after both (:mod:`tools.correctness.floors`): oracle, magnitudes and
+  slack, ``3 O``, plus temporaries: five more ``O`` for an output of one chunk, a few
+  chunks for a larger one;
 * a fixed ``RUNTIME_BYTES`` for compiling the reference, the oracle and the magnitude run
   (measured about 130 MiB on XLA:CPU for a small task, whatever its size);
 * the first case's perturbation check: a float64 copy and noise per input, the reference
@@ -38,6 +39,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tools.correctness.floors import CHUNK
 from tools.correctness.oracle import PRECISIONS, OraclePrecision, precision_mode, widened_dtype
 
 SAFETY = 0.85  # share of the available memory a suite may plan to use
@@ -110,8 +112,9 @@ def case_footprint(task: Any, shape_index: int, held_per_case: bool = True) -> C
     inputs, wide, out = nbytes(specs), nbytes(wide_in), nbytes(outs)
     held = inputs + oracle_out + oracle_out // 2 if held_per_case else 0  # + float32 slack
     perturbed = inputs + 2 * wide + ref_peak + out  # the first case's perturbation check
-    oracle_runs = out + inputs + 2 * wide + oracle_peak + oracle_out
-    per_output = out + 8 * oracle_out
+    oracle_runs = out + inputs + 2 * wide + oracle_peak + 2 * oracle_out
+    chunked = min(5 * oracle_out, 6 * CHUNK * 8)  # whole-array temporaries, or per chunk
+    per_output = out + 3 * oracle_out + chunked
     peak = RUNTIME_BYTES + 2 * inputs + max(ref_peak, perturbed, oracle_runs, per_output)
     return CaseFootprint(shape_index, inputs, out, ref_peak, wide, oracle_out, oracle_peak,
                          precision, held, peak)

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.correctness.ceiling import ceiling_limit, element_slack
+from tools.correctness.floors import output_stats, term_magnitudes
 from tools.correctness.footprint import fit_problem
 from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
 from tools.correctness.store import SPILL_BYTES, release, spill, suite_directory
@@ -168,28 +168,24 @@ class _Builder:
         floors_max, floors_mean, ceiling, slacks = [], [], [], []
         terms_max, terms_mean = [], []
         for r, o, m in zip(ref, oracle, magnitudes, strict=True):
-            finite = np.isfinite(o) if _is_float(o) else np.ones(o.shape, bool)
-            if kind.startswith("probe") and not finite.all():
+            stats = output_stats(r, o, m, tolerance)
+            if kind.startswith("probe") and not stats.oracle_finite:
                 notes.append(f"{case_id} dropped: the oracle is not finite at this magnitude")
                 return None
-            wide = o.astype(np.float64, copy=False)
-            if kind.startswith("probe") and not np.isfinite(r.astype(np.float64))[finite].all():
+            if kind.startswith("probe") and not stats.reference_finite:
                 notes.append(f"{case_id} dropped: the reference overflows {r.dtype.name} at "
                              "this magnitude")
                 return None
-            slack = element_slack(r.dtype.name, m, wide, tolerance)
-            err = np.abs(r.astype(np.float64) - wide)[finite]
-            limit = ceiling_limit(r.dtype.name, wide, tolerance, slack)[finite]
-            ceiling.append(bool(np.all(err <= limit)))
+            ceiling.append(stats.ceiling_applies)
             if not ceiling[-1]:
                 notes.append(f"{case_id}: the reference itself is outside TOLERANCE here; "
                              "only the floor rule applies")
-            floors_max.append(float(err.max()) if err.size else 0.0)
-            floors_mean.append(float(err.mean()) if err.size else 0.0)
-            slacks.append(slack if slack is not None else np.zeros((0,), np.float32))
-            terms_max.append(float(m[finite].max()) if m[finite].size else 0.0)
-            terms_mean.append(float(m[finite].mean()) if m[finite].size else 0.0)
-            del wide, err, limit, slack
+            floors_max.append(stats.floor_max_abs)
+            floors_mean.append(stats.floor_mean_abs)
+            slacks.append(stats.slack if stats.slack is not None
+                          else np.zeros((0,), np.float32))
+            terms_max.append(stats.terms_max_abs)
+            terms_mean.append(stats.terms_mean_abs)
         del magnitudes
         inputs_sha256 = hash_arrays(host)
         self._refuse_vacuous(case_id, kind, inputs_sha256, oracle, inputs)
@@ -249,15 +245,8 @@ def _magnitudes(oracle_fn: Oracle, host: Sequence[np.ndarray],
         summed = oracle_fn(absolute)
     except Exception:  # a reference that rejects these inputs: fall back to |oracle|
         summed = [np.zeros(o.shape) for o in oracle]
-    found = []
-    for s, o in zip(summed, oracle, strict=True):
-        wide = np.abs(o.astype(np.float64))
-        if s.shape != o.shape or not _is_float(o):
-            found.append(wide)
-            continue
-        s = np.abs(s.astype(np.float64))
-        found.append(np.maximum(np.where(np.isfinite(s), s, 0.0), wide))
-    return found
+    del absolute
+    return term_magnitudes(summed, oracle)
 
 
 def _refuse_insensitive(where: str, reference: Any, tuning_inputs: Sequence[Any]) -> None:
