@@ -34,9 +34,10 @@ from eventstore.events import (
 )
 
 
-def session(iterations: list[tuple[float, float] | None]) -> tuple[RunBuilder, str]:
+def session(iterations: list[tuple[float, float | None] | None]) -> tuple[RunBuilder, str]:
     """A session up to `verify`: per iteration a wrong answer (None), or (tested, tuned)
-    latencies; each new plan closes the iterations before it, as `hitl next` does."""
+    latencies (tuned None: the sweep had nothing else to time); each new plan closes the
+    iterations before it, as `hitl next` does."""
     run = RunBuilder("hitl")
     run.task_sha256 = run.put(b"def reference(x): return x\n")
     run.suite_sha256 = sha(b"the frozen suite")
@@ -65,6 +66,9 @@ def session(iterations: list[tuple[float, float] | None]) -> tuple[RunBuilder, s
                  passed=True, n_cases=4, latency_s=tested, speedup=BASELINE_S / tested,
                  measured_on="simulated", config={"block_rows": 8},
                  verdict_sha256=run.verdict(tested, config={"block_rows": 8}))
+        if tuned is None:
+            run.emit(TuningSwept, node, iteration=it, code_sha256=code, configs_tried=0)
+            continue
         run.emit(TuningSwept, node, iteration=it, code_sha256=code, configs_tried=2,
                  best_config={"block_rows": 16}, best_latency_s=tuned,
                  best_speedup=BASELINE_S / tuned,
@@ -92,21 +96,24 @@ def end(run: RunBuilder, *, audit_problem: str | None = None,
 
 
 def test_a_session_ended_at_verify_audits_clean() -> None:
-    # it1 wrong; it2 tuned beats tested; it3 tuning no better than the test run (its figure)
-    run, _ = session([None, (8e-6, 6e-6), (5e-6, 5e-6)])
+    # it1 wrong; it2 tuned beats tested; it3 tuning no better than the test run (its figure
+    # stands); it4 nothing else to tune, the fastest
+    run, _ = session([None, (8e-6, 6e-6), (5e-6, 5e-6), (4e-6, None)])
     state = end(run)
     report = audit(run)
     assert report.clean, report.findings
     finished = state.finished
     assert finished is not None and finished.status == "completed" and finished.best_node_id
     ends = {e.iteration: e for e in run.events if isinstance(e, IterationFinished)}
-    assert [ends[i].valid for i in (1, 2, 3)] == [False, True, True]
+    assert [ends[i].valid for i in (1, 2, 3, 4)] == [False, True, True, True]
     assert ends[1].failed_phase == "test" and ends[1].compiled
     proofs = {e.event_id: e for e in run.events if isinstance(e, TestsRun | TuningSwept)}
     assert isinstance(proofs[ends[2].proof_event_id or ""], TuningSwept)
     assert isinstance(proofs[ends[3].proof_event_id or ""], TestsRun)
+    assert isinstance(proofs[ends[4].proof_event_id or ""], TestsRun)
+    assert ends[4].tunables == {"block_rows": 8}
     node = state.evaluated
-    assert node is not None and node.best_iteration == 3 and node.verdict_sha256
+    assert node is not None and node.best_iteration == 4 and node.verdict_sha256
 
 
 def test_the_session_fails_closed_on_an_audit_with_findings() -> None:
