@@ -339,6 +339,10 @@ async def _describe(nc: Any, phase: str, e: Any) -> str:
             return f"tests pass ({e.n_cases} cases); speedup {e.speedup:.2f}x ({e.measured_on})"
         return "tests FAILED:\n" + "\n".join(f"- {r}" for r in e.reasons)
     if phase == "tune":
+        if e.best_latency_s is None:  # the test run timed the default; no other config did
+            timed = (f"{e.configs_tried} other configuration(s) timed, none valid"
+                     if e.configs_tried else "no other configuration to time")
+            return f"{timed}; the tested configuration stands"
         return f"{e.configs_tried} configurations; best {e.best_config}" + (
             f" at {e.best_speedup:.2f}x ({e.measured_on})" if e.best_speedup else "")
     if phase == "profile":
