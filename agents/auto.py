@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from agents.commands import (
     VerifyWinner,
     WriteKernel,
 )
+from agents.finalaudit import audit_problem, audit_timeout_s
 from agents.steps import StepOrigin, step_command
 from bus.commands import Command
 from bus.registry import register
@@ -76,14 +76,6 @@ E = TypeVar("E", bound=Event)
 
 FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "UnknownTarget")
 """Failures no other iteration can avoid: the run ends instead of planning again."""
-
-AUDIT_TIMEOUT_ENV = "KG_AUDIT_TIMEOUT_S"
-"""How long a run waits for its final audit (default 300 s); no answer fails the run."""
-
-
-def audit_timeout_s() -> float:
-    return float(os.environ.get(AUDIT_TIMEOUT_ENV, "300"))
-
 
 class RunAborted(KernelgraphError):
     def __init__(self, reason: str) -> None:
@@ -360,11 +352,7 @@ class _AutoRun:
             return f"no audit: the auditor did not answer within {timeout:g} s"
         except (CommandFailed, RunAborted) as exc:
             return f"no audit: {_reason(exc)}"
-        if audited.clean:
-            return None
-        first = audited.findings[0] if audited.findings else {}
-        return (f"the audit found {len(audited.findings)} problem(s): "
-                f"{first.get('check', '?')}: {first.get('message', '')}")
+        return audit_problem(audited)
 
     async def record_lessons(self, state: Trajectory) -> None:
         """What each valid iteration's plan did to the speedup, for later runs' planners."""

@@ -24,7 +24,6 @@ from eventstore.events import (
     Event,
     IterationFinished,
     NodeEvaluated,
-    RunAudited,
     RunFinished,
     WinnerVerified,
 )
@@ -104,15 +103,6 @@ def audit_command(state: HitlState) -> AuditRun:
     return step_command(session_origin(state), AuditRun, derived(state, "audit/final"),
                         node_id=state.node_id,
                         task_sha256=state.task_sha256 or state.request.task_sha256, final=True)
-
-
-def audit_problem(audited: RunAudited) -> str | None:
-    """None for a clean audit, else what it found, in one line."""
-    if audited.clean:
-        return None
-    first = audited.findings[0] if audited.findings else {}
-    return (f"the audit found {len(audited.findings)} problem(s): "
-            f"{first.get('check', '?')}: {first.get('message', '')}")
 
 
 def finish_session(state: HitlState, verified: WinnerVerified | None, failure: str | None,

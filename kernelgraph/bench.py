@@ -70,6 +70,8 @@ class BenchPlan:
     """The template every run's request is made from (task, policy and seed replaced)."""
     repeat: int = 1
     jobs: int = 1
+    scale: list[str] | None = None
+    """JAXBench tasks at these `--scale` factors (a task that cannot take them is skipped)."""
 
 
 @dataclass
@@ -104,9 +106,13 @@ def requests_of(plan: BenchPlan) -> list[tuple[BenchTask, str, int, KernelReques
 
 def check_tasks(plan: BenchPlan) -> list[Skipped]:
     """Drop the tasks that cannot run (one line each), keeping the rest in the plan."""
+    from tools import api
+
     skipped, kept = [], []
     for task in plan.tasks:
         try:
+            if plan.scale:
+                task = BenchTask(path=api.scaled_task(task.path, plan.scale), name=task.name)
             check_request(replace(plan.request, task=task.path, policy=plan.policies[0]))
         except RequestError as exc:
             skipped.append(Skipped(task.path, str(exc).splitlines()[0][:300]))

@@ -21,6 +21,7 @@ from kernelgraph.cli.runcmds import (
     TargetOpt,
     TuneOpt,
 )
+from kernelgraph.cli.scaleopt import ScaleOpt
 
 
 @app.command(rich_help_panel="Search")
@@ -36,6 +37,7 @@ def bench(
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per task and policy "
                                         "(seeds seed..seed+R-1).")] = 1,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Runs at once.")] = 1,
+    scale: ScaleOpt = None,
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",
     iterations: IterOpt = 2,
@@ -84,7 +86,8 @@ def bench(
     template = KernelRequest(task=Path(), target=target, provider=provider, iterations=iterations,
                              fix_rounds=fix_rounds, seed=seed, tune_budget=tune_budget,
                              limits=SearchLimits(max_nodes=None, max_candidates=budget_candidates))
-    plan = BenchPlan(tasks=found, policies=policies, request=template, repeat=repeat, jobs=jobs)
+    plan = BenchPlan(tasks=found, policies=policies, request=template, repeat=repeat, jobs=jobs,
+                     scale=scale)
     skipped += check_tasks(plan)
     for s in skipped:
         err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", highlight=False)

@@ -293,9 +293,9 @@ async def _end_session(nc: Any, history: Any, state: Any,
     or findings, and the session fails."""
     import msgspec
 
-    from agents.auto import audit_timeout_s
     from agents.calls import CommandFailed
-    from agents.hitlend import audit_command, audit_problem, finish_session
+    from agents.finalaudit import audit_problem, audit_timeout_s
+    from agents.hitlend import audit_command, finish_session
     from eventstore.events import RunAudited, WinnerVerified
 
     verified, failure = None, None

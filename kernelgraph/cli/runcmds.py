@@ -12,6 +12,7 @@ import typer
 
 from kernelgraph.cli.app import app, emit_json, err_console, fail
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
+from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 ProviderOpt = Annotated[str, typer.Option(
     "--provider", help="Who writes plans and kernels: offline (deterministic, no LLM), gemini "
@@ -258,6 +259,7 @@ def search(
     model: ModelOpt = None,
     replay_from: ReplayOpt = None,
     replay_run: ReplayRunOpt = None,
+    scale: ScaleOpt = None,
     policy: PolicyOpt = "auto",
     param: ParamOpt = None,
     max_nodes: NodesOpt = 6,
@@ -291,6 +293,7 @@ def search(
     from kernelgraph.client import check_request, submit, wait
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
+    task = apply_scale(task, scale)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, replay_from, replay_run, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
@@ -340,6 +343,7 @@ def submit(
     tune_budget: TuneOpt = 8,
     hint: HintOpt = "",
     model: ModelOpt = None,
+    scale: ScaleOpt = None,
     policy: PolicyOpt = "auto",
     param: ParamOpt = None,
     max_nodes: NodesOpt = 6,
@@ -363,6 +367,7 @@ def submit(
 
     if nats is None:
         fail("submit needs --nats URL (or KG_NATS_URL): the deployment to send the request to")
+    task = apply_scale(task, scale)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, None, None, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
