@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail
+from kernelgraph.cli.app import app, emit_json, err_console, fail, task_arg
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
@@ -247,7 +247,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 @app.command(rich_help_panel="Search")
 def search(
-    task: Annotated[Path, typer.Argument(help="A task file (tasks/rmsnorm.py) or a JAXBench baseline.py.")],
+    task: Annotated[Path, typer.Argument(
+        help="A task file (tasks/rmsnorm.py), a shipped task's name (rmsnorm; see `kernelgraph "
+        "tasks`) or a JAXBench baseline.py.")],
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",
     db: Annotated[Path, typer.Option("--db", help="The event log (created if missing).")] = DEFAULT_DB,
@@ -293,7 +295,7 @@ def search(
     from kernelgraph.client import check_request, submit, wait
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
-    task = apply_scale(task, scale)
+    task = apply_scale(task_arg(task), scale)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, replay_from, replay_run, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
@@ -333,7 +335,7 @@ def search(
 
 @app.command(rich_help_panel="Search")
 def submit(
-    task: Annotated[Path, typer.Argument(help="A task file.")],
+    task: Annotated[Path, typer.Argument(help="A task file or a shipped task's name.")],
     nats: NatsOpt = None,
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",
@@ -367,7 +369,7 @@ def submit(
 
     if nats is None:
         fail("submit needs --nats URL (or KG_NATS_URL): the deployment to send the request to")
-    task = apply_scale(task, scale)
+    task = apply_scale(task_arg(task), scale)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, None, None, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
