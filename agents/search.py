@@ -108,8 +108,12 @@ class SearchOrchestrator(Agent[StartSearch]):
 
     async def _run(self, ctx: AgentContext[StartSearch]) -> AsyncIterator[Event]:
         async with RunHistory(self.nc, ctx.cmd.run_id) as history:
-            async for event in _SearchRun(self, ctx.cmd, history).search():
-                yield event
+            run = _SearchRun(self, ctx.cmd, history)
+            try:
+                async for event in run.search():
+                    yield event
+            finally:  # stopped part way (a drain, a crash): stop waiting for the nodes
+                await run.cancel_running()
 
 
 class _SearchRun(_AutoRun):

@@ -8,6 +8,8 @@ invalid instead of stalling the search, and the budget's stop criteria hold.
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -17,6 +19,7 @@ from instant_search import FAIL_HINT, search
 
 from agents.search import fold
 from eventstore.events import Event, ExpansionRequested, NodeEvaluated, PolicyDecided, RunFinished
+from eventstore.log import EventLog
 from projections.searchgraph import SearchGraph
 from searchpolicies.base import Budget, Decision, Expand, SearchPolicy, Stop
 from searchpolicies.registry import policy_class
@@ -108,3 +111,66 @@ async def test_a_policy_that_crashes_ends_the_run_with_its_error(tmp_path: Path)
     events = await search(tmp_path, expect="failed", policy=f"{__name__}:BrokenPolicy")
     (failed,) = [e for e in events if e.type_name == "AgentFailed"]
     assert failed.agent == "search" and "ZeroDivisionError: a bug in the policy" in failed.error
+
+
+async def test_a_search_cut_off_part_way_resumes_on_a_bus_that_lost_everything(tmp_path: Path) -> None:
+    """Its nodes are requested but never run; the runtime stops and its JetStream store is
+    deleted; `resume` puts the log's events and artifacts back and the search completes
+    with the same nodes, each evaluated once."""
+    from instant_agents import INSTANT_AGENTS, InstantTrajectory
+    from instant_search import TASK
+
+    from kernelgraph.client import KernelRequest, follow, submit, wait
+    from kernelgraph.resume import load_run, resume
+    from kernelgraph.runtime import Runtime, RuntimeConfig
+
+    db = tmp_path / "log.duckdb"
+    config = RuntimeConfig(db_path=db, agents=["search"], drain_timeout_s=1.0)
+    request = KernelRequest(task=TASK, iterations=1, policy="parallel",
+                            policy_params={"trajectories": "3"})
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None and runtime.recorder is not None
+        nc = runtime.client.nc
+        fakes = [cls(nc, settings=config.settings) for cls in INSTANT_AGENTS
+                 if cls is not InstantTrajectory]  # nobody runs the nodes
+        for fake in fakes:
+            await fake.start()
+        run = await submit(nc, request)
+        requested = 0
+        async with asyncio.timeout(60):
+            async for event in follow(nc, run.run_id):
+                requested += event.type_name == "ExpansionRequested"
+                if requested == 3:
+                    break
+        await runtime.recorder.wait_idle(timeout=30)
+        for fake in fakes:
+            await fake.stop()
+    shutil.rmtree(db.with_name(db.name + ".nats"))
+
+    saved = load_run(db, None)
+    assert saved.run_id == run.run_id and saved.finished is None
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None and runtime.recorder is not None
+        nc, recorder = runtime.client.nc, runtime.recorder
+        fakes = [cls(nc, settings=config.settings, concurrency=4) for cls in INSTANT_AGENTS]
+        for fake in fakes:
+            await fake.start()
+
+        async def artifacts() -> list[tuple[bytes, str]]:
+            rows = await recorder.read(lambda log: log.sql("SELECT data, kind FROM artifacts"))
+            return [(bytes(d), str(k)) for d, k in rows]  # type: ignore[arg-type]
+
+        assert await resume(nc, saved, artifacts) == len(saved.events)
+        result = await wait(nc, run.run_id, timeout=120)
+        await recorder.wait_idle(timeout=30)
+        for fake in fakes:
+            await fake.stop()
+    assert result.status == "completed", result.reason
+    with EventLog(db, read_only=True) as log:
+        assert log.verify().ok
+        events = list(log.events(run_id=run.run_id))
+    nodes = [e.node_id for e in events if isinstance(e, ExpansionRequested)]
+    assert len(nodes) == len(set(nodes)) == 3
+    assert sorted(e.node_id for e in events if isinstance(e, NodeEvaluated)) == sorted(nodes)
+    assert [e.decision for e in events if isinstance(e, PolicyDecided)] == [0, 1]
+    assert len({e.event_id for e in events}) == len(events)
