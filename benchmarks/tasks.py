@@ -21,6 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# This folder holds scripts named like the project's packages (agents.py, tasks/): import
+# the project's, not them.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 
 def _ask(purpose: str, context: dict[str, Any]) -> str:
     from agents.llm.base import LlmRequest

@@ -50,15 +50,30 @@ def tasks(
         emit_json({"tasks": [i.to_json() for i in infos]})
         return
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("task", "class", "dtype", "shapes (tuning point first)"):
-        table.add_column(column, overflow="fold")
+    table.add_column("task", no_wrap=True)
+    table.add_column("class", no_wrap=True)
+    table.add_column("dtype", no_wrap=True)
+    table.add_column("shapes (tuning point first)", overflow="fold")
     for info in infos:
         kind = "-" if info.kernel_class is None else info.kernel_class
         if info.unsupported:
             kind += " [red](unsupported)[/]"
-        shapes = ", ".join(str(tuple(s)) if isinstance(s, list) else str(s) for s in info.shapes)
+        shapes = ", ".join(_shape(s) + ("*" if i in info.derived_shapes else "")
+                           for i, s in enumerate(info.shapes))
         table.add_row(escape(info.name), kind, info.dtype, escape(shapes))
     console.print(table)
+    if any(info.derived_shapes for info in infos):
+        console.print("[dim]* an unaligned shape the verifier derives (every declared one is "
+                      "aligned)[/]")
     for info in infos:
         if info.unsupported:
             console.print(f"[dim]{escape(info.name)}: unsupported: {escape(info.unsupported)}[/]")
+
+
+def _shape(shape: object) -> str:
+    """(1024, 1024) as 1024x1024; a JAXBench shape (a dict of sizes) as k=v pairs."""
+    if isinstance(shape, list | tuple):
+        return "x".join(str(d) for d in shape)
+    if isinstance(shape, dict):
+        return " ".join(f"{k}={v}" for k, v in shape.items())
+    return str(shape)
