@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from tests.perf_kernels import good, lower
 from tools.lowered.mosaic import parse_lowered
@@ -97,3 +98,68 @@ def test_scalar_prefetch_values_price_the_masked_matmul() -> None:
 
     whole = estimate_program(program, chip, [mask, prev, None, None])
     assert whole.kernels[0].matmul_flops == seen.matmul_flops
+
+
+def test_causal_attention_is_priced_on_the_blocks_it_runs() -> None:
+    """Conditions and clamped index maps on program ids are evaluated per step: 10 of the
+    16 (q, kv) blocks are multiplied, 9 of 16 k/v blocks fetched (not all 16)."""
+    from tests.perf_kernels import causal
+
+    q = jax.ShapeDtypeStruct((512, 128), jnp.bfloat16)
+    (k,) = parse_lowered(lower(causal.causal_attention, q, q, q)).kernels
+    est = estimate_kernel(k, get_chip("v6e"))
+    assert est.unsound == [] and est.caveats == []
+    assert est.matmul_flops == 10 * 2 * (2 * 128**3)  # QK^T and PV per computed block
+    assert est.fetches == [4, 9, 9, 4]
+    assert [runs for *runs, _ in est.branch_runs] == [[4, 12], [10, 6], [4, 12]]
+    assert all(known for *_, known in est.branch_runs)
+
+
+def test_run_scoped_regions_are_counted_in_place() -> None:
+    """`pl.run_scoped` lowers to a `tpu.region`: its body runs once per step, not unpriced."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, o_ref):
+        def body(tmp):
+            tmp[...] = x_ref[...] * 2.0
+            o_ref[...] = jnp.exp(tmp[...])
+
+        pl.run_scoped(body, pltpu.VMEM((8, 128), jnp.float32))
+
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(4,), in_specs=[spec], out_specs=spec)(x)
+
+    (k,) = parse_lowered(lower(call, jax.ShapeDtypeStruct((32, 128), jnp.float32))).kernels
+    est = estimate_kernel(k, get_chip("v6e"))
+    assert k.unmodelled_ops == () and est.unsound == []
+    assert est.transcendentals == 4 * 8 * 128
+
+
+def test_an_aliased_argument_the_caller_keeps_is_copied_first() -> None:
+    """`input_output_aliases` on an argument that was not donated: XLA copies it before the
+    kernel writes into it; a donated one is written in place."""
+    from jax.experimental import pallas as pl
+
+    from tools.lowered.compile_check import lower_for_tpu
+    from tools.performance.roofline import KERNEL_LAUNCH_S, estimate_program
+
+    def kernel(x_ref, z_ref, o_ref):
+        o_ref[...] = x_ref[...] + z_ref[...]
+
+    def call(x, z):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              input_output_aliases={1: 0})(x, z)
+
+    x = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    chip = get_chip("v6e")
+    kept = parse_lowered(lower(call, x, x))
+    donated = parse_lowered(lower_for_tpu(jax.jit(call, donate_argnums=1).trace(x, x)))
+    assert kept.kernels[0].output_operand_aliases == ((0, 1),)
+    assert kept.alias_copies == [(kept.kernels[0].name, 512 * 256 * 4)]
+    assert donated.alias_copies == []
+    extra = estimate_program(kept, chip).latency_s - estimate_program(donated, chip).latency_s
+    assert extra == pytest.approx(KERNEL_LAUNCH_S + 2 * 512 * 256 * 4 / chip.hbm_bytes_per_s)

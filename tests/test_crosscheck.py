@@ -1,4 +1,5 @@
-"""The cost model's grid points, block transfers and DMAs against an interpret-mode run."""
+"""The cost model's grid points, block transfers, DMAs and branch runs against an
+interpret-mode run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.perf_kernels import dma, good, lower, sparse
+from tests.perf_kernels import branchy, causal, dma, good, lower, sparse
 from tools.child import interpret
 from tools.lowered.mosaic import parse_lowered
 from tools.performance.chips import get_chip
@@ -53,6 +54,50 @@ def test_scalar_prefetch_kernels_match_on_the_case_values() -> None:
     x = jnp.ones((512, 512), jnp.bfloat16)
     _, problems = _check(sparse.masked_matmul, jnp.asarray(mask), jnp.asarray(prev), x, x)
     assert problems == []
+
+
+def test_branch_runs_match_in_the_order_mosaic_lowers_them() -> None:
+    """[cond, level, then runs, else runs] per `scf.if`: pl.when(i even) 3/3, the nested
+    pl.when(i == 0) 1/2, switch(min(i, 2)) as two ifs 5/1 and 4/1, and the pl.when of a loop
+    unrolled twice over three steps, three copies of one conditional sharing its counts
+    (the model evaluates only the remainder copy, whose step is a constant)."""
+    visits, problems = _check(branchy.branchy, jnp.ones((48, 128), jnp.float32))
+    assert problems == []
+    assert visits[0]["branches_complete"]
+    assert [b[2:] for b in visits[0]["branches"]] == [
+        [3, 3], [1, 2], [5, 1], [4, 1], [6, 12], [6, 12], [6, 12]]
+
+
+def test_causal_attention_runs_the_blocks_the_model_priced() -> None:
+    q = jax.random.normal(jax.random.key(0), (512, 128), jnp.float32).astype(jnp.bfloat16)
+    visits, problems = _check(causal.causal_attention, q, q, q)
+    assert problems == []
+    # 4 x 4 blocks: init at kj == 0, the step on the 10 blocks at or below the diagonal.
+    assert [b[2:] for b in visits[0]["branches"]] == [[4, 12], [10, 6], [4, 12]]
+    assert sorted(visits[0]["input_fetches"]) == [4, 9, 9]  # clamped: 9 of 16 k/v blocks
+
+
+def test_a_model_that_miscounts_branches_is_reported() -> None:
+    mask = np.array([1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1], np.int32)
+    prev = np.array([0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 3, 0, 1, 2, 3], np.int32)
+    x = jnp.ones((512, 512), jnp.bfloat16)
+    args = (jnp.asarray(mask), jnp.asarray(prev), x, x)
+    inputs = [np.asarray(a) for a in args]
+    program = parse_lowered(lower(sparse.masked_matmul, *args))
+    (seen,) = _visits(sparse.masked_matmul, *args)
+    assert [b[2:] for b in seen["branches"]] == [[16, 48], [32, 32], [16, 48]]
+    chip = get_chip("v6e")
+    more = [[c, j, t + 4 * (c == 1), e] for c, j, t, e in seen["branches"]]  # ran more
+    assert any("conditional 1" in p for p in cross_check(program, [{**seen, "branches": more}],
+                                                         inputs, chip))
+    moved = [[c, j, t - (c == 1), e + (c == 1)] for c, j, t, e in seen["branches"]]
+    problems = cross_check(program, [{**seen, "branches": moved}], inputs, chip)
+    assert any("ran 32/32 times, interpret mode ran them 31/33" in p for p in problems)
+    # Blind to the mask the model counts both sides of it everywhere: an over-count only.
+    assert cross_check(program, [{**seen, "branches": moved}], None, chip) == []
+    # A layout the child could not mirror is not compared.
+    assert cross_check(program, [{**seen, "branches": more, "branches_complete": False}],
+                       inputs, chip) == []
 
 
 def test_manual_dmas_match_or_are_overcounted_only_where_unknown() -> None:

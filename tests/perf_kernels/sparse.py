@@ -1,6 +1,7 @@
 """A block-masked matmul in the style of the Pallas TPU sparse guide: a scalar-prefetch mask
 says which (i, k) blocks of A are non-zero; zero blocks skip the matmul, and their index
-map repeats the previous block so no new block is fetched."""
+map repeats the previous block so no new block is fetched. Also a candidate file (`TUNABLES`,
+`build`) for tests/evaltasks/block_masked_matmul.py."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ def masked_matmul(mask: jax.Array, prev: jax.Array, a: jax.Array, b: jax.Array) 
     )
     return pl.pallas_call(_kernel, grid_spec=spec,
                           out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(mask, prev, a, b)
+
+
+TUNABLES: dict[str, list[int]] = {}
+
+
+def build():
+    return masked_matmul

@@ -23,6 +23,8 @@ from typing import Any
 
 from kernelgraph.errors import KernelgraphError
 from tools import jaxprivate
+from tools.child.branches import BranchCounter, Layout
+from tools.child.branches import sub_jaxprs as _sub_jaxprs
 
 _INLINED = {
     "pjit": "jaxpr",
@@ -67,7 +69,8 @@ MAX_RECORDED_GRID_POINTS = 1 << 16
 class KernelVisits:
     """What interpret mode did in one kernel run, for the cost model's cross-check: grid
     points visited (and their order, up to a cap), blocks fetched per input and written
-    per output (by the pipeline, keyed by the kernel's argument name) and manual DMAs."""
+    per output (by the pipeline, keyed by the kernel's argument name), manual DMAs, and how
+    often each side of each conditional ran (:mod:`tools.child.branches`)."""
 
     grid_points: int = 0
     order: list[tuple[int, ...]] = field(default_factory=list)
@@ -76,14 +79,21 @@ class KernelVisits:
     input_fetches: dict[str, int] = field(default_factory=dict)
     output_writes: dict[str, int] = field(default_factory=dict)
     dma_starts: int = 0
+    layout: Layout | None = None
+    branch_runs: dict[tuple[int, int], int] = field(default_factory=dict)
+    branch_conflict: bool = False
 
     def summary(self) -> dict[str, Any]:
+        layout = self.layout
         return {"grid_points": self.grid_points,
                 "order": [list(p) for p in self.order] if self.order_complete else [],
                 "order_complete": self.order_complete, "cores": len(self.cores),
                 "input_fetches": sorted(self.input_fetches.values()),
                 "output_writes": sorted(self.output_writes.values()),
-                "dma_starts": self.dma_starts}
+                "dma_starts": self.dma_starts,
+                "branches": layout.counts(self.branch_runs) if layout is not None else [],
+                "branches_complete": not self.branch_conflict and (
+                    layout is None or layout.complete)}
 
 
 _ACTIVE: list[RaceLog] = []
@@ -96,9 +106,13 @@ class RaceLog:
 
     states: list[Any] = field(default_factory=list)
     visits: list[KernelVisits] = field(default_factory=list)
+    branches: BranchCounter | None = None
 
     def install(self) -> None:
         ipc = jaxprivate.interpret_pallas_call()
+        visits_now = self.visits
+        self.branches = BranchCounter(lambda: visits_now[-1] if visits_now else None)
+        self.branches.install(ipc)
         original = ipc.RaceDetectionState
         log = self.states
         visits = self.visits
@@ -246,6 +260,8 @@ def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], params: Any) -
             bind_params = eqn.primitive.get_bind_params(eqn.params)
             if name == "pallas_call":
                 bind_params = {**bind_params, "interpret": params}
+                if _ACTIVE and _ACTIVE[0].branches is not None:  # count its pl.when sides
+                    _ACTIVE[0].branches.register(eqn.params["jaxpr"])
             name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
             with (
                 source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
@@ -261,19 +277,6 @@ def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], params: Any) -
 
 def _inner(eqn: Any) -> Any:
     return eqn.params.get(_INLINED[eqn.primitive.name])
-
-
-def _sub_jaxprs(eqn: Any) -> list[Any]:
-    core = jaxprivate.core()
-    found: list[Any] = []
-    for value in eqn.params.values():
-        items = value if isinstance(value, tuple | list) else (value,)
-        for item in items:
-            if isinstance(item, core.ClosedJaxpr):
-                found.append(item.jaxpr)
-            elif isinstance(item, core.Jaxpr):
-                found.append(item)
-    return found
 
 
 def _pallas_eqns(jaxpr: Any) -> list[Any]:

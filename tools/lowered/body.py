@@ -50,6 +50,7 @@ _FREE = frozenset({
     "vector.create_mask", "vector.constant_mask", "tpu.create_mask", "tpu.create_subelement_mask",
     "tpu.prng_set_seed_32", "tpu.sem_alloc", "tpu.region", "tpu.pack_subelements",
     "tpu.unpack_subelements", "tpu.relayout", "tpu.fptosi", "tpu.sitofp",
+    "memref.alloca",  # scratch of a `pl.run_scoped` region: an allocation, no work
 })
 
 
@@ -119,8 +120,10 @@ class BodyReader:
             for region in op.operation.regions:
                 body.extend(self._blocks(region))
             return Loop(None, tuple(body))
-        if name in {"scf.yield", "scf.condition", "func.return"}:
+        if name in {"scf.yield", "scf.condition", "func.return", "tpu.yield"}:
             return None
+        if name == "tpu.region":  # `pl.run_scoped`: its body runs once, in place
+            return Loop(1, self._blocks(op.operation.regions[0]))
         if op.operation.regions and name not in {"vector.multi_reduction", "vector.contract"}:
             nested: list[Any] = []
             for region in op.operation.regions:

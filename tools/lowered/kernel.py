@@ -212,3 +212,6 @@ class LoweredProgram:
     outside_op_bytes: list[tuple[str, int]] = field(default_factory=list)  # operands + results
     input_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
     output_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+    # (kernel, bytes): an aliased kernel operand that is an argument the caller keeps; XLA
+    # copies it before the kernel writes into it (`input_output_aliases` without donation).
+    alias_copies: list[tuple[str, int]] = field(default_factory=list)

@@ -59,12 +59,15 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
     outside_bytes: list[tuple[str, int]] = []
     inputs: list[tuple[tuple[int, ...], str]] = []
     outputs: list[tuple[tuple[int, ...], str]] = []
+    donated: set[int] = set()
+    alias_copies: list[tuple[str, int]] = []
     with ctx:
         for top in module.body.operations:
             if op_name(top) == "func.func" and attr_str(top, "sym_name") == '"main"':
                 ftype = ir.FunctionType(ir.TypeAttr(top.operation.attributes["function_type"]).value)
                 inputs = [_tensor(t) for t in ftype.inputs]
                 outputs = [_tensor(t) for t in ftype.results]
+                donated = _donated_arguments(top)
         sources = _ArgumentSources(module.body.operations)
         cancelled = _cancelled_transposes(module.body.operations)
         for op in _all_ops(module.body.operations):
@@ -75,15 +78,38 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                 if target == "tpu_custom_call":
                     kernel = _parse_custom_call(op)
                     n_prefetch = len(kernel.scalar_prefetch)
-                    found = tuple(sources.of(v) for v in list(op.operation.operands)[:n_prefetch])
+                    operands = list(op.operation.operands)
+                    found = tuple(sources.of(v) for v in operands[:n_prefetch])
                     kernels.append(dataclasses.replace(kernel, prefetch_sources=found))
+                    for _, operand in kernel.output_operand_aliases:
+                        # A caller's buffer the program was not given to keep: XLA copies it
+                        # before the kernel writes into it.
+                        arg = sources.of(operands[operand]) if operand < len(operands) else None
+                        if arg is not None and arg not in donated:
+                            alias_copies.append((kernel.name, _value_bytes(operands[operand])))
                     continue
                 custom_targets.append(target)
             if name not in _STRUCTURAL:
                 outside.append(name)
                 if op not in cancelled:
                     outside_bytes.append((name, _tensor_bytes(op)))
-    return LoweredProgram(kernels, outside, custom_targets, outside_bytes, inputs, outputs)
+    return LoweredProgram(kernels, outside, custom_targets, outside_bytes, inputs, outputs,
+                          alias_copies)
+
+
+def _donated_arguments(main: Any) -> set[int]:
+    """Arguments of `main` the caller gave up (`donate_argnums`): XLA may write into them."""
+    ir = ir_module()
+    if "arg_attrs" not in main.operation.attributes:
+        return set()
+    attrs = ir.ArrayAttr(main.operation.attributes["arg_attrs"])
+    return {i for i, a in enumerate(attrs)
+            if "tf.aliasing_output" in str(a) or "jax.buffer_donor" in str(a)}
+
+
+def _value_bytes(value: Any) -> int:
+    kind, shape, dtype, _ = split_shaped(str(value.type))
+    return nbytes(shape, dtype) if kind == "tensor" and dtype in DTYPE_BITS else 0
 
 
 def _permutation(op: Any) -> list[int]:
@@ -181,13 +207,12 @@ def _parse_custom_call(op: Any) -> MosaicKernel:
             vmem_limit = int(scoped["size"])
     operand_types = [split_shaped(str(v.type)) for v in op.operation.operands]
     result_types = [split_shaped(str(r.type)) for r in op.operation.results]
-    aliases = tuple(
-        (int(a), int(b))
+    aliases = tuple(  # no tuple index: the call's one result
+        (int(a or 0), int(b))
         for a, b in re.findall(
             r"output_tuple_indices = \[(\d*)\].*?operand_index = (\d+)",
             attr_str(op, "output_operand_aliases") or "",
         )
-        if a != ""
     )
     kernel_name = (attr_str(op, "kernel_name") or '"kernel"').strip('"')
     return _parse_mosaic(bytecode, kernel_name, operand_types, result_types, vmem_limit, aliases)

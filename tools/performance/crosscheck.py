@@ -1,15 +1,18 @@
 """The cost model against what interpret mode actually ran, for the same case.
 
 The child counts, per kernel run under TPU interpret mode, the grid points it visited (and
-their order), the blocks its pipeline fetched per input and wrote back per output, and the
-manual DMAs it started (:class:`tools.child.interpret.KernelVisits`). Here the model's
-assumptions for the same case (the case's scalar-prefetch values, the visited order: the
-interpreter permutes `parallel` dimensions) are compared with those counts. A model that
-assumed fewer grid points, transfers or DMAs than ran under-counts work: the measurement is
-invalid (fail closed). Over-counting is allowed only where the model could not evaluate a
-value (it then charges every step / both branches). Runs split across simulated cores are
-not compared (each core starts its own pipeline). Branch counts are not compared:
-interpret mode evaluates `pl.when` inside its own jitted loop with no callback to count.
+their order), the blocks its pipeline fetched per input and wrote back per output, the
+manual DMAs it started, and how often each side of each conditional ran, laid out in the
+order of the Mosaic body's `scf.if` ops (:class:`tools.child.interpret.KernelVisits`,
+:mod:`tools.child.branches`). Here the model's assumptions for the same case (the case's
+scalar-prefetch values, the visited order: the interpreter permutes `parallel` dimensions)
+are compared with those counts. A model that assumed fewer grid points, transfers, DMAs or
+branch runs than ran under-counts work: the measurement is invalid (fail closed).
+Over-counting is allowed only where the model could not evaluate a value (it then charges
+every step / both branches); where it evaluated a condition, its counts must be exact.
+Runs split across simulated cores are not compared (each core starts its own pipeline),
+nor branch counts whose layout the child could not mirror (it says so) or whose number of
+conditionals differs from the Mosaic body's (a lowering that folded or added an `scf.if`).
 """
 
 from __future__ import annotations
@@ -58,9 +61,32 @@ def _compare(what: str, model: list[tuple[int, bool]], seen: list[int]) -> list[
     return []
 
 
+def _compare_branches(name: str, model: list[list[int]], seen: list[list[int]]) -> list[str]:
+    """Runs of each side of each conditional: never fewer assumed than ran, and equal where
+    the model evaluated the condition. Unrolled copies of one conditional (one `cond` in the
+    jaxpr, several `scf.if` in Mosaic) are compared summed."""
+    if len(model) != len(seen):
+        return []  # the lowering folded or added conditionals: not comparable slot by slot
+    groups: dict[tuple[int, int], list[int]] = {}
+    for (then, other, known), (cond, level, ran_then, ran_other) in zip(model, seen, strict=True):
+        g = groups.setdefault((cond, level), [0, 0, 1, ran_then, ran_other])
+        g[0] += then
+        g[1] += other
+        g[2] &= known
+    problems = []
+    for number, (then, other, known, ran_then, ran_other) in enumerate(groups.values()):
+        under = then < ran_then or other < ran_other
+        if under or (known and (then, other) != (ran_then, ran_other)):
+            problems.append(f"{name}: conditional {number} (pre-order): the model assumed its "
+                            f"then/else sides ran {then}/{other} times, interpret mode ran "
+                            f"them {ran_then}/{ran_other}")
+    return problems
+
+
 def cross_check(program: LoweredProgram, visits: Sequence[dict[str, Any]],
                 inputs: Sequence[Any] | None, chip: Chip) -> list[str]:
-    """Problems where the model's grid points, transfers or DMAs differ from the run's."""
+    """Problems where the model's grid points, transfers, DMAs or branch runs differ
+    from the run's."""
     if len(visits) != len(program.kernels):
         return [f"interpret mode ran {len(visits)} kernel(s), the lowered program has "
                 f"{len(program.kernels)}"]
@@ -83,13 +109,14 @@ def cross_check(program: LoweredProgram, visits: Sequence[dict[str, Any]],
             model_in, model_out = _moves(kernel, steps, prefetch)
             problems += _compare(f"{name} inputs", model_in, list(seen["input_fetches"]))
             problems += _compare(f"{name} outputs", model_out, list(seen["output_writes"]))
+        if seen.get("branches_complete", False):
+            problems += _compare_branches(name, est.branch_runs, list(seen.get("branches", [])))
         dmas = int(seen.get("dma_starts", 0))
         unknown = any("could not be evaluated" in c for c in est.caveats)
         if dmas > est.dma_starts or (dmas != est.dma_starts and not unknown):
             problems.append(f"{name}: the model assumed {est.dma_starts} manual DMA starts, "
                             f"interpret mode started {dmas}")
     return problems
-
 
 
 def check_tuning_cases(program: LoweredProgram, suite_cases: Sequence[Any],

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import resource
 import statistics
@@ -90,12 +91,23 @@ class SimExecutor:
         return reference_cost(reference_fn, args)
 
     def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost,
-                 inputs: Sequence[Any] | None = None) -> Measurement:
+                 inputs: Sequence[Any] | None = None,
+                 cases: Sequence[Sequence[Any]] | None = None) -> Measurement:
         """Price the lowered program; `inputs` (the case's arguments) supply the values of
-        scalar-prefetch operands, so data-dependent index maps and conditions are evaluated."""
-        program = estimate_program(lowered, self.chip, inputs)
+        scalar-prefetch operands, so data-dependent index maps and conditions are evaluated.
+
+        `cases`: several cases' arguments instead (only their scalar-prefetch operands are
+        read; others may be None). A program that reads scalar-prefetch values is priced on
+        each case's own values and its latency is their mean (the per-case figures are in
+        the breakdown): a kernel whose speed depends on the data is not judged on one draw.
+        """
+        if cases and any(k.scalar_prefetch for k in lowered.kernels):
+            priced = [estimate_program(lowered, self.chip, c) for c in cases]
+        else:
+            priced = [estimate_program(lowered, self.chip, cases[0] if cases else inputs)]
+        program = priced[0]
         baseline = estimate_baseline(reference_cost, self.chip)
-        latency = program.latency_s
+        latency = statistics.fmean(p.latency_s for p in priced)
         breakdown = {
             "chip": self.chip.name,
             "kernels": [msgspec.to_builtins(k) for k in program.kernels],
@@ -107,12 +119,13 @@ class SimExecutor:
             "baseline": msgspec.to_builtins(baseline),
             "reference_cost": msgspec.to_builtins(reference_cost),
             "chip_figures": msgspec.to_builtins(self.chip),
+            "case_latency_s": [p.latency_s for p in priced],
         }
         reasons: list[str] = []
         if not lowered.kernels:
             reasons.append("no pallas_call in the lowered program: nothing to simulate")
-        reasons += [f"the model cannot count the work of kernel {k.name}: {u}"
-                    for k in program.kernels for u in k.unsound]
+        reasons += sorted({f"the model cannot count the work of kernel {k.name}: {u}"
+                           for p in priced for k in p.kernels for u in k.unsound})
         return Measurement(
             target=self.target,
             measured_on="simulated",
@@ -177,8 +190,33 @@ class RealExecutor:
 
     def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost) -> Measurement:
         raise TargetUnavailable(
-            f"target {self.platform!r} measures on the device; use time_candidate(), not the model"
+            f"target {self.platform!r} measures on the device; use time_program(), not the model"
         )
+
+    def time_program(
+        self,
+        task_path: str | Path,
+        program: bytes,
+        *,
+        warmup: int = 5,
+        runs: int = 50,
+        trace_runs: int = 10,
+        wall_s: float = 600.0,
+    ) -> Measurement:
+        """Time a verified candidate as the program that was audited: its tuning-point trace
+        as data (:mod:`tools.child.programs`), the bytes the runner lowered, compile-checked,
+        audited and ran. The timing child rebuilds it from JAX's own primitives and never
+        imports the candidate, so no other program can be timed in its place; it reports the
+        sha256 of what it ran and a mismatch makes the measurement invalid."""
+        request = TimingRequest(self.platform, str(Path(task_path).resolve()), "", {},
+                                warmup, runs, trace_runs, program=program)
+        measurement = self._time(task_path, request, {}, wall_s)
+        ran = measurement.breakdown.get("program_sha256")
+        if measurement.valid and ran != hashlib.sha256(program).hexdigest():
+            reason = f"the timing child ran program {ran!r}, not the one that was audited"
+            return msgspec.structs.replace(measurement, valid=False,
+                                           reasons=[*measurement.reasons, reason])
+        return measurement
 
     def time_candidate(
         self,
@@ -191,25 +229,30 @@ class RealExecutor:
         trace_runs: int = 10,
         wall_s: float = 600.0,
     ) -> Measurement:
-        """Median device (or wall) time of candidate and baseline, interleaved both orders.
+        """Median device (or wall) time of a trusted module's ``build()`` (the reference as
+        the baseline) and the reference, interleaved both orders. A candidate is timed with
+        :meth:`time_program`, never through this: its code could trace differently on the
+        device than in the verifier.
 
-        `candidate_source` is the text that was verified: the child times exactly those bytes
-        (copied into its box), never whatever the candidate's path holds by then.
+        `candidate_source` is copied into the child's box: the child times exactly those
+        bytes, never whatever the path holds by then.
         """
+        request = TimingRequest(self.platform, str(Path(task_path).resolve()), CANDIDATE_FILE,
+                                dict(config or {}), warmup, runs, trace_runs)
+        return self._time(task_path, request, {CANDIDATE_FILE: candidate_source}, wall_s)
+
+    def _time(self, task_path: str | Path, request: TimingRequest, files: dict[str, bytes],
+              wall_s: float) -> Measurement:
+        """Median device (or wall) time of candidate and baseline, interleaved both orders."""
         self.require_available()
         from tools.inputs.tasks import load_task
         from tools.sandbox.launcher import Limits, accelerator_devices, run_sandboxed
 
         task = load_task(task_path)
-        request = TimingRequest(
-            self.platform, str(Path(task_path).resolve()), CANDIDATE_FILE,
-            dict(config or {}), warmup, runs, trace_runs,
-        )
         # Device runtimes reserve far more address space than they use: no RLIMIT_AS here.
         limits = Limits(wall_s=wall_s, memory_bytes=resource.RLIM_INFINITY)
         out = run_sandboxed("tools.child.timing", msgspec.msgpack.encode(request), limits=limits,
-                            files={CANDIDATE_FILE: candidate_source},
-                            devices=accelerator_devices())  # in its private /dev
+                            files=files, devices=accelerator_devices())  # in its private /dev
         if not out.ok:
             raise RuntimeError(f"timing child failed: {out.failure()}\n{out.stderr_tail}")
         result = msgspec.msgpack.decode(out.result, type=TimingResult)
@@ -265,6 +308,7 @@ class RealExecutor:
             "flops": flops,
             "hbm_bytes_per_s": bw,
             "peak_flops": peak,
+            "program_sha256": result.program_sha256 or None,
         }
         return Measurement(
             target=self.target,

@@ -34,13 +34,17 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
 5. `pl.when` branches run on the steps their condition holds (conditions on program ids, and
    on known scalar-prefetch values, are evaluated per step with exact integer semantics,
    :mod:`tools.lowered.scalar`); a condition that cannot be evaluated counts both branches.
+   How often each side was counted is kept (`branch_runs`) for the interpret-mode
+   cross-check (:mod:`tools.performance.crosscheck`).
    `fori_loop` bodies count trip-count times when the bounds are known. A loop whose trip
    count cannot be evaluated (data, a while loop, an undefined result), and an op with no
    cost rule, make the estimate unsound (`KernelEstimate.unsound`): the model could only
    under-count them, so the executor declares such a measurement invalid (fail closed).
 6. Each kernel launch costs `KERNEL_LAUNCH_S`; XLA ops outside the kernels (layout work)
    each cost a launch plus their operand and result bytes at HBM bandwidth, reshapes free,
-   and a transpose that a later transpose undoes (XLA cancels the pair) free.
+   and a transpose that a later transpose undoes (XLA cancels the pair) free. A kernel
+   operand aliased to an output (`input_output_aliases`) that is an argument the caller
+   did not donate is copied by XLA first: a launch plus its bytes read and written.
 
 The XLA baseline's model (assumption 7) is in :mod:`tools.performance.baseline`.
 """
@@ -48,7 +52,7 @@ The XLA baseline's model (assumption 7) is in :mod:`tools.performance.baseline`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -99,6 +103,9 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     unsound: list[str] = []  # work the model cannot count: the latency is not a bound
     prefetch_bytes: int = 0  # scalar-prefetch operands copied to SMEM before step 0
     dma_starts: int = 0  # manual DMAs started (both branches where a condition is unknown)
+    # Per `scf.if` in pre-order: [steps the then side ran, steps the else side ran, 1 if
+    # both were evaluated (this condition and every enclosing one and loop known), else 0].
+    branch_runs: list[list[int]] = []
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -134,6 +141,7 @@ class _StepWork:
     dma_bytes: np.ndarray  # all manual DMA bytes
     serial_s: np.ndarray  # exposed time of manual DMAs the kernel waits for in place
     dma_starts: np.ndarray  # manual DMAs started
+    branches: list[list[Any]] = field(default_factory=list)  # see KernelEstimate.branch_runs
 
 
 def _op_seconds(op: BodyOp, chip: Chip) -> float:
@@ -170,8 +178,10 @@ def _serialised(items: Sequence[Any], chip: Chip) -> dict[int, float]:
 
 def _accumulate(
     items: Sequence[Any], weight: np.ndarray, env: dict[int, Any],
-    work: _StepWork, chip: Chip, caveats: set[str], unsound: set[str],
+    work: _StepWork, chip: Chip, caveats: set[str], unsound: set[str], known: bool = True,
 ) -> None:
+    """Add `items`' work at `weight` runs per step; `known`: every enclosing condition and
+    trip count was evaluated (the weights are exact, not an over-count)."""
     n = weight.shape[0]
     serial = _serialised(items, chip)
     for index, item in enumerate(items):
@@ -179,24 +189,29 @@ def _accumulate(
             _add_op(item, weight, work, chip, serial.get(index))
         elif isinstance(item, Branch):
             value = env.get(item.cond) if item.cond is not None else None
+            runs = [0.0, 0.0, int(known and value is not None)]
+            work.branches.append(runs)
             if value is None:
                 caveats.add("a pl.when condition could not be evaluated: both branches counted")
-                _accumulate(item.then, weight, env, work, chip, caveats, unsound)
-                _accumulate(item.otherwise, weight, env, work, chip, caveats, unsound)
+                runs[:2] = [float(weight.sum())] * 2
+                _accumulate(item.then, weight, env, work, chip, caveats, unsound, False)
+                _accumulate(item.otherwise, weight, env, work, chip, caveats, unsound, False)
             else:
                 cond = np.broadcast_to(np.asarray(value, dtype=bool), (n,))
-                _accumulate(item.then, weight * cond, env, work, chip, caveats, unsound)
+                runs[:2] = [float((weight * cond).sum()), float((weight * ~cond).sum())]
+                _accumulate(item.then, weight * cond, env, work, chip, caveats, unsound, known)
                 _accumulate(item.otherwise, weight * ~cond, env, work, chip, caveats,
-                            unsound)
+                            unsound, known)
         elif isinstance(item, Loop):
             trips = item.trips(env, n)
+            exact = known and trips is not None
             if trips is None:
                 if weight.any():
                     unsound.add("a loop whose trip count depends on data (or a while loop, "
                                 "or an undefined result): its work cannot be counted; bound "
                                 "the loop by constants or program ids, or make it a grid axis")
                 trips = np.ones(n, dtype=np.int64)
-            _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound)
+            _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound, exact)
 
 
 def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip,
@@ -346,6 +361,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         unsound=sorted(unsound),
         prefetch_bytes=prefetch_bytes,
         dma_starts=round(float(work.dma_starts.sum())),
+        branch_runs=[[round(t), round(e), k] for t, e, k in work.branches],
     )
 
 
@@ -369,6 +385,7 @@ def estimate_program(program: LoweredProgram, chip: Chip,
     """
     kernels = [estimate_kernel(k, chip, kernel_prefetch(k, inputs)) for k in program.kernels]
     costly = [(name, b) for name, b in program.outside_op_bytes if name not in FREE_OUTSIDE_OPS]
+    costly += [("alias copy", 2 * b) for _, b in program.alias_copies]
     outside_bytes = sum(b for _, b in costly)
     outside_s = len(costly) * KERNEL_LAUNCH_S + outside_bytes / chip.hbm_bytes_per_s
     latency = sum(k.latency_s for k in kernels) + outside_s

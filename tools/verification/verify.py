@@ -4,10 +4,12 @@ Order of work, all decisions in this (parent) process:
 
 1. Load the task (trusted) and read the candidate statically (never imported here).
 2. Freeze the test suite (or take the one given): inputs, float64 oracle, error floor.
-3. Run the candidate in a sandboxed child (:mod:`tools.child.worker`): it gets inputs only,
-   traces once per shape, lowers that trace for TPU and runs it under TPU interpret mode
-   (NaN-poisoned memory, race detection, randomised ``parallel`` grid order).
-4. Check, from the data the child returned: the compile check and VMEM budget
+3. Run the candidate in two sandboxed children (:mod:`tools.verification.runner`), started
+   while the suite is built: the worker imports and builds it, gets inputs only and sends
+   one trace per shape as data; the runner, which never imports it, lowers that trace for
+   TPU and runs it under TPU interpret mode (NaN-poisoned memory, race detection,
+   randomised ``parallel`` grid order).
+4. Check, from the data the children returned: the compile check and VMEM budget
    (:mod:`tools.lowered.compile_check`), the firing audit (:mod:`tools.lowered.audit`), input integrity,
    races, tampering, every case against the oracle (:mod:`tools.correctness.compare`), and patterns
    across cases (memoised results, shapes hard-coded to the tuning point).
@@ -18,6 +20,7 @@ Order of work, all decisions in this (parent) process:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import random
@@ -35,11 +38,12 @@ from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, b
 from tools.inputs.candidate import CandidateError, CandidateSource, read_candidate
 from tools.inputs.tasks import Task, load_task
 from tools.lowered.audit import AuditReport, audit_text
+from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
-from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
+from tools.sandbox.launcher import Limits, SandboxResult
 from tools.verification.deadlines import PhaseLimits, phase_limits
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
-from tools.verification.runner import run_programs, start_runner
+from tools.verification.runner import Children, run_programs, worker_request
 from tools.verification.verdict import Verdict
 
 DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
@@ -79,55 +83,56 @@ def evaluate(
         source = None
         candidate_problem = str(exc)
     full_config = source.check_config(dict(config or {})) if source else dict(config or {})
-    t = time.perf_counter()
-    if suite is None:
-        suite = build_suite(task, seeds=seeds)
-    elif suite.task_sha256 != task.source_sha256:
+    if suite is not None and suite.task_sha256 != task.source_sha256:
         raise ValueError(f"the suite was frozen for another version of {task.path} "
                          f"(task sha256 {suite.task_sha256[:12]} != {task.source_sha256[:12]})")
-    timings["suite_s"] = time.perf_counter() - t
+    # Both children start now: their start-up overlaps the suite being built.
+    children = Children.start(source.text.encode(), limits) if source else None
+    try:
+        t = time.perf_counter()
+        suite = suite if suite is not None else build_suite(task, seeds=seeds)
+        timings["suite_s"] = time.perf_counter() - t
+    except BaseException:
+        if children is not None:
+            children.kill()
+        raise
     order_seed = order_seed if order_seed is not None else random.SystemRandom().getrandbits(31)
     chip = chip_for_target(target)
     context = _Context(task, suite, target, chip, full_config, order_seed, limits)
     if task.alignment_note:  # loudly: tails are not exercised for this task
         context.diagnostics.append(wire.Diagnostic(message=task.alignment_note, phase="suite"))
-    if source is None:
+    if source is None or children is None:
         context.fail(f"candidate: {candidate_problem}")
         return context.finish(Path(candidate_path), None, timings, started)
 
-    t = time.perf_counter()
-    largest = max(suite.cases, key=lambda c: sum(int(np.prod(a.shape)) for a in c.inputs))
-    context.deadlines = phase_limits(task.reference_at(largest.shape_index),
-                                     [a.numpy() for a in largest.inputs], limits.wall_s)
-    timings["deadlines_s"] = time.perf_counter() - t
-    request = msgspec.structs.replace(
-        _request(source, suite, full_config, order_seed, chip),
-        build_limit_s=context.deadlines.build_s, trace_limit_s=context.deadlines.trace_s,
-        case_limit_s=context.deadlines.case_s, send_programs=True, run_cases=False)
-    runner = start_runner(limits)  # starts up while the worker runs; waits for the programs
-    t = time.perf_counter()
     try:
-        box = run_sandboxed("tools.child.worker", wire.encode(request),
-                            files={"candidate.py": source.text.encode()}, limits=limits)
+        t = time.perf_counter()
+        largest = max(suite.cases, key=lambda c: sum(int(np.prod(a.shape)) for a in c.inputs))
+        context.deadlines = phase_limits(task.reference_at(largest.shape_index),
+                                         [a.numpy() for a in largest.inputs], limits.wall_s)
+        timings["deadlines_s"] = time.perf_counter() - t
+        request = worker_request(suite, full_config, order_seed, chip, context.deadlines)
+        t = time.perf_counter()
+        worker = children.run_worker(request, limits.file_bytes)
+        timings["sandbox_s"] = time.perf_counter() - t
     except BaseException:
-        runner.cancel()
+        children.kill()
         raise
-    timings["sandbox_s"] = time.perf_counter() - t
-    context.sandbox = box
+    context.sandbox = box = worker.box
     t = time.perf_counter()
     response = context.read_response(box)
     if response is not None and not response.load_error and not response.limit_hit:
         # The worker imported the candidate: of its report only the programs are run, by
         # a runner that never imports it (the lowered text and outputs come from there).
-        t = time.perf_counter()
-        ran = run_programs(response, request, runner)
+        ran = run_programs(response, request, children.runner, worker.sent, worker.problem)
         timings["runner_s"] = time.perf_counter() - t  # after the worker: what the split adds
         response = context.response = ran.response
+        context.programs = ran.programs
         if ran.problem:
             context.fail(f"candidate: {ran.problem}")
         t = time.perf_counter()
     else:
-        runner.cancel()
+        children.runner.kill()
     if response is not None:
         try:
             context.judge(response)
@@ -138,25 +143,9 @@ def evaluate(
     timings["judge_s"] = time.perf_counter() - t
     if context.all_correct():
         t = time.perf_counter()
-        context.measure(executor, source.text.encode())
+        context.measure(executor)
         timings["measure_s"] = time.perf_counter() - t
     return context.finish(source.path, source, timings, started)
-
-
-def _request(source: CandidateSource, suite: FrozenSuite, config: dict[str, Any],
-             order_seed: int, chip: str) -> wire.EvalRequest:
-    rng = random.Random(order_seed)
-    by_shape: dict[int, list[wire.CaseRequest]] = {}
-    for case in suite.cases:
-        by_shape.setdefault(case.shape_index, []).append(
-            wire.CaseRequest(case.case_id, case.inputs))
-    groups = tuple(
-        wire.ShapeGroup(shape_index=index, interpret_seed=rng.getrandbits(31),
-                        cases=tuple(cases))
-        for index, cases in sorted(by_shape.items())
-    )
-    return wire.EvalRequest(candidate_file="candidate.py", config=config, groups=groups,
-                            order_seed=order_seed, chip=chip)
 
 
 class _Context:
@@ -182,6 +171,7 @@ class _Context:
         self.timing_error: str | None = None
         self.sandbox: SandboxResult | None = None
         self.response: wire.EvalResponse | None = None
+        self.programs: dict[int, bytes] = {}  # what the runner lowered, audited and ran
         self.deadlines: PhaseLimits | None = None
         self.tuning_text = ""
 
@@ -246,8 +236,12 @@ class _Context:
         self.diagnostics.extend(group.diagnostics)
         if index == 0:
             self.tuning_text = group.stablehlo
+        try:  # parsed once for the audit and the compile check (each reports a failure)
+            program = parse_lowered(group.stablehlo)
+        except Exception:
+            program = None
         try:
-            audit = audit_text(group.stablehlo)
+            audit = audit_text(group.stablehlo, program=program)
         except Exception as exc:  # an unreadable program fails the candidate, not the verifier
             audit = AuditReport(False, 0, {}, {}, (), (
                 f"the lowered program could not be audited: {type(exc).__name__}: {exc}",))
@@ -266,7 +260,7 @@ class _Context:
         from tools.lowered.compile_check import check_lowered
 
         try:
-            report = check_lowered(group.stablehlo, chip=self.chip)
+            report = check_lowered(group.stablehlo, chip=self.chip, program=program)
         except Exception as exc:
             problem = (f"compile check could not read the lowered program: "
                        f"{type(exc).__name__}: {exc}")
@@ -372,18 +366,22 @@ class _Context:
         return derive_verdict(self.checks()) == "pass"
 
     # ------------------------------------------------------------------------- timing
-    def measure(self, executor: Any, candidate_source: bytes) -> None:
-        from tools.lowered.mosaic import parse_lowered
-
+    def measure(self, executor: Any) -> None:
         try:
-            if executor.measured_on == "real":
-                self.measurement = executor.time_candidate(self.task.path, candidate_source,
-                                                           self.config)
+            if executor.measured_on == "real":  # what was lowered and audited is what is timed
+                if not self.programs.get(0):
+                    raise ValueError("no audited program of the tuning point to time")
+                self.measurement = executor.time_program(self.task.path, self.programs[0])
             else:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
                 cost = executor.reference_cost(self.task.reference, inputs)
                 lowered = parse_lowered(self.tuning_text)
-                self.measurement = executor.estimate(lowered, cost, inputs=inputs)
+                # Each tuning-point seed case priced on its own scalar-prefetch values.
+                sources = {s for k in lowered.kernels for s in k.prefetch_sources}
+                cases = [[a.numpy() if i in sources else None for i, a in enumerate(c.inputs)]
+                         for c in self.suite.cases if c.shape_index == 0 and c.kind == "seed"]
+                self.measurement = executor.estimate(lowered, cost, inputs=inputs,
+                                                     cases=cases or None)
                 from tools.performance.crosscheck import check_tuning_cases
 
                 for problem in check_tuning_cases(lowered, self.suite.cases, self.response,
@@ -455,10 +453,14 @@ class _Context:
             "checks": checks,
             "audit": {str(k): v for k, v in self.audits.items()},
             "compile": {str(k): v for k, v in self.compile_reports.items()},
+            # each shape's program as the runner got it: lowered, audited, run (a device times 0)
+            "programs": {str(k): hashlib.sha256(v).hexdigest()
+                         for k, v in sorted(self.programs.items())},
             "measurement": None if measurement is None else {
                 "measured_on": measurement.measured_on, "speedup": measurement.speedup,
                 "latency_s": measurement.latency_s, "baseline_s": measurement.baseline_s,
-                "valid": getattr(measurement, "valid", True)},
+                "valid": getattr(measurement, "valid", True),
+                "program_sha256": measurement.breakdown.get("program_sha256")},
             "timings": timings,
             "environment": self._environment(),
         }
@@ -483,16 +485,11 @@ class _Context:
             "isolation": list(self.sandbox.isolation) if self.sandbox else [],
             "limits": self.limits.describe(),
             "phase_limits": self.deadlines,
-            "interpret": {"uninitialized_memory": _DEFAULT_REQUEST.uninitialized_memory,
-                          "detect_races": _DEFAULT_REQUEST.detect_races,
-                          "randomised_parallel_grid_order": True,
-                          "num_cores": _DEFAULT_REQUEST.num_cores,
-                          "multicore_cases": _DEFAULT_REQUEST.multicore_cases,
-                          "second_poison": _DEFAULT_REQUEST.second_poison,
-                          "second_poison_cases_per_shape":
-                              _DEFAULT_REQUEST.second_poison_cases,
-                          "eager_cases": _DEFAULT_REQUEST.eager_cases,
-                          "order_seed": self.order_seed},
+            "interpret": {**{name: getattr(_DEFAULT_REQUEST, name) for name in (
+                "uninitialized_memory", "detect_races", "num_cores", "multicore_cases",
+                "second_poison", "eager_cases")}, "randomised_parallel_grid_order": True,
+                "second_poison_cases_per_shape": _DEFAULT_REQUEST.second_poison_cases,
+                "order_seed": self.order_seed},
             "chip": self.chip,
         }
 
