@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +22,15 @@ def _kernel(x_ref, w_ref, o_ref):
 
 @functools.partial(jax.jit, static_argnames=("block_rows",))
 def rmsnorm(x: jax.Array, w: jax.Array, *, block_rows: int = 256) -> jax.Array:
-    rows, hidden = x.shape
-    if w.shape != (hidden,):
-        raise ValueError(f"{w.shape=} must be ({hidden},) for {x.shape=}")
+    """Normalises the last axis; leading axes (batch, sequence) are flattened into rows."""
+    *lead, hidden = x.shape
+    if not lead or w.shape != (hidden,):
+        raise ValueError(f"{w.shape=} must be ({hidden},) for {x.shape=} (at least 2-D)")
+    rows = math.prod(lead)
     block_rows = min(block_rows, rows)
-    return pl.pallas_call(
+    out = pl.pallas_call(
         _kernel,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        out_shape=jax.ShapeDtypeStruct((rows, hidden), x.dtype),
         grid=(pl.cdiv(rows, block_rows),),
         in_specs=[
             pl.BlockSpec((block_rows, hidden), lambda i: (i, 0)),
@@ -35,7 +38,8 @@ def rmsnorm(x: jax.Array, w: jax.Array, *, block_rows: int = 256) -> jax.Array:
         ],
         out_specs=pl.BlockSpec((block_rows, hidden), lambda i: (i, 0)),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-    )(x, w.reshape(1, hidden))
+    )(x.reshape(rows, hidden), w.reshape(1, hidden))
+    return out.reshape(x.shape)
 
 
 def build(block_rows: int = 256):

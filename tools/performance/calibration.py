@@ -1,7 +1,9 @@
 """The cost model against published TPU measurements: data, kernels and the comparison.
 
 The data (`data/pallas_matmul_guide_v5e.json`) is the JAX Pallas TPU matmul guide's bf16
-table on v5e, with its source and timing method. Its figures are host `timeit` wall times
+table on v5e, with its source and timing method; `data/pallas_sparse_guide_v5e.json` is the
+sparse guide's 16384^3 figures (two XLA references and two scalar-prefetch kernels, rebuilt
+in :mod:`tools.performance.sparse_guide` and priced on the benchmark's prefetch values). Its figures are host `timeit` wall times
 per call, so each includes a fixed dispatch cost; the comparison adds one constant for it,
 estimated from the guide's own smallest XLA row (published time minus the model's XLA
 estimate at 1024^3, where dispatch dominates) and never fitted per row. The kernels are
@@ -22,6 +24,8 @@ import msgspec
 
 DATA = Path(__file__).parent / "data" / "pallas_matmul_guide_v5e.json"
 SPARSE_DATA = Path(__file__).parent / "data" / "pallas_sparse_guide_v5e.json"
+SPARSE_KERNELS = {"dsd": "block-sparse (10%) @ dense, 512^3 blocks",
+                  "masked_output": "dense @ dense, lower-triangular output mask, 512x512x1024"}
 
 
 class CalibrationRow(msgspec.Struct, frozen=True):
@@ -119,6 +123,10 @@ def model_seconds(row: dict[str, Any], chip_name: str = "v5e") -> float:
         mask = jax.ShapeDtypeStruct((n, n), jnp.int32)
         cost = reference_cost(lambda m, a, b: m * (a @ b), [mask, x, x])
         return float(estimate_baseline(cost, chip).latency_s)
+    if row["variant"] in SPARSE_KERNELS:
+        from tools.performance.sparse_guide import kernel_seconds
+
+        return kernel_seconds(row["variant"], chip_name)
     block = row["block"]
     fn = guide_matmul(block["bm"], block["bk"], block["bn"], row["variant"])
     text = lower_for_tpu(jax.jit(fn).trace(x, x), chip=chip_name)
@@ -130,6 +138,8 @@ def config_name(row: dict[str, Any]) -> str:
         return f"xla jnp.matmul @{row['size']}"
     if row["variant"] == "xla_masked":
         return f"xla mask * (x @ y) @{row['size']}"
+    if row["variant"] in SPARSE_KERNELS:
+        return f"{SPARSE_KERNELS[row['variant']]} @{row['size']}"
     b = row["block"]
     return f"{row['variant']} bm={b['bm']} bk={b['bk']} bn={b['bn']} @{row['size']}"
 
@@ -157,8 +167,9 @@ def calibrate(sizes: tuple[int, ...] = (1024, 4096, 8192),
 
 
 def calibrate_sparse_guide(dispatch: float, chip_name: str = "v5e") -> list[CalibrationRow]:
-    """The sparse guide's XLA references (dense matmul, and the same with an unfused mask
-    multiply) against the baseline model, with the same dispatch constant."""
+    """The sparse guide's rows with the same dispatch constant: its XLA references (dense
+    matmul, and the same with an unfused mask multiply) against the baseline model, and its
+    two scalar-prefetch kernels against the kernel model on the benchmark's values."""
     data = json.loads(SPARSE_DATA.read_text(encoding="utf-8"))
     out = []
     for r in data["rows"]:
@@ -200,6 +211,6 @@ def table(rows: list[CalibrationRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DATA", "SPARSE_DATA", "CalibrationRow", "calibrate", "calibrate_sparse_guide",
+__all__ = ["DATA", "SPARSE_DATA", "SPARSE_KERNELS", "CalibrationRow", "calibrate", "calibrate_sparse_guide",
            "config_name", "guide_matmul",
            "model_seconds", "published", "spearman", "table"]
