@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agents.llm.base import NO_GAIN_MARKER, LlmRequest, get_provider
+from agents.llm.base import NO_GAIN_MARKER, LlmRequest, ProviderError, get_provider
 from agents.llm.offline import OfflineProvider
 from agents.llm.offline.classify import classify_task
 from agents.llm.parsing import check_plan, extract_code, fix_summary
@@ -94,6 +94,59 @@ def test_renamed_copy_keeps_its_class(tmp_path: Path) -> None:
 def test_small_variants(tmp_path: Path, body: str, shapes: str, expected: str) -> None:
     task = _write_task(tmp_path / "variant.py", body, shapes)
     assert classify_task(task).kernel_class == expected
+
+
+def test_a_task_with_no_class_and_no_body_is_refused_with_its_reason(tmp_path: Path) -> None:
+    body = ("def reference(x):\n"
+            "    step = lambda c, r: (0.5 * c + r, c)\n"
+            "    return jax.lax.scan(step, jnp.zeros(x.shape[1:], x.dtype), x)[1]")
+    task = _write_task(tmp_path / "decaying_sum.py", body, "[((64, 128),), ((40, 256),)]")
+    facts = classify_task(task)
+    assert facts.kernel_class == "single_block" and "kernel body" in facts.unsupported
+    for purpose in ("plan", "implement", "fix"):
+        with pytest.raises(ProviderError, match=r"^unsupported: no kernel class fits"):
+            _ask(purpose, {**_ctx(task), "plan": "", "code": "", "diagnostics": []})
+
+
+@pytest.mark.parametrize(("body", "shapes"), [
+    ("def reference(x, i):\n    return jnp.take_along_axis(x, i[:, None], axis=-1)[:, 0]",
+     [((64, 256), (64,)), ((40, 384), (40,))]),
+    ("def reference(x):\n    return jax.lax.top_k(x, 4)",
+     [((64, 256),), ((40, 384),)]),
+    ("def reference(x):\n    return jnp.where(jnp.isfinite(1.0 / x), x, 0.0)",
+     [((64, 256),), ((40, 384),)]),
+])
+def test_rewritten_primitives_compute_what_the_originals_do(body: str, shapes: list[Any]) -> None:
+    """take_along_axis, a constant index, top_k and is_finite are written as other ops; run
+    eagerly, the written body must agree with the reference exactly."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import export
+
+    from agents.llm.offline.jaxpr_source import NARY_HELPER, flatten, function_source
+
+    namespace: dict[str, Any] = {"jax": jax, "jnp": jnp}
+    exec(compile(body, "reference.py", "exec"), namespace)
+    reference = namespace["reference"]
+    rows, width = export.symbolic_shape("R, W", constraints=("R >= 16", "W >= 256"))
+    specs = [jax.ShapeDtypeStruct((rows, width), jnp.float32)]
+    if len(shapes[0]) == 2:
+        specs.append(jax.ShapeDtypeStruct((rows,), jnp.int32))
+    invars, eqns, outvars, consts = flatten(jax.make_jaxpr(reference)(*specs))
+    source = function_source("_body", eqns, invars, outvars, ["R", "W"], consts)
+    assert not {"gather", "top_k", "is_finite"} & {
+        line.split("lax.")[1].split("_p.bind")[0] for line in source.splitlines() if "_p.bind" in line}
+    module: dict[str, Any] = {"jax": jax, "jnp": jnp, "np": np, "lax": jax.lax}
+    exec(compile(NARY_HELPER + "\n" + source, "body.py", "exec"), module)
+    for case in shapes:
+        key = jax.random.key(len(case[0]))
+        x = jax.random.normal(key, case[0], jnp.float32).at[0, :3].set(0.0)
+        args = [x] if len(case) == 1 else [x, jax.random.randint(key, case[1], 0, case[0][1])]
+        want = jax.tree.leaves(reference(*args))
+        got = module["_body"](*args, R=case[0][0], W=case[0][1])
+        for w, g in zip(want, got, strict=True):
+            assert g.dtype == w.dtype and np.array_equal(np.asarray(g), np.asarray(w))
 
 
 # ----------------------------------------------------------------------------- (b) kernels
