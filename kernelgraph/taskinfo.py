@@ -2,7 +2,7 @@
 and the kernel class the offline author reads from its jaxpr.
 
 Classifying traces the reference and runs it on probes (seconds per task), so the class is
-cached per task content and per version of the offline author (the sha256 of both) in
+cached per task content, version of the offline author and JAX version in
 `$XDG_CACHE_HOME/kernelgraph/tasks` (default `~/.cache/kernelgraph/tasks`). A cache that
 cannot be read or written is skipped: the listing is then only slower, never different.
 """
@@ -94,7 +94,8 @@ def describe(path: str | Path, *, classify: bool = True) -> TaskInfo:
                     derived_shapes=list(task.derived_shapes))
     if not classify:
         return info
-    key = hashlib.sha256((task.source_sha256 + _author_digest()).encode()).hexdigest()[:32]
+    key = hashlib.sha256((task.source_sha256 + _author_digest() + jax.__version__).encode())
+    key = key.hexdigest()[:32]
     cached = _read_cache(key)
     if cached is None:
         from agents.llm.offline.classify import classify_task
