@@ -32,14 +32,6 @@ def test_sweep_checks_each_config_and_picks_the_fastest_that_passed() -> None:
     assert len(result.suite_sha256) == 64
 
 
-@pytest.mark.slow
-def test_configuration_budget_skips_the_rest() -> None:
-    result = autotune(TASK, CANDIDATE, workers=1, budget_configs=1)
-    assert [r.status for r in result.rows][1:] == ["skipped", "skipped"]
-    assert result.rows[0].status == "pass" and result.best_config == {"block_rows": 8}
-    assert result.budget_exhausted and result.configs_evaluated == 1
-
-
 def test_real_target_without_device_is_refused_before_any_work() -> None:
     from tools.performance.executors import _real_hardware_problem
 
@@ -50,7 +42,7 @@ def test_real_target_without_device_is_refused_before_any_work() -> None:
 
 
 @pytest.mark.slow
-def test_cli_tune_and_profile_print_one_json_object() -> None:
+def test_cli_tune_within_a_budget_and_profile_print_one_json_object() -> None:
     import json
 
     from typer.testing import CliRunner
@@ -59,10 +51,15 @@ def test_cli_tune_and_profile_print_one_json_object() -> None:
 
     load_commands()
     runner = CliRunner()
-    tuned = runner.invoke(app, ["tune", str(TASK), str(CANDIDATE), "--budget-configs", "2", "--json"])
+    # A configuration budget of one, one worker: the default is evaluated, the rest skipped
+    # (the sweep that picks the fastest is test_sweep_checks_each_config_...).
+    tuned = runner.invoke(app, ["tune", str(TASK), str(CANDIDATE), "--budget-configs", "1",
+                                "--workers", "1", "--json"])
     assert tuned.exit_code == 0, tuned.output
     data = json.loads(tuned.stdout)
-    assert data["measured_on"] == "simulated" and data["best_config"] == {"block_rows": 32}
+    assert data["measured_on"] == "simulated" and data["best_config"] == {"block_rows": 8}
+    assert [r["status"] for r in data["rows"]] == ["pass", "skipped", "skipped"]
+    assert data["budget_exhausted"] and data["configs_evaluated"] == 1 and data["workers"] == 1
     profiled = runner.invoke(app, ["profile", str(TASK), str(CANDIDATE), "--config", "block_rows=32", "--json"])
     assert profiled.exit_code == 0, profiled.output
     prof = json.loads(profiled.stdout)["profile"]
