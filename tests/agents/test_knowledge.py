@@ -52,10 +52,10 @@ def test_index_counts(store: KnowledgeStore) -> None:
     assert counts["note"] == len(sources.note_documents()) >= 13 * 4
     assert counts["api"] >= 100  # pl and pltpu alone have well over a hundred public names
     assert counts["lesson"] == 0
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: cheap however loaded the machine is
     report = store.ensure_indexed()
     assert not report.rebuilt and report.counts == counts
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_notes_cover_every_class_and_lever() -> None:
