@@ -4,7 +4,9 @@ For each task (JAXBench ``<dir>/<task>/baseline.py`` under the directory given, 
 shipped tasks with ``--shipped``) a child process per task does what a run does before its
 first candidate: load the task, freeze the suite, price the XLA baseline (simulated,
 sim-tpu-v6e). The parent records the child's peak RSS (``ru_maxrss`` from ``wait4``), kills
-it above ``--rss-limit-gb`` or after ``--timeout`` seconds, and reports per task:
+it above ``--rss-limit-gb`` (with ``--limit-data`` that is also the child's RLIMIT_DATA, a
+limit the evaluator reads before it builds anything) or after ``--timeout`` seconds, and
+reports per task:
 
 * ``status``: ``frozen``, ``refused`` (a TaskError or SuiteError, with its reason: a suite
   too large for this machine says so with its estimate and the --scale that would fit),
@@ -39,7 +41,9 @@ _GIB = float(1 << 30)
 # share these names; what only the new one has is looked up, not assumed.
 _CHILD = r"""
 import json, resource, sys, time
-task_path, scales_text = sys.argv[1], sys.argv[2]
+task_path, scales_text, data_limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if data_limit:  # the limit is the process's own, as a deployment's memory limit would be
+    resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
 out = {"status": "error"}
 started = time.perf_counter()
 try:
@@ -81,11 +85,13 @@ print("SUITE_MEMORY " + json.dumps(out), flush=True)
 
 
 def run_child(code_root: Path, task: Path, scales: str, timeout_s: float,
-              rss_limit: int) -> dict[str, Any]:
-    """One task in a fresh process; its peak RSS from wait4, killed past the limits."""
+              rss_limit: int, limit_data: bool = False) -> dict[str, Any]:
+    """One task in a fresh process; its peak RSS from wait4, killed past the limits (with
+    ``limit_data`` the RSS limit is also the child's RLIMIT_DATA, which it can see)."""
     env = {**os.environ, "PYTHONPATH": str(code_root), "JAX_PLATFORMS": "cpu"}
     with tempfile.TemporaryFile() as stdout:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(task), scales],
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(task), scales,
+                                 str(rss_limit if limit_data else 0)],
                                 cwd=code_root, env=env, stdout=stdout,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         started, verdict, status, usage = time.monotonic(), None, 0, None
@@ -175,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                         "compare with (run first, per task)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--rss-limit-gb", type=float, default=10.0, help="kill a child above")
+    parser.add_argument("--limit-data", action="store_true", help="also set the child's "
+                        "RLIMIT_DATA to the RSS limit: a limit the evaluator can read")
     parser.add_argument("--out", type=Path, help="also write the JSON here, after each task")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -196,13 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         scales = args.scale if source == "jaxbench" else ""
         row: dict[str, Any] = {"task": name, "source": source, "scale": scales or None}
         if before_root is not None:
-            row["before"] = run_child(before_root, path, scales, args.timeout, rss_limit)
-        row["after"] = run_child(ROOT, path, scales, args.timeout, rss_limit)
+            row["before"] = run_child(before_root, path, scales, args.timeout, rss_limit,
+                                      args.limit_data)
+        row["after"] = run_child(ROOT, path, scales, args.timeout, rss_limit, args.limit_data)
         rows.append(row)
         report = {
             "figure": "suite_memory",
             "machine": {"cpus": os.cpu_count(), "mem_available_gib": _mem_available_gib()},
-            "limits": {"timeout_s": args.timeout, "rss_limit_gib": args.rss_limit_gb},
+            "limits": {"timeout_s": args.timeout, "rss_limit_gib": args.rss_limit_gb,
+                       "rlimit_data": args.limit_data},
             "before_revision": args.before or None,
             "scale": args.scale or None,
             "summary": {key: summarize(rows, key) for key in ("before", "after")
