@@ -1,16 +1,24 @@
 """Figure: seconds to verify one candidate on a 1M-element task (`verify_s`).
 
 The task is tasks/rmsnorm.py (tuning point 2048 x 512 = 1M float32 elements) with three
-PRNG seeds, its two unseen shapes and the two magnitude probes; the candidate is
-kernels/rmsnorm.py at its default configuration. Each run is one full `evaluate()` on the
-default target (sim-tpu-v6e): suite build with the float64 oracle, the sandboxed child
-(start, import, trace, TPU lowering, interpret-mode runs), the parent-side checks and the
-simulated timing. The parent has imported JAX before the clock starts, as a long-running
-verifier would have. Prints one JSON object with --json.
+PRNG seeds, its two unseen shapes, its derived unaligned shape and the two magnitude
+probes; the candidate is kernels/rmsnorm.py at its default configuration. Each run is one
+full `evaluate()` on the default target (sim-tpu-v6e): suite build with the float64 oracle,
+the two sandboxed children (the worker that imports, builds and traces the candidate; the
+runner that lowers and runs its programs under interpret mode, never importing it), the
+parent-side checks and the simulated timing. The parent has imported JAX before the clock
+starts, as a long-running verifier would have; the first run of the process compiles the
+input makers and references, later runs find them in JAX's in-process caches.
+
+Wall time depends on what else the machine runs, so every run also reports its CPU seconds
+(this process and every child it waited for: both sandboxes) and the 1-minute load average
+when it started; the CPU figure is the steadier one on a shared machine. `--cli` adds one
+`kernelgraph verify` in a fresh process (what a user waits for, imports included).
 
 The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
-direct calls, the phase limits' reference timing, the unaligned shape's case in the child)
-and as one evaluation without any of them (`verify_s_without_new_checks`).
+direct calls, the phase limits' reference timing, the unaligned shape's share of the
+children) and as one evaluation without any of them (`verify_s_without_new_checks`).
+Prints one JSON object with --json.
 """
 
 from __future__ import annotations
@@ -18,18 +26,40 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of every child it has waited for."""
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                      resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed(run: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    load = os.getloadavg()[0]
+    cpu, started = _cpu_s(), time.perf_counter()
+    result = run()
+    return result, {"wall_s": round(time.perf_counter() - started, 3),
+                    "cpu_s": round(_cpu_s() - cpu, 3), "load_1m": round(load, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=3, help="full evaluations to time")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time one `kernelgraph verify` in a fresh process")
     parser.add_argument("--task", default=str(ROOT / "tasks" / "rmsnorm.py"))
     parser.add_argument("--candidate", default=str(ROOT / "kernels" / "rmsnorm.py"))
     args = parser.parse_args(argv)
@@ -40,25 +70,26 @@ def main(argv: list[str] | None = None) -> int:
     from tools.verification.verify import evaluate
 
     task = load_task(args.task)
-    seconds, phases, verdicts = [], [], []
+    runs, phases, verdicts = [], [], []
     for _ in range(args.runs):
-        started = time.perf_counter()
-        verdict = evaluate(args.task, args.candidate, seeds=(0, 1, 2))
-        seconds.append(time.perf_counter() - started)
+        verdict, figures = _timed(lambda: evaluate(args.task, args.candidate, seeds=(0, 1, 2)))
+        runs.append(figures)
         phases.append(verdict.timings)
         verdicts.append(verdict.verdict)
     with _without_new_checks():
-        started = time.perf_counter()
-        bare = evaluate(args.task, args.candidate, seeds=(0, 1, 2))
-        without_s = time.perf_counter() - started
+        bare, bare_figures = _timed(lambda: evaluate(args.task, args.candidate,
+                                                     seeds=(0, 1, 2)))
     last = verdicts[-1]
     elements = 1
-    for size in task.make_inputs(0, 0)[0].shape:
+    for size in task.input_specs(0)[0].shape:
         elements *= size
-    result = {
+    result: dict[str, Any] = {
         "figure": "verify_s",
-        "verify_s": round(statistics.median(seconds), 3),
-        "runs_s": [round(s, 3) for s in seconds],
+        "verify_s": round(statistics.median(r["wall_s"] for r in runs), 3),
+        "verify_cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 3),
+        "runs_s": [r["wall_s"] for r in runs],
+        "runs_cpu_s": [r["cpu_s"] for r in runs],
+        "runs_load_1m": [r["load_1m"] for r in runs],
         "verdicts": verdicts,
         "target": "sim-tpu-v6e",
         "task": Path(args.task).name,
@@ -67,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": 3,
         "unseen_shapes": len(task.unseen_shape_indices),
         "cases": len(verdict.cases),
-        "verify_s_without_new_checks": round(without_s, 3),
+        "verify_s_without_new_checks": bare_figures["wall_s"],
+        "verify_cpu_s_without_new_checks": bare_figures["cpu_s"],
         "verdict_without_new_checks": bare.verdict,
         "cases_without_new_checks": len(bare.cases),
         "checks_s": {name: round(phases[-1].get(key, 0.0), 3) for name, key in (
@@ -75,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             ("phase_limits", "deadlines_s"), ("unaligned_shape", "child_derived_shapes_s"))},
         "unaligned_shapes_added": len(task.derived_shapes),
         "phases_s_last_run": {k: round(v, 3) for k, v in phases[-1].items()},
-        "cpus": __import__("os").cpu_count(),
+        "cpus": os.cpu_count(),
     }
+    if args.cli:
+        result["cli_verify"] = _cli(args.task, args.candidate)
     if args.json:
         print(json.dumps(result))
     else:
@@ -85,8 +119,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if last == "pass" else 1
 
 
+def _cli(task: str, candidate: str) -> dict[str, Any]:
+    """One `kernelgraph verify TASK CANDIDATE --json` in a fresh process."""
+    command = [sys.executable, "-m", "kernelgraph", "verify", task, candidate, "--json"]
+    done, figures = _timed(lambda: subprocess.run(command, capture_output=True, text=True,
+                                                  cwd=ROOT, check=False))
+    try:
+        verdict = json.loads(done.stdout).get("verdict")
+    except json.JSONDecodeError:
+        verdict = f"unreadable (exit {done.returncode})"
+    return {**figures, "verdict": verdict, "exit": done.returncode}
+
+
 @contextlib.contextmanager
-def _without_new_checks():  # type: ignore[no-untyped-def]
+def _without_new_checks() -> Iterator[None]:
     """The verifier as it was before: no derived unaligned shape, no second poison, no
     direct calls, no accumulation magnitudes, no phase limits."""
     import msgspec
@@ -97,18 +143,18 @@ def _without_new_checks():  # type: ignore[no-untyped-def]
     from tools.verification import verify
     from tools.verification.deadlines import PhaseLimits
 
-    saved = (shapes.with_unaligned_shape, testsuite._magnitudes, verify._request,
+    saved = (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
              verify.phase_limits)
     shapes.with_unaligned_shape = lambda task: task
     testsuite._magnitudes = lambda fn, host, oracle: [np.abs(o.astype(np.float64))
                                                       for o in oracle]
-    verify._request = lambda *a: msgspec.structs.replace(saved[2](*a), second_poison="",
-                                                          eager_cases=0)
+    verify.worker_request = lambda *a: msgspec.structs.replace(  # type: ignore[assignment]
+        saved[2](*a), second_poison="", eager_cases=0)
     verify.phase_limits = lambda *a: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
     try:
         yield
     finally:
-        (shapes.with_unaligned_shape, testsuite._magnitudes, verify._request,
+        (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
          verify.phase_limits) = saved
 
 

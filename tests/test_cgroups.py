@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.sandbox import cgroups
+from tools.sandbox import cgroups, namespaces
 from tools.sandbox import launcher as sandbox
 from tools.sandbox.launcher import Limits, run_sandboxed
 
@@ -84,7 +84,7 @@ def test_the_launcher_joins_the_group_and_seals_cgroupfs_from_the_child() -> Non
     try:
         limit_file = Path(group.paths[0], "pids.max")
         script = f'cat /proc/self/cgroup; echo max > {limit_file} && echo RAISED'
-        out = subprocess.run([*sandbox._namespace_prefix(box, group.procs_files),
+        out = subprocess.run([*namespaces.prefix(box, group.procs_files),
                               "/bin/sh", "-c", script], capture_output=True, text=True,
                              timeout=60)
         name = Path(group.paths[0]).name

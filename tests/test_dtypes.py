@@ -85,14 +85,15 @@ def test_bf16_suite_keeps_bf16_inputs_and_a_float64_oracle() -> None:
 @pytest.mark.parametrize(
     ("task", "kernel", "config"),
     [
-        ("gelu_bf16", "gelu.py", None),  # elementwise
-        ("rmsnorm_bf16", "rmsnorm.py", {"block_rows": 64}),  # row-wise norm
-        ("softmax_bf16", "softmax.py", None),  # row-wise softmax
-        ("matmul_bf16", "matmul.py", {"block_k": 128}),  # matmul, f32 accumulator
+        ("gelu_bf16", "kernels/gelu.py", None),  # elementwise
+        ("rmsnorm_bf16", "kernels/rmsnorm.py", {"block_rows": 64}),  # row-wise norm
+        ("softmax_bf16", "kernels/softmax.py", None),  # row-wise softmax
+        ("matmul_bf16", "kernels/matmul.py", {"block_k": 128}),  # matmul, f32 accumulator
+        ("attention_bf16", "tests/fair_kernels/attention.py", None),  # online softmax
     ],
 )
 def test_honest_bf16_kernels_pass(task: str, kernel: str, config: dict | None) -> None:
-    verdict = evaluate(TASKS / f"{task}.py", ROOT / "kernels" / kernel, config=config,
+    verdict = evaluate(TASKS / f"{task}.py", ROOT / kernel, config=config,
                        limits=Limits(wall_s=180.0))
     assert verdict.verdict == "pass", verdict.reasons
     assert all(o.dtype_ok for c in verdict.cases for o in c.outputs)

@@ -99,6 +99,19 @@ def test_the_speedup_is_rederived_from_latency_and_baseline(key: signing.Receipt
     assert not result.ok and "a passing verdict without a measurement" in result.problems
 
 
+def test_a_device_measurement_must_name_the_audited_program(key: signing.ReceiptKey) -> None:
+    body = _passing_body()
+    body["programs"] = {"0": "a" * 64, "1": "b" * 64}
+    body["measurement"].update(measured_on="real", program_sha256="a" * 64)
+    assert check_receipt(seal(body)).ok
+    body["measurement"]["program_sha256"] = "c" * 64  # signed, but another program was timed
+    result = check_receipt(seal(body))
+    assert result.signature_ok and not result.speedup_ok and not result.ok
+    assert any("not the audited tuning-point program" in p for p in result.problems)
+    del body["measurement"]["program_sha256"]
+    assert not check_receipt(seal(body)).ok
+
+
 def test_an_unsigned_receipt_fails(key: signing.ReceiptKey) -> None:
     receipt = seal(_passing_body())
     del receipt["signature"]

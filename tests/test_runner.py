@@ -58,9 +58,7 @@ def test_a_program_round_trips_to_the_same_kernels_and_outputs(task: str, config
 
 
 def programs_as_function(closed):
-    from tools.child.runner import _as_function
-
-    return _as_function(closed)
+    return programs.as_function(closed)
 
 
 # Kernel constructs beyond the shipped kernels: scratch, fori_loop, pl.when, custom_jvp

@@ -16,7 +16,7 @@ from tools.correctness.testsuite import FrozenSuite, build_suite
 from tools.inputs.tasks import load_task
 from tools.sandbox import cgroups
 from tools.sandbox.launcher import Limits, SandboxResult, run_sandboxed
-from tools.verification import verify as verify_module
+from tools.verification import runner as runner_module
 from tools.verification.receipts import check_receipt
 from tools.verification.verify import Verdict, evaluate
 
@@ -237,12 +237,13 @@ def test_a_build_whose_forks_take_memory_together_is_killed_at_the_tree_limit(
     limit = 1536 << 20
     boxes: list[SandboxResult] = []
 
-    def recording(*args: Any, **kwargs: Any) -> SandboxResult:
-        box = run_sandboxed(*args, **kwargs)
-        boxes.append(box)
+    def recording(module: str, *args: Any, **kwargs: Any) -> SandboxResult:
+        box = run_sandboxed(module, *args, **kwargs)
+        if module == runner_module.WORKER_MODULE:  # the child the candidate runs in
+            boxes.append(box)
         return box
 
-    monkeypatch.setattr(verify_module, "run_sandboxed", recording)
+    monkeypatch.setattr(runner_module, "run_sandboxed", recording)
     verdict = run(suites, "rmsnorm_small", CANDIDATES / "fork_memory.py",
                   limits=Limits(wall_s=120.0, total_memory_bytes=limit))
     assert verdict.verdict == "fail"

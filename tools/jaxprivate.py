@@ -85,6 +85,14 @@ def interpret_utils() -> ModuleType:
     return module
 
 
+def interpret_thread_map() -> ModuleType:
+    """`jax._src.pallas.mosaic.interpret.thread_map`: how interpret mode runs simulated
+    cores, one thread each, each compiling the per-core program it runs."""
+    from jax._src.pallas.mosaic.interpret import thread_map as module
+
+    return module
+
+
 def pallas_package() -> ModuleType:
     """`jax._src.pallas`: the package whose submodules register every Pallas lowering."""
     import jax._src.pallas
@@ -164,6 +172,7 @@ __all__ = [
     "PRIVATE_ROOT",
     "core",
     "interpret_pallas_call",
+    "interpret_thread_map",
     "jax_mlir",
     "mlir_ir",
     "mosaic_lowering",

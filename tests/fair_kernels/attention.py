@@ -1,5 +1,6 @@
 """Honest flash-style attention: an online softmax over key chunks in three orders:
-blocked (first to last), reversed, and split (two halves merged by their maxima)."""
+blocked (first to last), reversed, and split (two halves merged by their maxima).
+Scores, softmax and the accumulator are float32; the output has the inputs' dtype."""
 
 import functools
 import math
@@ -46,7 +47,7 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, order):
         m = jnp.maximum(m, part[0])
     total = sum(ti * jnp.exp(mi - m) for mi, ti, _ in parts)
     acc = sum(ai * jnp.exp(mi - m) for mi, _, ai in parts)
-    o_ref[...] = acc / total
+    o_ref[...] = (acc / total).astype(o_ref.dtype)
 
 
 def build(order="blocked"):
@@ -55,7 +56,7 @@ def build(order="blocked"):
         bq = min(BLOCK_Q, s)
         return pl.pallas_call(
             functools.partial(_kernel, order=order),
-            out_shape=jax.ShapeDtypeStruct((s, v.shape[1]), jnp.float32),
+            out_shape=jax.ShapeDtypeStruct((s, v.shape[1]), v.dtype),
             grid=(pl.cdiv(s, bq),),
             in_specs=[pl.BlockSpec((bq, d), lambda i: (i, 0)),
                       pl.BlockSpec(k.shape, lambda i: (0, 0)),

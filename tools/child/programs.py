@@ -18,6 +18,7 @@ import dataclasses
 import enum
 import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -104,6 +105,16 @@ def decode(data: bytes) -> Any:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise ProgramError(f"malformed program: {type(exc).__name__}: {exc}") from None
+
+
+def as_function(closed: Any) -> Callable[..., list[Any]]:
+    """A rebuilt program as a function of its inputs: JAX's own evaluation of the jaxpr."""
+    evaluate = jaxprivate.core().jaxpr_as_fun(closed)
+
+    def program(*args: Any) -> list[Any]:
+        return list(evaluate(*args))
+
+    return program
 
 
 class _Encoder:

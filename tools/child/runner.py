@@ -21,15 +21,14 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tools import jaxprivate
-from tools.child import interpret, programs, watchdog, worker
+from tools.child import corecompile, interpret, programs, watchdog, worker
+from tools.child.guard import IntegrityGuard
 from tools.sandbox import wire
-from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
+from tools.sandbox.launcher import RESULT_FILE
 
 PROGRAM_SOURCE = Path("<program>")
-_WAIT_S = 0.01
 
 
 def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
@@ -40,7 +39,7 @@ def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
     request = run.request
     races = interpret.RaceLog()
     races.install()
-    guard = worker.IntegrityGuard()
+    guard = IntegrityGuard()
     tampering: list[str] = []  # nothing here can tamper; kept for run_group's signature
     rng = random.Random(request.order_seed)
     groups = list(request.groups)
@@ -58,7 +57,7 @@ def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
             results.append(wire.GroupResult(group.shape_index, trace_error=message,
                                             diagnostics=(wire.Diagnostic(message, phase="run"),)))
             continue
-        kernel = _as_function(closed)
+        kernel = programs.as_function(closed)
         try:
             results.append(worker.run_group(kernel, group, request, PROGRAM_SOURCE, races, rng,
                                             guard, tampering, check_seconds))
@@ -74,16 +73,6 @@ def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
     )
 
 
-def _as_function(closed: Any) -> Any:
-    """The program as a function of its inputs: JAX's own evaluation of the rebuilt jaxpr."""
-    evaluate = jaxprivate.core().jaxpr_as_fun(closed)
-
-    def program(*args: Any) -> list[Any]:
-        return list(evaluate(*args))
-
-    return program
-
-
 def main(argv: list[str]) -> int:
     box = Path(argv[1])
     import jax
@@ -91,13 +80,12 @@ def main(argv: list[str]) -> int:
 
     jaxprivate.interpret_pallas_call()
     interpret.install_second_poison()
+    corecompile.install()
     worker._import_all_pallas()  # the same primitive names as the worker that encoded
     programs.primitives()
     jax.config.update("jax_platforms", "cpu")
-    request_path = box / REQUEST_FILE
-    while not request_path.exists():  # started early: the request comes once the worker is done
-        time.sleep(_WAIT_S)
-    run = wire.decode(request_path.read_bytes(), wire.RunRequest)
+    # Started early: the request comes once the worker has traced the candidate.
+    run = wire.decode(worker.wait_for_request(box), wire.RunRequest)
     watchdog.install(box / RESULT_FILE)
     response = run_programs(run)
     (box / RESULT_FILE).write_bytes(wire.encode(response))

@@ -1,16 +1,24 @@
-"""The device timing child: build the candidate and time it against the reference.
+"""The device timing child: time a program against the reference on the device.
 
 Started by :class:`tools.performance.executors.RealExecutor` through the sandbox as
 ``python -I -m tools.child.timing BOX``; it reads a
 :class:`~tools.performance.timing.TimingRequest` and writes a
-:class:`~tools.performance.timing.TimingResult`. The candidate's own code runs only here.
+:class:`~tools.performance.timing.TimingResult`.
+
+A verified candidate comes as the program that was audited (its tuning-point trace as data,
+:mod:`tools.child.programs`): it is rebuilt from JAX's own primitives, jitted for the device
+and timed, and the candidate's code is never imported, so it cannot trace differently here
+than it did in the verifier. Only a trusted module (the task's reference, for the baseline)
+comes as a file whose ``build()`` is run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +52,12 @@ def time_in_child(request: TimingRequest, box: Path) -> TimingResult:
     task = load_task(request.task_path)
     args = jax.device_put(task.make_inputs(request.seed, request.shape_index), device)
     try:
-        kernel = build_in_child(load_in_child(box / request.candidate_path), request.config)
+        kernel = (program_function(request.program) if request.program else
+                  build_in_child(load_in_child(box / request.candidate_path), request.config))
     except Exception as exc:
         return TimingResult(request.platform, device.device_kind, [], [],
                             error=f"building the candidate failed: {type(exc).__name__}: {exc}")
+    program_sha256 = hashlib.sha256(request.program).hexdigest() if request.program else ""
     reference = task.reference
 
     def kg_candidate(*a: Any) -> Any:
@@ -70,7 +80,18 @@ def time_in_child(request: TimingRequest, box: Path) -> TimingResult:
     except Exception as exc:
         return TimingResult(request.platform, device.device_kind, [], [],
                             error=f"running on the device failed: {type(exc).__name__}: {exc}")
-    return TimingResult(request.platform, device.device_kind, cand_s, base_s, xplane)
+    return TimingResult(request.platform, device.device_kind, cand_s, base_s, xplane,
+                        program_sha256=program_sha256)
+
+
+def program_function(data: bytes) -> Callable[..., Any]:
+    """The audited program as a function of its inputs, rebuilt from data with JAX's own
+    primitives (all of Pallas imported first, so names match the worker's)."""
+    from tools.child import programs, worker
+
+    worker._import_all_pallas()
+    programs.primitives()
+    return programs.as_function(programs.decode(data))
 
 
 if __name__ == "__main__":

@@ -6,170 +6,43 @@ and writes an :class:`~tools.sandbox.wire.EvalResponse`: per shape, the StableHL
 lowering and, per case, the outputs of the same trace run under TPU interpret mode. The
 verifier asks it only to trace (``send_programs``): each trace goes back as data and is
 lowered and run by :mod:`tools.child.runner`, which never imports the candidate, so
-nothing this process reports about lowered text or outputs is believed.
+nothing this process reports about lowered text or outputs is believed. It may be started
+before its request exists (it waits for it), and it publishes the programs as soon as
+every shape is traced (:data:`tools.sandbox.wire.PROGRAMS_FILE`), before it lowers them for
+its own diagnostics and calls the candidate directly.
 
 Everything the candidate could use to influence the verdict lives in the parent. What this
 process can still do is notice when the candidate replaces functions the evaluation relies
-on (comparison helpers, jit, lowering, hashing, the interpreter); those are reported as
-tampering and fail the candidate.
+on (comparison helpers, jit, lowering, hashing, the interpreter; :mod:`tools.child.guard`);
+those are reported as tampering and fail the candidate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import random
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tools import jaxprivate
-from tools.child import interpret, programs, watchdog
+from tools.child import corecompile, interpret, programs, watchdog
+from tools.child.guard import IntegrityGuard, primitives_of
 from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 from tools.verification.allowlist import program_problems
 
 CANDIDATE_FILE = "candidate.py"
-
-# Functions a candidate has no business replacing; each is checked by identity.
-GUARDED = (
-    "numpy.allclose", "numpy.isclose", "numpy.array_equal", "numpy.asarray", "numpy.array",
-    "numpy.isfinite", "numpy.abs", "numpy.max", "numpy.mean", "numpy.frombuffer",
-    "numpy.testing.assert_allclose", "numpy.testing.assert_array_equal",
-    "jax.jit", "jax.device_put", "jax.block_until_ready", "jax.numpy.allclose",
-    "jax.numpy.isclose", "jax.numpy.array_equal", "jax.numpy.asarray", "jax.core.eval_jaxpr",
-    "jax.stages.Traced.lower", "jax.stages.Lowered.as_text", "jax.stages.Wrapped.trace",
-    "jax.experimental.pallas.pallas_call", "jax.experimental.pallas.tpu.InterpretParams",
-    "jax.experimental.pallas.tpu.force_tpu_interpret_mode",
-    *jaxprivate.GUARDED,
-    f"{jaxprivate.PALLAS_PACKAGE}.mosaic.interpret.utils.get_uninitialized_value",
-    "tools.child.worker.with_second_poison", "tools.child.worker.run_eager",
-    "tools.child.watchdog.phase", "tools.child.watchdog.Watchdog.phase",
-    "tools.child.watchdog.Watchdog._watch", "tools.child.watchdog.Watchdog._expire",
-    "hashlib.sha256", "msgspec.msgpack.encode", "builtins.open",
-    "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
-    "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
-    "tools.child.interpret.RaceLog.races_since", "tools.child.worker.run_group",
-    "tools.verification.allowlist.program_problems", "tools.verification.allowlist._check",
-    "tools.child.worker.run_case",
-)
-
-
-def _resolve(dotted: str) -> Any:
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            obj = getattr(obj, attr)
-        return getattr(obj, "__func__", obj)  # a bound classmethod is new on every access
-    raise ImportError(dotted)
-
-
-class IntegrityGuard:
-    """Identity snapshot of :data:`GUARDED`; :meth:`changed` names what was replaced."""
-
-    def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
-        for name in GUARDED:
-            try:
-                self._ids[name] = id(_resolve(name))
-            except (ImportError, AttributeError):
-                continue
-        self._modules = {name: id(sys.modules[name]) for name in
-                         ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.sandbox.wire",
-                          "tools.child.interpret", "tools.child.worker") if name in sys.modules}
-        self._rules = lowering_rules()
-        self._known_primitives = {key[2] for key in self._rules}
-
-    def new_primitives(self, used: set[Any]) -> list[str]:
-        """Primitives of the traced program whose lowering did not exist before the candidate
-        ran: a primitive of its own can lower one way for TPU (what is audited and modelled)
-        and another for the CPU interpreter (what is run and compared)."""
-        return sorted({f"the lowering of primitive `{p.name}` (defined by the candidate)"
-                       for p in used if p not in self._known_primitives})
-
-    def changed(self) -> list[str]:
-        found = []
-        rules = lowering_rules()
-        for key, ident in self._rules.items():
-            if rules.get(key) != ident:
-                found.append(_rule_name(key))
-        for key in rules.keys() - self._rules.keys():
-            if key[2] in self._known_primitives:  # a new platform-specific override
-                found.append(_rule_name(key))
-        for name, ident in self._ids.items():
-            try:
-                now = id(_resolve(name))
-            except (ImportError, AttributeError):
-                now = -1
-            if now != ident:
-                found.append(name)
-        for name, ident in self._modules.items():
-            if id(sys.modules.get(name)) != ident:
-                found.append(f"sys.modules[{name!r}]")
-        return found
-
-
-def lowering_rules() -> dict[tuple[str, str, Any], int]:
-    """(table, platform, primitive) -> id of its rule, for every lowering JAX dispatches on:
-    MLIR lowerings (generic and per platform), Mosaic kernel-body lowerings, and each
-    primitive's own ``impl`` (what eager interpretation of a kernel body binds)."""
-    mlir = jaxprivate.jax_mlir()
-    mosaic_lowering = jaxprivate.mosaic_lowering()
-    rules: dict[tuple[str, str, Any], int] = {}
-    for prim, entry in list(mlir._lowerings.items()):
-        rules[("mlir", "any", prim)] = id(entry)
-        impl = vars(prim).get("impl")
-        if impl is not None:
-            rules[("impl", "any", prim)] = id(impl)
-    for platform, table in list(mlir._platform_specific_lowerings.items()):
-        for prim, entry in list(table.items()):
-            rules[("mlir", platform, prim)] = id(entry)
-    for kind, table in list(mosaic_lowering.lowering_rules.items()):
-        for prim, rule in list(table.items()):
-            rules[("mosaic", str(kind), prim)] = id(rule)
-    return rules
-
-
-def _rule_name(key: tuple[str, str, Any]) -> str:
-    table, platform, prim = key
-    return f"the {table} lowering rule of `{getattr(prim, 'name', prim)}` ({platform})"
-
-
-def primitives_of(closed_jaxpr: Any) -> set[Any]:
-    """Every primitive of a program: nested jaxprs, kernel bodies and index maps included."""
-    core = jaxprivate.core()
-    found: set[Any] = set()
-    seen: set[int] = set()
-
-    def visit(value: Any) -> None:
-        if isinstance(value, core.ClosedJaxpr):
-            value = value.jaxpr
-        if isinstance(value, core.Jaxpr):
-            if id(value) in seen:
-                return
-            seen.add(id(value))
-            for eqn in value.eqns:
-                found.add(eqn.primitive)
-                for param in eqn.params.values():
-                    visit(param)
-        elif isinstance(value, tuple | list):
-            for item in value:
-                visit(item)
-        elif hasattr(value, "block_mappings"):  # a pallas GridMapping
-            for mapping in value.block_mappings:
-                visit(mapping.index_map_jaxpr)
-
-    visit(closed_jaxpr)
-    return found
-
+_replace = os.replace  # bound before any candidate code runs
+_sleep = time.sleep
+_WAIT_S = 0.02
 
 def _diagnose(exc: BaseException, source: Path, phase: str) -> list[wire.Diagnostic]:
     """Structured diagnostics: the toolchain's when available, else message + line."""
@@ -239,34 +112,70 @@ def run_case(
     )
 
 
-def run_group(
-    kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest, source: Path,
-    races: interpret.RaceLog, rng: random.Random, guard: IntegrityGuard,
-    tampering: list[str], check_seconds: dict[str, float],
-) -> wire.GroupResult:
+@dataclass
+class Traced:
+    """One shape's trace (and, when the runner wants it, the trace as data)."""
+
+    traced: Any
+    seconds: float
+    program: bytes = b""
+    unsendable: str = ""  # why the trace cannot be sent (fails the shape after the checks)
+
+
+def trace_group(kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest,
+                source: Path) -> Traced | wire.GroupResult:
+    """Trace ``kernel`` at the group's input shapes under the trace limit (and encode the
+    trace when ``send_programs``); a group result naming the failure when it cannot be
+    traced."""
     import jax
 
     first = group.cases[0].inputs
     specs = [jax.ShapeDtypeStruct(a.shape, wire.numpy_dtype(a.dtype)) for a in first]
     started = time.perf_counter()
-    limit = request.trace_limit_s
     try:
-        with watchdog.phase(limit, f"tracing and lowering shape {group.shape_index} did not "
-                            f"finish within its time limit of {limit:g} s"):
+        with _trace_limit(request, group):
             traced = jax.jit(kernel).trace(*specs)
     except Exception as exc:
         return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                 diagnostics=tuple(_diagnose(exc, source, "trace")),
                                 trace_seconds=time.perf_counter() - started)
-    traced_at = time.perf_counter()
+    seconds = time.perf_counter() - started
+    if request.send_programs:  # for the runner, which lowers and runs it without the candidate
+        try:
+            return Traced(traced, seconds, programs.encode(traced.jaxpr))
+        except programs.ProgramError as exc:
+            return Traced(traced, seconds,
+                          unsendable=f"the traced program cannot be sent to the runner: {exc}")
+    return Traced(traced, seconds)
+
+
+def _trace_limit(request: wire.EvalRequest,
+                 group: wire.ShapeGroup) -> contextlib.AbstractContextManager[None]:
+    limit = request.trace_limit_s
+    return watchdog.phase(limit, f"tracing and lowering shape {group.shape_index} did not "
+                                 f"finish within its time limit of {limit:g} s")
+
+
+def run_group(
+    kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest, source: Path,
+    races: interpret.RaceLog, rng: random.Random, guard: IntegrityGuard,
+    tampering: list[str], check_seconds: dict[str, float], done: Traced | None = None,
+) -> wire.GroupResult:
+    """Trace (unless ``done`` holds the trace), lower, check and, with ``run_cases``, run one
+    shape's cases under interpret mode."""
+    if done is None:
+        found = trace_group(kernel, group, request, source)
+        if isinstance(found, wire.GroupResult):
+            return found
+        done = found
+    traced, program, traced_at = done.traced, done.program, time.perf_counter()
     try:
-        with watchdog.phase(limit, f"tracing and lowering shape {group.shape_index} did not "
-                            f"finish within its time limit of {limit:g} s"):
+        with _trace_limit(request, group):
             text = _lower(traced, request.lowering_platform, request.chip)
     except Exception as exc:
         return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                 diagnostics=tuple(_diagnose(exc, source, "lower")),
-                                trace_seconds=traced_at - started,
+                                trace_seconds=done.seconds,
                                 lower_seconds=time.perf_counter() - traced_at)
     lowered_at = time.perf_counter()
     _note(tampering, guard)
@@ -275,14 +184,10 @@ def run_group(
             tampering.append(name)
     n_pallas = interpret.count_pallas_calls(traced.jaxpr)
     problems = tuple(program_problems(traced.jaxpr))
-    program = b""
-    if request.send_programs:  # for the runner, which lowers and runs it without the candidate
-        try:
-            program = programs.encode(traced.jaxpr)
-        except programs.ProgramError as exc:
-            message = f"the traced program cannot be sent to the runner: {exc}"
-            return wire.GroupResult(group.shape_index, trace_error=message,
-                                    diagnostics=(wire.Diagnostic(message, phase="trace"),))
+    if done.unsendable:  # after the checks above: a candidate's own primitive is named there
+        return wire.GroupResult(group.shape_index, trace_error=done.unsendable,
+                                diagnostics=(wire.Diagnostic(done.unsendable, phase="trace"),),
+                                trace_seconds=done.seconds)
     cases: list[wire.CaseResult] = []
     if request.run_cases:
         # Two simulated cores split the parallel grid between threads (the race detector
@@ -323,7 +228,7 @@ def run_group(
         program_problems=problems,
         program=program,
         cases=tuple(sorted(cases, key=lambda c: c.case_id)),
-        trace_seconds=traced_at - started,
+        trace_seconds=done.seconds,
         lower_seconds=lowered_at - traced_at,
     )
 
@@ -440,10 +345,25 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
     rng.shuffle(groups)
     results = []
     check_seconds: dict[str, float] = {}
+    done: dict[int, Traced | wire.GroupResult] = {}
+    if request.send_programs:  # every shape traced first: the runner starts on the programs
+        for group in groups:
+            try:
+                done[group.shape_index] = trace_group(kernel, group, request, source)
+            except BaseException as exc:
+                done[group.shape_index] = wire.GroupResult(
+                    group.shape_index, trace_error=_one_line(exc),
+                    diagnostics=tuple(_diagnose(exc, source, "trace")))
+        _publish_programs(box, {i: d.program for i, d in done.items()
+                                if isinstance(d, Traced) and d.program})
     for group in groups:
+        found = done.get(group.shape_index)
+        if isinstance(found, wire.GroupResult):
+            results.append(found)
+            continue
         try:
             results.append(run_group(kernel, group, request, source, races, rng, guard,
-                                     tampering, check_seconds))
+                                     tampering, check_seconds, found))
         except BaseException as exc:
             results.append(wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                             diagnostics=tuple(_diagnose(exc, source, "run"))))
@@ -464,6 +384,24 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
         eager=eager,
         check_seconds=check_seconds,
     )
+
+
+def wait_for_request(box: Path) -> bytes:
+    """The request, once the parent put it in the box: a child may be started before its
+    request exists, so its start-up overlaps the parent's work (the suite being built)."""
+    path = box / REQUEST_FILE
+    while not path.exists():
+        _sleep(_WAIT_S)
+    return path.read_bytes()
+
+
+def _publish_programs(box: Path, sent: dict[int, bytes]) -> None:
+    """Put the traces where the parent looks while this process still works (whole: a
+    rename), so the runner lowers and runs them while this process lowers for diagnostics
+    and calls the candidate directly."""
+    staging = box / f".{wire.PROGRAMS_FILE}.new"
+    staging.write_bytes(wire.encode(wire.TracedPrograms(sent)))
+    _replace(staging, box / wire.PROGRAMS_FILE)
 
 
 def _import_all_pallas() -> None:
@@ -488,13 +426,14 @@ def main(argv: list[str]) -> int:
     import msgspec  # noqa: F401
     jaxprivate.interpret_pallas_call()
     interpret.install_second_poison()
+    corecompile.install()
 
     _import_all_pallas()
     programs.primitives()  # JAX's own primitives by name, before any candidate code runs
 
     jax.config.update("jax_platforms", "cpu")
     encode = wire.encode
-    request = wire.decode((box / REQUEST_FILE).read_bytes(), wire.EvalRequest)
+    request = wire.decode(wait_for_request(box), wire.EvalRequest)
     (box / REQUEST_FILE).unlink()  # not left lying around for the candidate to read
     watchdog.install(box / RESULT_FILE)
     response = evaluate(box, request)

@@ -48,9 +48,11 @@ class AuditReport(msgspec.Struct, frozen=True):
     kernel_summaries: tuple[dict[str, Any], ...] = ()
 
 
-def audit_text(stablehlo_text: str, *, allowed: frozenset[str] = LAYOUT_OPS) -> AuditReport:
+def audit_text(stablehlo_text: str, *, allowed: frozenset[str] = LAYOUT_OPS,
+               program: LoweredProgram | None = None) -> AuditReport:
+    """Audit the lowered text (``program``: its parse, when the caller already has it)."""
     try:
-        program = parse_lowered(stablehlo_text)
+        program = program if program is not None else parse_lowered(stablehlo_text)
     except MosaicError as exc:
         return AuditReport(ok=False, kernels=0, outside_ops={}, disallowed_ops={},
                            outside_custom_calls=(),

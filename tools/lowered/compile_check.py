@@ -30,7 +30,13 @@ from typing import Any
 
 import msgspec
 
-from tools.lowered.mosaic import MosaicError, MosaicKernel, dtype_bits, parse_lowered
+from tools.lowered.mosaic import (
+    LoweredProgram,
+    MosaicError,
+    MosaicKernel,
+    dtype_bits,
+    parse_lowered,
+)
 from tools.performance.chips import Chip, get_chip
 
 
@@ -260,11 +266,13 @@ def kernel_smem(kernel: MosaicKernel) -> int:
     return total
 
 
-def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e") -> CompileReport:
-    """Check a lowered program's VMEM budget on `chip`; parse failures are diagnostics too."""
+def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e",
+                  program: LoweredProgram | None = None) -> CompileReport:
+    """Check a lowered program's VMEM budget on `chip`; parse failures are diagnostics too
+    (``program``: the text's parse, when the caller already has it)."""
     chip = get_chip(chip) if isinstance(chip, str) else chip
     try:
-        program = parse_lowered(stablehlo_text)
+        program = program if program is not None else parse_lowered(stablehlo_text)
     except MosaicError as exc:
         diag = Diagnostic(str(exc), None, None, "The lowered program could not be read.", None, "parse")
         return CompileReport(False, [diag], 0, chip.scoped_vmem_limit_bytes, chip.name)

@@ -26,6 +26,9 @@ class TimingRequest(msgspec.Struct, frozen=True):
     trace_runs: int
     shape_index: int = 0
     seed: int = 0
+    # A verified candidate's audited trace as data (tools.child.programs): when given, it is
+    # what is timed and no candidate file is read or imported.
+    program: bytes = b""
 
 
 class TimingResult(msgspec.Struct, frozen=True):
@@ -35,6 +38,7 @@ class TimingResult(msgspec.Struct, frozen=True):
     baseline_wall_s: list[float]
     xplane: bytes = b""
     error: str = ""
+    program_sha256: str = ""  # of the program that was timed ("" for a candidate file)
 
 
 def device_times(

@@ -2,16 +2,18 @@
 
 The child gets a fresh temporary directory holding its request, a wall-clock limit (the
 whole process tree is killed when it passes), an address-space limit (RLIMIT_AS), a CPU
-limit, a file-size limit, a limit on what its directory may hold (polled; the tree is killed
-when it passes, so it overshoots by at most one poll's worth of writing) and an environment rebuilt from an allowlist with every
-credential-looking variable removed. Where the host allows it (Linux with util-linux
-``unshare``/``setpriv`` and the rights to use namespaces) the child also runs in its own
-PID namespace with a private ``/proc`` (so it cannot read another process's environment),
-without network, with every filesystem except its directory read-only, and with no
-capabilities. Where a writable cgroup hierarchy offers it, the whole process tree also
-shares one memory limit and one limit on its tasks (:mod:`tools.sandbox.cgroups`): per-process
-limits alone let a candidate multiply them by forking. What was applied is reported in
-:attr:`SandboxResult.isolation`; it is probed, never assumed.
+limit, a file-size limit, a limit on what its directory may hold (polled; the tree is
+killed when it passes, so it overshoots by at most one poll's worth of writing) and an
+environment rebuilt from an allowlist with every credential-looking variable removed.
+Where the host allows it (Linux with util-linux ``unshare``/``setpriv`` and the rights to
+use namespaces) the child also runs in its own PID namespace with a private ``/proc`` (so
+it cannot read another process's environment), without network, with every filesystem
+except its directory read-only, and with no capabilities
+(:mod:`tools.sandbox.namespaces`). Where a writable cgroup hierarchy offers it, the whole
+process tree also shares one memory limit and one limit on its tasks
+(:mod:`tools.sandbox.cgroups`): per-process limits alone let a candidate multiply them by
+forking. What was applied is reported in :attr:`SandboxResult.isolation`; it is probed,
+never assumed. A child may also be started before its request exists (:class:`Mailbox`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.sandbox import cgroups
+from tools.sandbox import cgroups, namespaces
+from tools.sandbox.namespaces import (  # noqa: F401  (part of this module's interface)
+    SANDBOX_UID,
+    accelerator_devices,
+    cgroups_sealable,
+    namespaces_available,
+)
 
 REQUEST_FILE = "request.bin"
-SANDBOX_UID = 65534  # nobody: the child's uid and gid where the verifier runs as root
 RESULT_FILE = "result.bin"
 _TAIL = 4000
 
@@ -51,64 +58,6 @@ _SECRET_PREFIXES = (
     "GOOGLE_", "GEMINI_", "NATS_", "AWS_", "AZURE_", "OPENAI_", "ANTHROPIC_", "HF_",
     "HUGGING", "GITHUB_", "GH_", "GCP_", "GCLOUD", "CLOUDSDK_", "QDRANT_",
 )
-# Runs as PID 1 of the new namespaces: join the sandbox's control groups (the cgroup.procs
-# files before the first `--`) so everything it starts inherits them, make mounts private,
-# keep the sandbox directory writable, put a tmpfs over each directory others cannot enter
-# that holds something the child needs (the pairs before the second `--`: that directory
-# and the one entry of it bound back, so the interpreter under a private home is reachable
-# and nothing else there is), give it a private minimal /dev (plus the devices before the
-# third `--`, an accelerator's, bound from the host's), make every other writable
-# filesystem read-only (cgroup filesystems too: a group the child could write to would be
-# no limit, so it refuses to run in one; /sys and /proc/sys as well), then drop all
-# capabilities and, when a uid is given, become that unprivileged user (the parent-death
-# signal is set again after: a uid change clears it).
-_LAUNCHER = r"""
-set -e
-box="$1"; uid="$2"; shift 2
-joined=0
-while [ "$1" != "--" ]; do echo 0 > "$1"; joined=1; shift; done; shift
-mount --make-rprivate /
-mount --bind "$box" "$box"
-stage="$box/.kg-stage"
-while [ "$1" != "--" ]; do
-  mkdir "$stage"; mount --rbind "$1" "$stage"
-  mount -t tmpfs -o mode=711,size=64k tmpfs "$1"
-  mkdir "$1/$2"; mount --rbind "$stage/$2" "$1/$2"
-  umount -l "$stage"; rmdir "$stage"; shift 2
-done; shift
-mkdir "$stage"; mount --rbind /dev "$stage"
-mount -t tmpfs -o mode=755,size=64k,nosuid,noexec tmpfs /dev
-for node in null:3 zero:5 full:7 random:8 urandom:9; do
-  mknod -m 666 "/dev/${node%:*}" c 1 "${node#*:}"
-done
-while [ "$1" != "--" ]; do
-  if [ -d "$stage/${1#/dev/}" ]; then mkdir -p "$1"; else touch "$1"; fi
-  mount --rbind "$stage/${1#/dev/}" "$1"; shift
-done; shift
-umount -l "$stage"; rmdir "$stage"
-ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -s fd/2 /dev/stderr
-for target in $(awk '$4 ~ /(^|,)rw(,|$)/ && $3 !~ /^(proc|devpts|devtmpfs)$/ {print $2}' /proc/self/mounts | sort -u); do
-  [ "$target" = "$box" ] && continue
-  mount -o remount,bind,ro "$target" 2>/dev/null || [ "$target" != "/" ]
-done
-mount -o remount,bind,ro /sys
-mount --bind /proc/sys /proc/sys; mount -o remount,bind,ro /proc/sys
-if [ -e /proc/sysrq-trigger ]; then
-  mount --bind /proc/sysrq-trigger /proc/sysrq-trigger
-  mount -o remount,bind,ro /proc/sysrq-trigger
-fi
-if [ "$joined" = 1 ] && awk '@WRITABLE_CGROUPFS@' /proc/self/mounts; then
-  echo "kg-sandbox: a cgroup filesystem stayed writable" >&2; exit 125
-fi
-if [ -n "$uid" ]; then
-  exec setpriv --reuid="$uid" --regid="$uid" --clear-groups --pdeathsig KILL \
-    --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
-fi
-exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
-"""
-# awk on /proc/self/mounts: succeeds when some cgroup filesystem is mounted read-write.
-_WRITABLE_CGROUPFS = "$3 ~ /^cgroup2?$/ && $4 ~ /(^|,)rw(,|$)/ {found=1} END {exit !found}"
-_LAUNCHER = _LAUNCHER.replace("@WRITABLE_CGROUPFS@", _WRITABLE_CGROUPFS)
 # Without namespaces: join the control groups, then run the command.
 _JOINER = 'set -e; while [ "$1" != "--" ]; do echo 0 > "$1"; shift; done; shift; exec "$@"'
 
@@ -214,14 +163,19 @@ def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 class Mailbox:
     """A request delivered after the child started (it starts, imports and then waits for
     it), so a child's start-up overlaps the parent's other work; :meth:`cancel` ends a child
-    nothing was delivered to."""
+    nothing was delivered to, :meth:`kill` any child.
 
-    def __init__(self) -> None:
+    The child's wall limit counts from the delivery; before it the child may wait up to
+    ``wait_s`` (the parent delivers or cancels; a parent that dies takes the child along)."""
+
+    def __init__(self, wait_s: float = 3600.0) -> None:
         self._lock = threading.Lock()
         self._started = threading.Event()
         self._box: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
+        self.wait_s = wait_s
+        self.delivered_at: float | None = None  # time.monotonic() of the delivery
 
     def _attach(self, box: Path, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
@@ -241,6 +195,7 @@ class Mailbox:
             staging = self._box / f".{REQUEST_FILE}.new"
             staging.write_bytes(request)
             os.replace(staging, self._box / REQUEST_FILE)
+            self.delivered_at = time.monotonic()
 
     def cancel(self) -> None:
         """Kill the child unless it was given its request (idempotent)."""
@@ -250,6 +205,26 @@ class Mailbox:
             self._closed = True
             if self._proc is not None:
                 _signal_group(self._proc)
+
+    def kill(self) -> None:
+        """Kill the child whether or not it was given its request (its answer is not
+        wanted any more; idempotent)."""
+        with self._lock:
+            self._closed = True
+            if self._proc is not None:
+                _signal_group(self._proc)
+
+    def read(self, name: str, max_bytes: int) -> bytes | None:
+        """A file the running child put in its directory (renamed into place whole), read
+        like its result: a plain regular file or nothing (None, also before it exists)."""
+        with self._lock:
+            box = self._box
+        return None if box is None else read_regular_file(box / name, max_bytes)
+
+    def deadline(self, started: float, wall_s: float) -> float:
+        """When the child is out of time: the wall limit after the delivery, else the wait."""
+        delivered = self.delivered_at
+        return started + self.wait_s if delivered is None else delivered + wall_s
 
 
 def _signal_group(proc: subprocess.Popen[bytes]) -> None:
@@ -286,17 +261,17 @@ def run_sandboxed(
                    JAX_PLATFORMS="cpu")
         command = [sys.executable, "-I", "-m", module, str(box)]
         isolation = ["env-scrubbed", "rlimits", "own-session"]
-        namespaced = isolate and namespaces_available()
+        namespaced = isolate and namespaces.namespaces_available()
         # In namespaces the launcher seals the cgroup filesystems read-only; a group the
         # child could write to (namespaces there but unsealable) would be no limit.
-        if not namespaced or cgroups_sealable():
+        if not namespaced or namespaces.cgroups_sealable():
             group = cgroups.create(box.name, memory_bytes=limits.tree_memory_bytes,
                                    max_tasks=limits.max_tasks)
         if namespaced:
-            command = _namespace_prefix(str(box), group.procs_files, devices) + command
+            command = namespaces.prefix(str(box), group.procs_files, devices) + command
             isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
                           "private-dev", "read-only-sys", "no-capabilities"]
-            if _drops_uid(devices):
+            if namespaces.drops_uid(devices):
                 os.chown(box, SANDBOX_UID, SANDBOX_UID)
                 isolation.append(f"uid-{SANDBOX_UID}")
         elif group.procs_files:
@@ -325,6 +300,8 @@ def run_sandboxed(
             deadline = started + limits.wall_s
             try:
                 while True:
+                    if mailbox is not None:
+                        deadline = mailbox.deadline(started, limits.wall_s)
                     try:
                         proc.wait(timeout=max(0.0, min(_DISK_POLL_S, deadline - time.monotonic())))
                         break
@@ -340,7 +317,8 @@ def run_sandboxed(
             finally:
                 if proc.poll() is None:
                     _kill_tree(proc)
-            wall = time.monotonic() - started
+            delivered = mailbox.delivered_at if mailbox is not None else None
+            wall = time.monotonic() - (started if delivered is None else delivered)
             group.kill_members()  # anything that left the session: before reading what came back
             result = None
             if proc.returncode == 0 and not timed_out and not disk_exceeded:
@@ -367,99 +345,6 @@ def run_sandboxed(
     finally:
         group.close()
         shutil.rmtree(box, ignore_errors=True)
-
-
-def namespaces_available() -> bool:
-    """Whether the namespace launcher works here (probed once with a no-op)."""
-    return _probe()[0]
-
-
-def cgroups_sealable() -> bool:
-    """Whether the launcher leaves every cgroup filesystem read-only for the child."""
-    return _probe()[1]
-
-
-@functools.cache
-def _probe() -> tuple[bool, bool]:
-    if sys.platform != "linux" or not (shutil.which("unshare") and shutil.which("setpriv")):
-        return False, False
-    box = tempfile.mkdtemp(prefix="kg-probe-")
-    if os.geteuid() == 0:
-        os.chown(box, SANDBOX_UID, SANDBOX_UID)
-    script = f'touch "$0/ok"; awk \'{_WRITABLE_CGROUPFS}\' /proc/self/mounts || touch "$0/sealed"'
-    try:
-        probe = subprocess.run(
-            [*_namespace_prefix(box, []), "/bin/sh", "-c", script, box],
-            capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
-        )
-        works = probe.returncode == 0 and Path(box, "ok").is_file()
-        return works, works and Path(box, "sealed").is_file()
-    except (OSError, subprocess.TimeoutExpired):
-        return False, False
-    finally:
-        shutil.rmtree(box, ignore_errors=True)
-
-
-def _namespace_prefix(box: str, join: Sequence[str],
-                      devices: Sequence[str] = ()) -> list[str]:
-    uid = str(SANDBOX_UID) if _drops_uid(devices) else ""
-    overlays = [part for pair in _hidden_ancestors(_needed_paths()) for part in pair]
-    return [
-        "unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
-        "--mount", "--", "/bin/sh", "-c", _LAUNCHER, "kg-sandbox", box, uid, *join, "--",
-        *overlays, "--", *devices, "--",
-    ]
-
-
-def accelerator_devices() -> list[str]:
-    """The host's accelerator device nodes (TPU, NVIDIA GPU, VFIO), for a timing child."""
-    import glob
-
-    found = [*glob.glob("/dev/accel*"), *glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri")]
-    if os.path.isdir("/dev/vfio"):
-        found.append("/dev/vfio")
-    return sorted(p for p in found if p.startswith("/dev/") and "/.." not in p)
-
-
-def _drops_uid(devices: Sequence[str]) -> bool:
-    """Root verifiers hand the child uid 65534, unless a device it needs is not usable by
-    others (then it keeps uid 0, without capabilities, and the receipt does not claim it)."""
-    if os.geteuid() != 0:
-        return False
-    for device in devices:
-        paths = ([os.path.join(device, n) for n in os.listdir(device)]
-                 if os.path.isdir(device) else [device])
-        for path in paths:
-            with contextlib.suppress(OSError):
-                if stat.S_IMODE(os.stat(path).st_mode) & 0o006 != 0o006:
-                    return False
-    return True
-
-
-def _needed_paths() -> list[str]:
-    """What the child must reach: the interpreter, its installation, the project's code."""
-    import tools
-
-    found = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix,
-             str(Path(tools.__file__).resolve().parent.parent)}
-    return sorted(os.path.realpath(p) for p in found)
-
-
-def _hidden_ancestors(paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(directory, entry) for each directory on the way to ``paths`` that others cannot
-    enter, outermost first: the launcher covers it with a tmpfs holding only that entry."""
-    found: list[tuple[str, str]] = []
-    for path in paths:
-        parts = Path(path).parts
-        for depth in range(1, len(parts) - 1):
-            directory = str(Path(*parts[:depth]))
-            try:
-                enterable = os.stat(directory).st_mode & stat.S_IXOTH
-            except OSError:
-                break
-            if not enterable and (directory, parts[depth]) not in found:
-                found.append((directory, parts[depth]))
-    return sorted(found, key=lambda pair: (pair[0].count("/"), pair))
 
 
 def _cpu_seconds(limits: Limits) -> int:

@@ -138,6 +138,17 @@ class EvalResponse(msgspec.Struct, frozen=True):
     check_seconds: dict[str, float] = {}  # what each extra check cost, by name
 
 
+PROGRAMS_FILE = "programs.bin"  # put in the worker's directory before the worker finishes
+
+
+class TracedPrograms(msgspec.Struct, frozen=True):
+    """The worker's traces by shape, written (renamed into place whole) as soon as every
+    shape is traced: the runner starts on them while the worker lowers for its diagnostics
+    and calls the candidate directly. They are the candidate's word, like all it reports."""
+
+    programs: dict[int, bytes]
+
+
 class RunRequest(msgspec.Struct, frozen=True):
     """What the runner gets: the settings and cases, and the worker's programs by shape."""
 

@@ -143,6 +143,7 @@ def check_receipt(receipt: Mapping[str, Any],
         problems.append(f"the verdict {recorded!r} does not follow from the numbers, which "
                         f"give {derived!r}")
     speedup_ok = _check_measurement(receipt.get("measurement"), recorded, checks, problems)
+    speedup_ok = _check_timed_program(receipt, recorded, problems) and speedup_ok
     return ReceiptCheck(
         ok=hash_ok and signature_ok and key_trusted and speedup_ok and verdict_ok,
         hash_ok=hash_ok, signature_ok=signature_ok, key_trusted=key_trusted,
@@ -206,6 +207,24 @@ def _check_measurement(measurement: Any, verdict: str, checks: Checks | None,
         problems.append("the measurement is marked invalid but the checks say timing was valid")
         ok = False
     return ok
+
+
+def _check_timed_program(receipt: Mapping[str, Any], verdict: str,
+                         problems: list[str]) -> bool:
+    """A pass measured on a device timed the tuning-point program that was audited: the
+    measurement names its sha256 and the receipt's programs list it for shape 0."""
+    measurement = receipt.get("measurement")
+    if verdict != "pass" or not isinstance(measurement, Mapping) or \
+            measurement.get("measured_on") != "real":
+        return True
+    programs = receipt.get("programs")
+    audited = programs.get("0") if isinstance(programs, Mapping) else None
+    timed = measurement.get("program_sha256")
+    if audited and timed == audited:
+        return True
+    problems.append(f"the device timed program {timed!r}, not the audited tuning-point "
+                    f"program {audited!r}")
+    return False
 
 
 def load_receipt(path: str | Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The parent's side of the runner split: the worker's report is read for its programs only.
+"""The parent's side of an evaluation's two sandboxed children: the worker and the runner.
 
 The worker (:mod:`tools.child.worker`) imports the candidate, so everything it reports is
 the candidate's word. Of it the verdict uses: whether the candidate loaded and built, the
@@ -6,46 +6,113 @@ tampering it noticed, the diagnostics (for fix agents), the direct calls, and, p
 either a trace error or the traced program as data. The lowered text, the kernel count,
 the allowlist and every case's outputs come from the runner (:mod:`tools.child.runner`),
 a second sandboxed child that never imports candidate code and lowers and runs those
-programs itself. A shape the worker sent no program for fails.
+programs itself. A shape the worker sent no program for fails, and so does a shape the
+worker reports an error for: its word can fail a shape, never pass one.
+
+Both children start before the parent builds the test suite, so their start-up (Python,
+JAX, the Pallas modules) overlaps it, and wait for their requests in a mailbox; each one's
+wall limit counts from its delivery. The worker publishes its programs as soon as every
+shape is traced (:data:`tools.sandbox.wire.PROGRAMS_FILE`) and the runner starts on them
+while the worker lowers for its diagnostics and calls the candidate directly. The programs
+delivered to the runner are the ones the verdict's text, audit and outputs come from, and
+the ones a real device times (:attr:`RunnerOutcome.programs`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import random
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
+from tools.correctness.suitedata import FrozenSuite
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, Mailbox, SandboxResult, run_sandboxed
+from tools.verification.deadlines import PhaseLimits
 
 RUNNER_MODULE = "tools.child.runner"
+WORKER_MODULE = "tools.child.worker"
+CANDIDATE_FILE = "candidate.py"
+_POLL_S = 0.02
 
 
 @dataclass
-class PendingRunner:
-    """A runner started before the worker, so its start-up (Python, JAX, the Pallas
-    modules) overlaps the worker's work; it waits for its request. Its wall limit covers
-    the wait: the worker's limit plus its own."""
+class PendingChild:
+    """A sandboxed child started before its request exists; it waits in its mailbox."""
 
     mailbox: Mailbox
     result: Future[SandboxResult]
     pool: ThreadPoolExecutor
 
+    def deliver(self, request: bytes) -> None:
+        self.mailbox.deliver(request)
+
     def cancel(self) -> None:
-        """End it (killed unless it got its programs) and wait until its sandbox directory
+        """End it (killed unless it got its request) and wait until its sandbox directory
         and control groups are gone, so nothing of it outlives the evaluation."""
         self.mailbox.cancel()
         self.pool.shutdown(wait=True)
 
+    def kill(self) -> None:
+        """End it even after its delivery (its answer is not wanted) and wait as above."""
+        self.mailbox.kill()
+        self.pool.shutdown(wait=True)
 
-def start_runner(limits: Limits) -> PendingRunner:
+
+PendingRunner = PendingChild
+
+
+def _start(module: str, limits: Limits, files: dict[str, bytes] | None = None) -> PendingChild:
     mailbox = Mailbox()
-    pool = ThreadPoolExecutor(1, thread_name_prefix="kg-runner")
-    waiting = dataclasses.replace(limits, wall_s=2 * limits.wall_s)
-    result = pool.submit(run_sandboxed, RUNNER_MODULE, None, limits=waiting, mailbox=mailbox)
-    return PendingRunner(mailbox, result, pool)
+    pool = ThreadPoolExecutor(1, thread_name_prefix=f"kg-{module.rsplit('.', 1)[-1]}")
+    result = pool.submit(run_sandboxed, module, None, files=files, limits=limits,
+                         mailbox=mailbox)
+    return PendingChild(mailbox, result, pool)
+
+
+def start_runner(limits: Limits) -> PendingChild:
+    return _start(RUNNER_MODULE, limits)
+
+
+def start_worker(candidate: bytes, limits: Limits) -> PendingChild:
+    """The worker, with the candidate's text in its directory (as ``candidate.py``)."""
+    return _start(WORKER_MODULE, limits, {CANDIDATE_FILE: candidate})
+
+
+def wait_for_programs(worker: PendingChild, max_bytes: int) -> dict[int, bytes] | None:
+    """The programs the worker published, as soon as they appear; None when it finished
+    (or died) without publishing readable ones: then its result carries them or nothing."""
+    while True:
+        finished = worker.result.done()
+        data = worker.mailbox.read(wire.PROGRAMS_FILE, max_bytes)
+        if data is not None:
+            try:
+                return dict(wire.decode(data, wire.TracedPrograms).programs)
+            except msgspec.DecodeError:
+                return None
+        if finished:
+            return None
+        time.sleep(_POLL_S)
+
+
+def deliver_programs(runner: PendingChild, request: wire.EvalRequest,
+                     programs: dict[int, bytes]) -> str:
+    """Hand the runner its programs; why not, in words ("" when delivered). Nothing to run
+    ends it."""
+    if not programs:
+        runner.cancel()
+        return ""
+    run = wire.RunRequest(request=msgspec.structs.replace(
+        request, candidate_file="", send_programs=False, run_cases=True), programs=programs)
+    try:
+        runner.deliver(wire.encode(run))
+    except Exception as exc:  # it never started, or died before taking the request
+        runner.cancel()
+        return f"the runner could not be given its programs ({exc})"
+    return ""
 
 
 @dataclass
@@ -53,34 +120,33 @@ class RunnerOutcome:
     response: wire.EvalResponse  # the worker's facts, with the runner's groups
     box: SandboxResult | None  # None when there was nothing to run
     problem: str = ""  # why the runner gave no usable answer (fails the candidate)
+    programs: dict[int, bytes] = field(default_factory=dict)  # what the runner was given
+
+
+def worker_programs(worker: wire.EvalResponse) -> dict[int, bytes]:
+    """The programs of the worker's final report (when it published none before)."""
+    return {g.shape_index: g.program for g in worker.groups if g.program and not g.trace_error}
 
 
 def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
-                 runner: PendingRunner) -> RunnerOutcome:
-    """Run the worker's programs in the runner and merge: only the worker's trace errors,
-    never its lowered text or outputs, survive into the groups that are judged."""
-    programs = {g.shape_index: g.program for g in worker.groups
-                if g.program and not g.trace_error}
+                 runner: PendingChild, sent: dict[int, bytes] | None = None,
+                 problem: str = "") -> RunnerOutcome:
+    """Run the worker's programs in the runner (``sent``: already delivered, with
+    ``problem`` if that failed) and merge: only the worker's errors and diagnostics, never
+    its lowered text or outputs, survive into the groups that are judged."""
+    if sent is None:
+        sent = worker_programs(worker)
+        problem = deliver_programs(runner, request, sent)
     box = None
     ran: dict[int, wire.GroupResult] = {}
-    problem = ""
     check_seconds = dict(worker.check_seconds)
-    if not programs:
-        runner.cancel()
-    else:
-        run = wire.RunRequest(request=msgspec.structs.replace(
-            request, candidate_file="", send_programs=False, run_cases=True),
-            programs=programs)
-        try:
-            runner.mailbox.deliver(wire.encode(run))
-            box = runner.result.result()
-        except Exception as exc:  # it never started, or died before taking the request
-            runner.cancel()
-            problem = f"the runner could not be given its programs ({exc})"
+    usable = {g.shape_index for g in worker.groups if not g.trace_error} & sent.keys()
+    if sent and not problem and not usable:  # every shape already failed: nothing to wait for
+        runner.kill()
+    elif sent and not problem:
+        box = runner.result.result()
         runner.pool.shutdown(wait=False)
-        if box is None:
-            pass
-        elif not box.ok:
+        if not box.ok:
             problem = f"the runner {box.failure()}"
         else:
             try:
@@ -96,18 +162,78 @@ def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
                     check_seconds[name] = check_seconds.get(name, 0.0) + seconds
     groups = []
     for group in worker.groups:
-        if group.shape_index in programs and group.shape_index in ran:
-            runner_group = ran[group.shape_index]
+        index = group.shape_index
+        if group.trace_error or index not in sent:
+            groups.append(wire.GroupResult(
+                index, trace_error=group.trace_error or "the worker sent no program for this "
+                "shape", diagnostics=group.diagnostics))
+        elif index in ran:
+            runner_group = ran[index]
             groups.append(msgspec.structs.replace(
                 runner_group, diagnostics=group.diagnostics + runner_group.diagnostics))
-        elif group.shape_index in programs:
-            groups.append(wire.GroupResult(
-                group.shape_index, trace_error=problem or "the runner returned no result for "
-                "this shape", diagnostics=group.diagnostics))
         else:
             groups.append(wire.GroupResult(
-                group.shape_index,
-                trace_error=group.trace_error or "the worker sent no program for this shape",
+                index, trace_error=problem or "the runner returned no result for this shape",
                 diagnostics=group.diagnostics))
     merged = msgspec.structs.replace(worker, groups=tuple(groups), check_seconds=check_seconds)
-    return RunnerOutcome(merged, box, problem)
+    return RunnerOutcome(merged, box, problem, dict(sent))
+
+
+def worker_request(suite: FrozenSuite, config: dict[str, Any], order_seed: int, chip: str,
+                   deadlines: PhaseLimits) -> wire.EvalRequest:
+    """The worker's request: the cases' inputs (never their expected outputs) by shape, the
+    phase limits; it traces and sends programs, the runner runs the cases."""
+    rng = random.Random(order_seed)
+    by_shape: dict[int, list[wire.CaseRequest]] = {}
+    for case in suite.cases:
+        by_shape.setdefault(case.shape_index, []).append(
+            wire.CaseRequest(case.case_id, case.inputs))
+    groups = tuple(
+        wire.ShapeGroup(shape_index=index, interpret_seed=rng.getrandbits(31),
+                        cases=tuple(cases))
+        for index, cases in sorted(by_shape.items())
+    )
+    return wire.EvalRequest(
+        candidate_file=CANDIDATE_FILE, config=config, groups=groups, order_seed=order_seed,
+        chip=chip, build_limit_s=deadlines.build_s, trace_limit_s=deadlines.trace_s,
+        case_limit_s=deadlines.case_s, send_programs=True, run_cases=False)
+
+
+@dataclass
+class WorkerRun:
+    box: SandboxResult  # the worker's sandbox
+    sent: dict[int, bytes] | None  # programs delivered to the runner before the worker ended
+    problem: str  # why that delivery failed ("" when it did not)
+
+
+@dataclass
+class Children:
+    """An evaluation's worker and runner, started together before the suite is built."""
+
+    worker: PendingChild
+    runner: PendingChild
+
+    @classmethod
+    def start(cls, candidate: bytes, limits: Limits) -> Children:
+        runner = start_runner(limits)
+        try:
+            worker = start_worker(candidate, limits)
+        except BaseException:
+            runner.kill()
+            raise
+        return cls(worker, runner)
+
+    def kill(self) -> None:
+        """End both (an error in the parent) and clean up."""
+        self.worker.kill()
+        self.runner.kill()
+
+    def run_worker(self, request: wire.EvalRequest, max_bytes: int) -> WorkerRun:
+        """Give the worker its request, the runner the worker's programs as soon as they are
+        published, and wait for the worker to end."""
+        self.worker.deliver(wire.encode(request))
+        sent = wait_for_programs(self.worker, max_bytes)
+        problem = "" if sent is None else deliver_programs(self.runner, request, sent)
+        box = self.worker.result.result()
+        self.worker.pool.shutdown(wait=False)
+        return WorkerRun(box, sent, problem)
