@@ -7,6 +7,7 @@ or the phase it failed in and why.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -128,7 +129,13 @@ def _colours(node: Node, norm: TwoSlopeNorm, cmap: object) -> tuple[object, str,
 def _title(node: Node, number: int) -> str:
     if node.status == "root":
         return "XLA baseline"
-    return f"#{number}" + (f" {node.strategy[:14]}" if node.strategy else "")
+    return f"#{number}" + (f" {_short_strategy(node.strategy)[:16]}" if node.strategy else "")
+
+
+def _short_strategy(strategy: str) -> str:
+    """A policy's hint `[lever=a+b class=c ...] text` as its levers (`a+b`); other text as is."""
+    tag = re.match(r"\[lever=([^\s\]]+)[^\]]*\]", strategy)
+    return tag.group(1) if tag else strategy
 
 
 def _subtitle(node: Node) -> str:
