@@ -23,10 +23,9 @@ class UnknownTask(KernelgraphError, ValueError):
 
 
 def shipped_dir() -> Path:
-    """The folder of the shipped task suite (the `tasks` package)."""
-    import tasks
-
-    return Path(tasks.__file__).resolve().parent
+    """The folder of the shipped task suite: the `tasks` package, installed beside this one
+    (found by location, not by import, so a script's own `tasks.py` cannot shadow it)."""
+    return Path(__file__).resolve().parent.parent / "tasks"
 
 
 def shipped_tasks() -> dict[str, Path]:
