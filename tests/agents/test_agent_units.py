@@ -98,7 +98,7 @@ def test_search_and_submit_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
     load_commands()
     runner = CliRunner()
     missing = runner.invoke(app, ["search", str(tmp_path / "nope.py"), "--db", str(tmp_path / "x.duckdb")])
-    assert missing.exit_code == 2 and "no such file" in missing.output
+    assert missing.exit_code == 2 and "no such task file" in missing.output
     assert "Traceback" not in missing.output
     no_bus = runner.invoke(app, ["submit", str(EVALTASKS / "rmsnorm_small.py")], env={"KG_NATS_URL": ""})
     assert no_bus.exit_code == 2 and "needs --nats" in no_bus.output
