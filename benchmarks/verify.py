@@ -12,7 +12,8 @@ input makers and references, later runs find them in JAX's in-process caches.
 
 Wall time depends on what else the machine runs, so every run also reports its CPU seconds
 (this process and every child it waited for: both sandboxes) and the 1-minute load average
-when it started; the CPU figure is the steadier one on a shared machine. `--cli` adds one
+when it started; the CPU figure is the steadier one on a shared machine, and
+`cpu_s_last_run` splits it between the parent and each sandbox. `--cli` adds one
 `kernelgraph verify` in a fresh process (what a user waits for, imports included).
 
 The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             ("phase_limits", "deadlines_s"), ("unaligned_shape", "child_derived_shapes_s"))},
         "unaligned_shapes_added": len(task.derived_shapes),
         "phases_s_last_run": {k: round(v, 3) for k, v in phases[-1].items()},
+        # CPU seconds of the last run by process: each sandbox as its own wait4 reports it,
+        # the parent (suite, checks, timing) as the rest
+        "cpu_s_last_run": _cpu_split(runs[-1]["cpu_s"], phases[-1]),
         "cpus": os.cpu_count(),
     }
     if args.cli:
@@ -117,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in result.items():
             print(f"{key}: {value}")
     return 0 if last == "pass" else 1
+
+
+def _cpu_split(total: float, timings: dict[str, float]) -> dict[str, float]:
+    children = {k: round(timings[k], 3) for k in ("worker_cpu_s", "runner_cpu_s")
+                if k in timings}
+    return {**children, "parent_cpu_s": round(total - sum(children.values()), 3)}
 
 
 def _cli(task: str, candidate: str) -> dict[str, Any]:
@@ -144,18 +154,18 @@ def _without_new_checks() -> Iterator[None]:
     from tools.verification.deadlines import PhaseLimits
 
     saved = (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
-             verify.phase_limits)
+             verify.suite_limits)
     shapes.with_unaligned_shape = lambda task: task
     testsuite._magnitudes = lambda fn, host, oracle: [np.abs(o.astype(np.float64))
                                                       for o in oracle]
     verify.worker_request = lambda *a: msgspec.structs.replace(  # type: ignore[assignment]
         saved[2](*a), second_poison="", eager_cases=0)
-    verify.phase_limits = lambda *a: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
+    verify.suite_limits = lambda *a: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
     try:
         yield
     finally:
         (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
-         verify.phase_limits) = saved
+         verify.suite_limits) = saved
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from tools.performance.executors import Measurement, RealExecutor
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, Mailbox, SandboxResult
 from tools.verification.receipts import check_receipt
-from tools.verification.runner import PendingChild, run_programs
+from tools.verification.runner import PendingChild, WorkerRun, run_programs
 from tools.verification.verify import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,15 @@ TASK = ROOT / "tests" / "evaltasks" / "rmsnorm_small.py"
 LIMITS = Limits(wall_s=120.0)
 
 
+def _box(answer: wire.EvalResponse, cpu_s: float) -> SandboxResult:
+    return SandboxResult(returncode=0, timed_out=False, result=wire.encode(answer),
+                         stdout_tail="", stderr_tail="", wall_s=1.0, limits=LIMITS, cpu_s=cpu_s)
+
+
 def _answered(answer: wire.EvalResponse) -> PendingChild:
     """A runner that has already answered (its sandbox ran; only its result is read)."""
     done: Future[SandboxResult] = Future()
-    done.set_result(SandboxResult(returncode=0, timed_out=False, result=wire.encode(answer),
-                                  stdout_tail="", stderr_tail="", wall_s=1.0, limits=LIMITS))
+    done.set_result(_box(answer, 2.0))
     return PendingChild(Mailbox(), done, ThreadPoolExecutor(1))
 
 
@@ -58,7 +62,8 @@ def test_the_runner_speaks_for_lowering_and_outputs_only_and_the_worker_fails_on
     sent = {0: b"p0", 1: b"p1"}
     request = wire.EvalRequest(candidate_file="candidate.py", config={}, groups=(),
                                order_seed=0)
-    outcome = run_programs(worker, request, _answered(runner), sent=sent)
+    outcome = run_programs(worker, request, _answered(runner),
+                           WorkerRun(_box(worker, 1.0), sent, problem=""))
     merged = {g.shape_index: g for g in outcome.response.groups}
     assert merged[0].stablehlo == "the runner's text" and not merged[0].cases
     assert merged[1].trace_error == "lowering failed in the worker"
@@ -66,6 +71,7 @@ def test_the_runner_speaks_for_lowering_and_outputs_only_and_the_worker_fails_on
     assert outcome.response.tampering == ("numpy.allclose",)
     assert outcome.response.eager == worker.eager  # the direct calls are the worker's
     assert outcome.programs == sent and not outcome.problem
+    assert outcome.cpu_s == {"worker_cpu_s": 1.0, "runner_cpu_s": 2.0}
 
 
 def test_programs_are_read_from_the_box_only_as_plain_files(tmp_path: Path) -> None:

@@ -161,3 +161,11 @@ def test_devices_a_timing_child_needs_are_passed_through(device: str, drops_uid:
     if os.geteuid() == 0:
         assert ("uid-65534" in box.isolation) == drops_uid
         assert (f"uid={65534 if drops_uid else 0}") in error, error
+
+
+def test_the_sandbox_reports_its_trees_cpu_seconds_when_it_exits() -> None:
+    done = run_sandboxed("this", b"", limits=Limits(wall_s=60.0))  # prints a poem, exits 0
+    assert done.returncode == 0 and done.cpu_s is not None and 0 < done.cpu_s < 60
+    # a runner waits for a request that never comes: killed at its limit, no figure
+    killed = run_sandboxed("tools.child.runner", None, limits=Limits(wall_s=1.0))
+    assert killed.timed_out and killed.cpu_s is None

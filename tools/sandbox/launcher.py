@@ -105,6 +105,9 @@ class SandboxResult:
     task_limit_hits: int = 0  # forks and thread starts refused at the tree's task limit
     tree_peak: dict[str, int] = field(default_factory=dict)  # "tasks", "memory_bytes"
     groups: tuple[str, ...] = ()  # the cgroup directories used (removed by now)
+    # CPU seconds of the process tree (user + system, every process it waited for) when it
+    # exited by itself; None when it was killed
+    cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -298,22 +301,27 @@ def run_sandboxed(
                 mailbox._attach(box, proc)
             timed_out = disk_exceeded = False
             deadline = started + limits.wall_s
+            disk_checked = started
+            cpu_s = None
             try:
                 while True:
                     if mailbox is not None:
                         deadline = mailbox.deadline(started, limits.wall_s)
-                    try:
-                        proc.wait(timeout=max(0.0, min(_DISK_POLL_S, deadline - time.monotonic())))
+                    reaped, cpu_s = _reap(proc)
+                    if reaped:
                         break
-                    except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    if now - disk_checked >= _DISK_POLL_S:
+                        disk_checked = now
                         if _over_budget(box, limits.disk_bytes):
                             disk_exceeded = True
                             _kill_tree(proc)
                             break
-                        if time.monotonic() >= deadline:
-                            timed_out = True
-                            _kill_tree(proc)
-                            break
+                    if now >= deadline:
+                        timed_out = True
+                        _kill_tree(proc)
+                        break
+                    time.sleep(min(_REAP_POLL_S, max(0.0, deadline - now)))
             finally:
                 if proc.poll() is None:
                     _kill_tree(proc)
@@ -337,6 +345,7 @@ def run_sandboxed(
             limits=limits,
             isolation=tuple(isolation),
             disk_exceeded=disk_exceeded,
+            cpu_s=cpu_s,
             oom_kills=group.oom_kills(),
             task_limit_hits=group.task_limit_hits(),
             tree_peak=group.peaks(),
@@ -367,6 +376,7 @@ def _limit_child(limits: Limits) -> None:
 
 
 _DISK_POLL_S = 0.25
+_REAP_POLL_S = 0.02
 _MAX_ENTRIES = 100_000
 
 
@@ -393,6 +403,20 @@ def _over_budget(box: Path, budget: int) -> bool:
         if total > budget:
             return True
     return total > budget
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> tuple[bool, float | None]:
+    """(whether the child has exited, its tree's CPU seconds): reaped here with wait4, which
+    reports the resources it and its waited-for descendants used."""
+    try:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: no figure, but it is gone
+        proc.poll()
+        return True, None
+    if pid == 0:
+        return False, None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return True, usage.ru_utime + usage.ru_stime
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:

@@ -52,3 +52,12 @@ def phase_limits(reference: Any, inputs: Sequence[Any], wall_s: float) -> PhaseL
         case_s=capped(max(CASE_FLOOR_S, CASE_FACTOR * run_s)),
         reference_compile_s=compile_s, reference_run_s=run_s,
     )
+
+
+def suite_limits(task: Any, suite: Any, wall_s: float) -> PhaseLimits:
+    """The limits for a suite, scaled from the reference on its largest case."""
+    import numpy as np
+
+    largest = max(suite.cases, key=lambda c: sum(int(np.prod(a.shape)) for a in c.inputs))
+    return phase_limits(task.reference_at(largest.shape_index),
+                        [a.numpy() for a in largest.inputs], wall_s)

@@ -121,6 +121,7 @@ class RunnerOutcome:
     box: SandboxResult | None  # None when there was nothing to run
     problem: str = ""  # why the runner gave no usable answer (fails the candidate)
     programs: dict[int, bytes] = field(default_factory=dict)  # what the runner was given
+    cpu_s: dict[str, float] = field(default_factory=dict)  # each child's own CPU seconds
 
 
 def worker_programs(worker: wire.EvalResponse) -> dict[int, bytes]:
@@ -129,11 +130,11 @@ def worker_programs(worker: wire.EvalResponse) -> dict[int, bytes]:
 
 
 def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
-                 runner: PendingChild, sent: dict[int, bytes] | None = None,
-                 problem: str = "") -> RunnerOutcome:
-    """Run the worker's programs in the runner (``sent``: already delivered, with
-    ``problem`` if that failed) and merge: only the worker's errors and diagnostics, never
-    its lowered text or outputs, survive into the groups that are judged."""
+                 runner: PendingChild, run: WorkerRun | None = None) -> RunnerOutcome:
+    """Run the worker's programs in the runner (``run``: the worker's sandbox, with the
+    programs already delivered when it published them) and merge: only the worker's errors
+    and diagnostics, never its lowered text or outputs, survive into the judged groups."""
+    sent, problem = (run.sent, run.problem) if run is not None else (None, "")
     if sent is None:
         sent = worker_programs(worker)
         problem = deliver_programs(runner, request, sent)
@@ -176,7 +177,10 @@ def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
                 index, trace_error=problem or "the runner returned no result for this shape",
                 diagnostics=group.diagnostics))
     merged = msgspec.structs.replace(worker, groups=tuple(groups), check_seconds=check_seconds)
-    return RunnerOutcome(merged, box, problem, dict(sent))
+    cpu = {name: child.cpu_s for name, child in (("worker_cpu_s", run and run.box),
+                                                  ("runner_cpu_s", box))
+           if child is not None and child.cpu_s is not None}
+    return RunnerOutcome(merged, box, problem, dict(sent), cpu)
 
 
 def worker_request(suite: FrozenSuite, config: dict[str, Any], order_seed: int, chip: str,

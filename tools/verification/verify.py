@@ -41,7 +41,7 @@ from tools.lowered.audit import AuditReport, audit_text
 from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult
-from tools.verification.deadlines import PhaseLimits, phase_limits
+from tools.verification.deadlines import PhaseLimits, suite_limits
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
 from tools.verification.runner import Children, run_programs, worker_request
 from tools.verification.verdict import Verdict
@@ -107,9 +107,7 @@ def evaluate(
 
     try:
         t = time.perf_counter()
-        largest = max(suite.cases, key=lambda c: sum(int(np.prod(a.shape)) for a in c.inputs))
-        context.deadlines = phase_limits(task.reference_at(largest.shape_index),
-                                         [a.numpy() for a in largest.inputs], limits.wall_s)
+        context.deadlines = suite_limits(task, suite, limits.wall_s)
         timings["deadlines_s"] = time.perf_counter() - t
         request = worker_request(suite, full_config, order_seed, chip, context.deadlines)
         t = time.perf_counter()
@@ -124,8 +122,9 @@ def evaluate(
     if response is not None and not response.load_error and not response.limit_hit:
         # The worker imported the candidate: of its report only the programs are run, by
         # a runner that never imports it (the lowered text and outputs come from there).
-        ran = run_programs(response, request, children.runner, worker.sent, worker.problem)
+        ran = run_programs(response, request, children.runner, worker)
         timings["runner_s"] = time.perf_counter() - t  # after the worker: what the split adds
+        timings.update(ran.cpu_s)  # each child's own CPU seconds
         response = context.response = ran.response
         context.programs = ran.programs
         if ran.problem:
