@@ -218,6 +218,10 @@ def _receipt_facts(w: Winner) -> list[list[str]]:
     if r.get("suite"):
         facts.append(["test suite", f"{r['suite'].get('cases', '?')} cases, sha256 "
                                     f"<code>{escape(str(r['suite'].get('sha256', ''))[:16])}…</code>"])
+        notes = [str(n) for n in r["suite"].get("notes") or []]
+        if notes:  # what the suite could not cover (tails not exercised) is shown, not buried
+            facts.append(["suite notes", "<br>".join(
+                f'<b class="bad">{escape(n)}</b>' if "NOT" in n else escape(n) for n in notes)])
     sig = r.get("signature") or {}
     if sig:
         facts.append(["signed", f"{escape(str(sig.get('algorithm', '')))}, key "

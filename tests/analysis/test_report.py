@@ -120,3 +120,19 @@ def test_bad_input_is_one_line_and_exit_2(mixed_log: Path, tmp_path: Path) -> No
         assert message in result.output and "Traceback" not in result.output, result.output
     result = runner.invoke(app, ["report", str(mixed_log), "--out", str(a_file)])
     assert result.exit_code == 2 and "is not a folder" in result.output
+
+
+def test_a_winners_suite_notes_are_shown_and_untested_tails_stand_out() -> None:
+    from projections.report.html import _receipt_facts
+    from projections.report.model import Winner
+
+    untested = "tails (size % 1024, partial blocks) are NOT exercised for this task"
+    receipt = {"suite": {"cases": 7, "sha256": "ab" * 32,
+                         "notes": ["shape3-seed0: shape (251, 1019) derived off the tile",
+                                   untested]}}
+    winner = Winner(node_id="n", verdict="pass", speedup=1.5, measured_on="simulated",
+                    reasons=[], code_sha256=None, code=None, config={}, receipt_sha256="cd",
+                    receipt=receipt, receipt_text="{}")
+    facts = dict((key, value) for key, value in _receipt_facts(winner))
+    assert f'<b class="bad">{untested}</b>' in facts["suite notes"]
+    assert "shape3-seed0: shape (251, 1019) derived off the tile<br>" in facts["suite notes"]
