@@ -60,10 +60,10 @@ def test_a_suite_that_does_not_fit_is_refused_with_a_scale_that_does(tmp_path: P
     path.write_text(textwrap.dedent(JAXBENCH_MATMUL))
     task = load_task(path)
     counts = {0: 5, **{i: 1 for i in task.unseen_shape_indices}}
-    room = (256 * MIB, "a 256 MiB test limit")
+    room = (1536 * MIB, "a 1.5 GiB test limit")
     footprint, problem = fit_problem(task, counts, available=room)
-    assert footprint.peak_bytes > 256 * MIB  # a 4096 x 4096 float64 oracle alone is 128 MiB
-    assert problem is not None and "a 256 MiB test limit" in problem
+    assert footprint.peak_bytes > 0.85 * 1536 * MIB  # 4096 x 4096 float64 oracle, its work
+    assert problem is not None and "a 1.5 GiB test limit" in problem
     scales = [float(s) for s in re.search(r"--scale ([\d.,]+) would need", problem)
               .group(1).split(",")]
     smaller = load_task(path, scales=scales)
