@@ -201,3 +201,11 @@ def test_a_device_times_the_program_the_runner_audited(monkeypatch: pytest.Monke
     assert audit_text(lower_for_tpu(timed)).kernel_summaries == verdict.audit.kernel_summaries
     assert msgspec.to_builtins(verdict.audit.kernel_summaries) == msgspec.to_builtins(
         audit_text(lower_for_tpu(honest)).kernel_summaries)
+
+
+def test_a_child_that_cannot_be_started_says_why_at_delivery() -> None:
+    failed: Future[SandboxResult] = Future()  # its launch raised; no process ever existed
+    failed.set_exception(OSError("no such interpreter"))
+    broken = PendingChild(Mailbox(), failed, ThreadPoolExecutor(1))
+    with pytest.raises(OSError, match="no such interpreter"):
+        broken.deliver(b"request")

@@ -187,6 +187,10 @@ class Mailbox:
                 _signal_group(proc)
         self._started.set()
 
+    def started(self, timeout: float) -> bool:
+        """Whether the child process exists (waiting up to ``timeout`` seconds for it)."""
+        return self._started.wait(timeout)
+
     def deliver(self, request: bytes, timeout: float = 120.0) -> None:
         """Hand the child its request (atomically: it sees the whole file or none)."""
         if not self._started.wait(timeout):

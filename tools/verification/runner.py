@@ -48,6 +48,11 @@ class PendingChild:
     pool: ThreadPoolExecutor
 
     def deliver(self, request: bytes) -> None:
+        """Hand it its request; a child that could not be started raises why."""
+        while not self.mailbox.started(_POLL_S):
+            if self.result.done():
+                self.result.result()  # the launch's own error
+                raise RuntimeError("the sandboxed child ended before it got its request")
         self.mailbox.deliver(request)
 
     def cancel(self) -> None:
