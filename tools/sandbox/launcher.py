@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import resource
@@ -168,10 +169,11 @@ class Mailbox:
     it), so a child's start-up overlaps the parent's other work; :meth:`cancel` ends a child
     nothing was delivered to, :meth:`kill` any child.
 
-    The child's wall limit counts from the delivery; before it the child may wait up to
-    ``wait_s`` (the parent delivers or cancels; a parent that dies takes the child along)."""
+    The child's wall limit counts from the delivery; before it the child waits up to
+    ``wait_s``, by default as long as the parent takes (the parent delivers or kills it, and
+    a parent that dies takes the child along)."""
 
-    def __init__(self, wait_s: float = 3600.0) -> None:
+    def __init__(self, wait_s: float = math.inf) -> None:
         self._lock = threading.Lock()
         self._started = threading.Event()
         self._box: Path | None = None
