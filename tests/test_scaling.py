@@ -84,8 +84,9 @@ def test_an_index_that_does_not_follow_config_drops_the_scale_or_refuses_it(
 FIXED = """
 import jax, jax.numpy as jnp
 CONFIG = {'name': 'fixed', 'batch_size': 32, 'channels': 64}
+SHAPE = (32, 64, 16, 16)
 def create_inputs(dtype=jnp.float32):
-    return (jax.random.normal(jax.random.key(0), (32, 64, 16, 16), dtype),)
+    return (jax.random.normal(jax.random.key(0), SHAPE, dtype),)
 def workload(x):
     return jnp.tanh(x) * 2.0
 """
@@ -98,6 +99,39 @@ def test_a_task_whose_inputs_no_entry_sizes_runs_at_its_own_sizes_only(tmp_path:
     assert any("no CONFIG entry sizes an input" in n for n in task.notes)
     with pytest.raises(TaskError, match="--scale cannot change this task's sizes"):
         scaled_task(path, "0.5")
+
+
+LITERAL = """
+import jax, jax.numpy as jnp
+CONFIG = {'name': 'literal', 'batch_size': 256, 'in_features': 512, 'out_features': 512}
+def create_inputs(dtype=jnp.float32):
+    key = jax.random.key(0)
+    ka, kb = jax.random.split(jax.random.key(0xBADC0DE))
+    height = width = 32
+    x = jax.random.uniform(key, (256, 512), dtype=dtype)
+    w = jax.random.normal(ka, (512, 512), dtype=dtype) * 0.02
+    image = jax.random.normal(kb, (256, height, width), dtype=dtype)
+    return x, w, image
+def workload(x, w, image):
+    pooled = image.reshape(256, 32 * 32).mean(-1, keepdims=True)
+    return jnp.maximum(x @ w, 0.0) + pooled
+"""
+
+
+def test_literal_sizes_in_create_inputs_are_read_from_config_and_scale(tmp_path: Path) -> None:
+    path = _write(tmp_path, LITERAL, "literal")
+    full = load_task(path, scales=(1.0,))
+    assert [s.shape for s in full.input_specs(0)] == [(256, 512), (512, 512), (256, 32, 32)]
+    task = load_task(path, scales=(0.5, 0.25))
+    # the seed 0xBADC0DE is a literal too, but it sizes nothing: it is not scaled
+    assert set(task.config_sizes) == {"batch_size", "in_features", "literal_32"}
+    assert any("fixes its sizes as literals" in n for n in task.notes)
+    assert [s.shape for s in task.input_specs(0)] == [(128, 256), (256, 256), (128, 16, 16)]
+    assert [s.shape for s in task.input_specs(1)] == [(64, 128), (128, 128), (64, 8, 8)]
+    # the workload's reshape by the same literals follows them: the reference traces
+    suite = build_suite(task, seeds=(0,), probes=False)
+    assert suite.scales == (0.5, 0.25) and len({c.shape_index for c in suite.cases}) >= 2
+    assert scaled_task(path, "0.5") != path
 
 
 def test_scaled_task_writes_a_task_file_every_loader_reads_the_same_way(tmp_path: Path) -> None:

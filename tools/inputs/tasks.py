@@ -30,12 +30,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from tools.inputs.dtypes import DEFAULT_TOLERANCE, checkable_dtype, default_tolerance
 from tools.inputs.files import FileProblem, read_python_source
+
+if TYPE_CHECKING:
+    from tools.inputs.scaling import ConfigRoles
 
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
 _SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
@@ -306,6 +309,9 @@ def _jaxbench_task(
 
     base = dict(module.CONFIG)
     roles = config_roles(module, base)
+    bound_note = None
+    if roles.traced and not roles.sizes:
+        base, roles, bound_note = _bind_literal_sizes(module, base, roles)
     configs_by_scale: dict[float, dict[str, Any]] = {}
     for scale in scales:  # scales that round to the same sizes give one shape
         config = scale_config(base, roles.scaled, scale)
@@ -326,11 +332,36 @@ def _jaxbench_task(
         declared_tolerance=_declared(module),
         config_sizes=roles.scaled,
     )
+    if bound_note:
+        task = dataclasses.replace(task, notes=(*task.notes, bound_note))
     task = select_configs(task, roles, explicit)
     if explicit:
         task = dataclasses.replace(task, scales=tuple(
             float(s["scale"]) for s in task.shapes if isinstance(s.get("scale"), int | float)))
     return task
+
+
+def _bind_literal_sizes(module: ModuleType, base: dict[str, Any], roles: ConfigRoles
+                        ) -> tuple[dict[str, Any], ConfigRoles, str | None]:
+    """A task whose CONFIG sizes nothing, with the literals of create_inputs read from
+    CONFIG (:mod:`tools.inputs.literals`) when that lets some entry size an input."""
+    from tools.inputs.literals import apply, bind_literal_sizes
+    from tools.inputs.scaling import config_roles
+
+    bound = bind_literal_sizes(module)
+    if bound is None:
+        return base, roles, None
+    originals = {name: getattr(module, name) for name in bound.functions}
+    apply(module, bound)
+    new_roles = config_roles(module, dict(bound.config))
+    if not new_roles.sizes:  # the literals size nothing either: the file as it is
+        module.CONFIG = base
+        for name, function in originals.items():
+            setattr(module, name, function)
+        return base, roles, None
+    return dict(bound.config), new_roles, (
+        "create_inputs fixes its sizes as literals; they are read from CONFIG ("
+        + ", ".join(new_roles.sizes) + ") so the sizes can be scaled")
 
 
 def _tolerance(path: Path, module: ModuleType) -> dict[str, float]:
