@@ -395,5 +395,5 @@ class _AutoRun:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, CommandFailed):
-        return exc.failure.error[:2000]
+        return exc.failure.error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")[:2000]
     return str(exc)[:2000]

@@ -348,8 +348,13 @@ class Service:
             await msg.nak(delay=delay)
             self.stats.retried += 1
             return
-        log.error("%s: %s %s failed for good after %d deliveries", self.agent, cmd.type_name,
-                  cmd.command_id, delivered, exc_info=exc)
+        if permanent and (exc.__cause__ is None or isinstance(exc.__cause__, KernelgraphError)):
+            # a give-up with its reason (a bad task, a vacuous suite): one line, no traceback
+            log.warning("%s: %s %s failed for good after %d deliveries: %s", self.agent,
+                        cmd.type_name, cmd.command_id, delivered, exc)
+        else:
+            log.error("%s: %s %s failed for good after %d deliveries", self.agent,
+                      cmd.type_name, cmd.command_id, delivered, exc_info=exc)
         error = "".join(traceback.format_exception_only(exc)).strip()
         failed = AgentFailed(
             event_id=derived_event_id(cmd.command_id, FAILURE_INDEX, fallback_ms=int(cmd.ts * 1000)),

@@ -18,7 +18,7 @@ import pytest
 from jax.experimental import pallas as pl
 
 from tools.correctness.compare import compare_case
-from tools.correctness.testsuite import FrozenSuite, SuiteError, build_suite
+from tools.correctness.testsuite import FrozenSuite, SuiteError, VacuousSuite, build_suite
 from tools.inputs.candidate import CandidateError, read_candidate
 from tools.inputs.tasks import DEFAULT_TOLERANCE, TaskError, load_task
 from tools.lowered.audit import audit_text, embedded_constant_bytes
@@ -185,7 +185,7 @@ def make_inputs(key, shape_index=0):
     return jax.random.normal(kx, (16, 128)), jax.random.normal(kw, (128,))
 """
     task = load_task(write(tmp_path, "vacuous.py", text))
-    with pytest.raises(SuiteError, match=expected):
+    with pytest.raises(VacuousSuite, match=expected):
         build_suite(task, seeds=(0, 1))
 
 

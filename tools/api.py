@@ -35,6 +35,7 @@ from tools.correctness.testsuite import (
     FrozenSuite,
     SuiteError,
     SuiteTooLarge,
+    VacuousSuite,
     build_suite,
 )
 from tools.inputs.candidate import CandidateError, read_candidate
@@ -347,6 +348,7 @@ __all__ = [
     "TuneResult",
     "TuneRow",
     "UnknownTarget",
+    "VacuousSuite",
     "Verdict",
     "autotune",
     "candidate_configs",

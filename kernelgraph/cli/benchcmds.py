@@ -149,6 +149,9 @@ def bench(
     out.write(f"{line['found']} task(s) found, {line['loaded']} loaded, {line['froze_suite']} froze "
               f"a suite, {line['verified']} got a verified kernel; budget {budget_candidates} "
               f"candidates per run, {repeat} repeat(s)\n")
+    if line["vacuous"]:
+        out.write(f"{len(line['vacuous'])} task(s) refused as vacuous (their reference output "
+                  f"cannot tell right from wrong): {', '.join(line['vacuous'])}\n")
     header = f"{'policy':14} {'runs':>4} {'correct':>7} {'compile':>7} {'geomean':>8} {'fast_1':>6} {'cands':>6} {'to best':>7} {'wall s':>8} label\n"
     out.write(header)
     for name, p in report["policies"].items():

@@ -50,4 +50,9 @@ async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> Non
     outcomes = [RunOutcome("gelu", e[0].policy, 1, run_id, "completed", verified=True)
                 for run_id, e in by_run.items()]
     assert suite_summary(2, outcomes, by_run) == {"found": 2, "loaded": 1, "froze_suite": 1,
-                                                  "verified": 1}
+                                                  "verified": 1, "vacuous": []}
+    # a task whose reference is constant is named apart (the test synthesiser's reason)
+    constant = RunOutcome("const", "parallel", 1, "r-const", "failed",
+                          "test_synth: VacuousSuite: const.py: reference output 0 is constant")
+    line = suite_summary(3, [*outcomes, constant], by_run)
+    assert line["vacuous"] == ["const"] and line["loaded"] == 2 and line["verified"] == 1

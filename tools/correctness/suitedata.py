@@ -26,6 +26,11 @@ class SuiteError(KernelgraphError, ValueError):
     """The task cannot be tested as it stands (a vacuous suite); the message says why."""
 
 
+class VacuousSuite(SuiteError):
+    """The reference's output cannot tell a right kernel from a wrong one (empty, all zero,
+    constant, or the same for different inputs): the task itself is at fault, not the run."""
+
+
 class SuiteTooLarge(SuiteError):
     """Freezing the suite would not fit in this process's memory (the estimate says by how
     much, and the --scale that would fit)."""

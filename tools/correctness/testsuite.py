@@ -38,6 +38,7 @@ from tools.correctness.suitedata import (
     SuiteCase,
     SuiteError,
     SuiteTooLarge,
+    VacuousSuite,
     suite_hash,
 )
 from tools.inputs.tasks import Task, check_reference_output
@@ -211,14 +212,14 @@ class _Builder:
         where = f"{self.task.path}"
         for k, out in enumerate(oracle):
             if out.size == 0:
-                raise SuiteError(f"{where}: reference output {k} is empty in {case_id}")
+                raise VacuousSuite(f"{where}: reference output {k} is empty in {case_id}")
             if not np.any(out):
-                raise SuiteError(
+                raise VacuousSuite(
                     f"{where}: reference output {k} is all zero in {case_id}; a suite "
                     "built on it cannot tell a right kernel from one that writes nothing")
             finite = out[np.isfinite(out)] if _is_float(out) else out
             if out.size > 1 and finite.size and np.all(finite == finite.flat[0]):
-                raise SuiteError(
+                raise VacuousSuite(
                     f"{where}: reference output {k} is constant ({finite.flat[0]!r}) in "
                     f"{case_id}; it does not depend on the inputs")
             del finite
@@ -229,7 +230,7 @@ class _Builder:
         if last is None:
             _refuse_insensitive(where, self.references[0], inputs)
         elif last[1] != inputs_sha256 and last[2] == outputs_sha256:
-            raise SuiteError(
+            raise VacuousSuite(
                 f"{where}: reference output is identical for {last[0]} and {case_id} "
                 "although their inputs differ; the output does not depend on the inputs")
 
@@ -267,7 +268,7 @@ def _refuse_insensitive(where: str, reference: Any, tuning_inputs: Sequence[Any]
         outs = [np.asarray(o) for o in jax.tree.leaves(reference(*changed))]
         del changed, noisy
         if all(np.array_equal(p, q, equal_nan=True) for p, q in zip(base, outs, strict=True)):
-            raise SuiteError(
+            raise VacuousSuite(
                 f"{where}: reference output does not change when input {i} is perturbed; "
                 "a suite cannot check that a kernel uses it")
 
