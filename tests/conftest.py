@@ -5,18 +5,63 @@
   store in its own temporary folders, never in the user's `~/.cache/kernelgraph`.
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
-  frozen suites) is built once; a session-scoped one is built once per worker.
+  frozen suites) is built once; a session-scoped one is built once per worker. The modules
+  under `tests/analysis/` are one unit, so the real search they share is run once, and the
+  modules with the most slow tests are handed out first, so no long one starts last.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bus.server import EmbeddedNats
+
+SHARED_UNITS = ("tests/analysis/",)  # modules that share a session fixture: one xdist unit
+
+
+# the longest units (`--durations`), longest first; then the rest by how many slow tests
+LONGEST_FIRST = ("tests/test_task_suite.py", "tests/agents/test_search_run.py",
+                 "tests/test_verify.py", "tests/agents/test_distributed.py", "tests/analysis/",
+                 "tests/test_time_limits.py", "tests/agents/test_search_cli.py",
+                 "tests/agents/test_auto.py", "tests/agents/test_hitl.py",
+                 "tests/agents/test_auditor.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest units first (a stable sort: the same order on every worker)."""
+    slow = Counter(_unit(i.nodeid) for i in items if i.get_closest_marker("slow"))
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        unit = _unit(item.nodeid)
+        first = LONGEST_FIRST.index(unit) if unit in LONGEST_FIRST else len(LONGEST_FIRST)
+        return first, -slow[unit]
+
+    items.sort(key=rank)
+
+
+def _unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return next((u for u in SHARED_UNITS if module.startswith(u)), module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadscope, with the SHARED_UNITS folders as one unit each."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            unit = _unit(nodeid)
+            return unit if unit != nodeid.split("::", 1)[0] else super()._split_scope(nodeid)
+
+    return SharedUnitScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
