@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.knowledgecmds",
     "kernelgraph.cli.reportcmds",
     "kernelgraph.cli.taskcmds",
+    "kernelgraph.cli.policycmds",
 )
 
 

@@ -53,6 +53,25 @@ def test_the_entry_point_is_installed_and_found_by_name(installed: Path) -> None
         "iterations": 2, "sharpness": 3.0}
 
 
+def test_kernelgraph_policies_lists_the_built_ins_and_the_plug_in(installed: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelgraph.cli import app, load_commands
+
+    load_commands()
+    listed = CliRunner().invoke(app, ["policies", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["name"]: row for row in json.loads(listed.output)["policies"]}
+    assert {"parallel", "beam", "greedy", "evolutionary", "adaptive", "roulette"} <= set(rows)
+    assert not rows["roulette"]["builtin"] and rows["beam"]["builtin"]
+    sharpness = next(p for p in rows["roulette"]["parameters"] if p["name"] == "sharpness")
+    assert (sharpness["type"], sharpness["default"]) == ("float", 2.0)
+    text = CliRunner().invoke(app, ["policies"])
+    assert "roulette (plug-in)" in text.output and "--param width=3" in text.output
+
+
 class TestRoulettePluginContract(PolicyContract):
     @pytest.fixture
     def policy(self, installed: Path) -> PolicyFactory:
