@@ -29,6 +29,9 @@ class TaskInfo:
     outputs: list[str]  # dtype per output
     shapes: list[Any]  # SHAPES as declared, the tuning point first (plus a derived one)
     derived_shapes: list[int] = field(default_factory=list)  # indices added off the tile
+    # Per shape, its static arguments as "name=value, ..." ("" for none); [] when the task
+    # has none (Python scalars from the input maker: tools.inputs.statics).
+    statics: list[str] = field(default_factory=list)
     kernel_class: str | None = None  # None when not classified
     unsupported: str = ""  # why the offline author writes no kernel, when it will not
 
@@ -77,6 +80,20 @@ def _write_cache(key: str, value: dict[str, Any]) -> None:
         return
 
 
+def _statics(task: Any) -> list[str]:
+    """Each shape's static arguments in words; the other shapes are traced for theirs only
+    when the tuning point has some (a task without them costs no extra trace)."""
+    from tools.inputs.statics import describe as describe_statics
+    from tools.inputs.statics import parameter_names
+
+    if not task.statics_at(0):
+        return []
+    fn = task.module.reference if task.format == "kernelgraph" else task.module.workload
+    names = parameter_names(fn)
+    return [describe_statics(task.statics_at(i), names).removeprefix("static ")
+            for i in range(len(task.shapes))]
+
+
 def describe(path: str | Path, *, classify: bool = True) -> TaskInfo:
     """A task's dtypes and shapes (from its own input maker, traced, not run) and, with
     `classify`, the offline author's kernel class for it (cached)."""
@@ -91,7 +108,7 @@ def describe(path: str | Path, *, classify: bool = True) -> TaskInfo:
     info = TaskInfo(name=task.name, path=str(path), summary=doc[0] if doc else "",
                     inputs=[str(x.dtype) for x in inputs], outputs=[str(o.dtype) for o in outputs],
                     shapes=[list(s) if isinstance(s, tuple | list) else s for s in task.shapes],
-                    derived_shapes=list(task.derived_shapes))
+                    derived_shapes=list(task.derived_shapes), statics=_statics(task))
     if not classify:
         return info
     key = hashlib.sha256((task.source_sha256 + _author_digest() + jax.__version__).encode())

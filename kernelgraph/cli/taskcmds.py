@@ -59,7 +59,7 @@ def tasks(
         if info.unsupported:
             kind += " [red](unsupported)[/]"
         shapes = ", ".join(_shape(s) + ("*" if i in info.derived_shapes else "")
-                           for i, s in enumerate(info.shapes))
+                           + _statics(info.statics, i) for i, s in enumerate(info.shapes))
         table.add_row(escape(info.name), kind, info.dtype, escape(shapes))
     console.print(table)
     if any(info.derived_shapes for info in infos):
@@ -68,6 +68,12 @@ def tasks(
     for info in infos:
         if info.unsupported:
             console.print(f"[dim]{escape(info.name)}: unsupported: {escape(info.unsupported)}[/]")
+
+
+def _statics(statics: list[str], index: int) -> str:
+    """` [static max_expert_size=256 (argument 3)]` after a shape with static arguments."""
+    text = statics[index] if index < len(statics) else ""
+    return f" [static {text}]" if text else ""
 
 
 def _shape(shape: object) -> str:

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from tools import jaxprivate
 from tools.child import corecompile, interpret, programs, watchdog, worker
 from tools.child.guard import IntegrityGuard
@@ -58,9 +60,12 @@ def run_programs(run: wire.RunRequest) -> wire.EvalResponse:
                                             diagnostics=(wire.Diagnostic(message, phase="run"),)))
             continue
         kernel = programs.as_function(closed)
+        # The program is already a function of the arrays alone: the worker bound the
+        # shape's static arguments before tracing, so none are put back here.
+        arrays_only = msgspec.structs.replace(group, statics=())
         try:
-            results.append(worker.run_group(kernel, group, request, PROGRAM_SOURCE, races, rng,
-                                            guard, tampering, check_seconds))
+            results.append(worker.run_group(kernel, arrays_only, request, PROGRAM_SOURCE,
+                                            races, rng, guard, tampering, check_seconds))
         except Exception as exc:
             message = f"the runner could not run the program: {worker._one_line(exc)}"
             results.append(wire.GroupResult(group.shape_index, trace_error=message,

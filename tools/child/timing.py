@@ -43,6 +43,7 @@ def time_in_child(request: TimingRequest, box: Path) -> TimingResult:
     import jax
 
     from tools.child.loader import build_in_child, load_in_child
+    from tools.inputs.statics import bind
     from tools.inputs.tasks import load_task
 
     device = jax.devices()[0]
@@ -57,8 +58,10 @@ def time_in_child(request: TimingRequest, box: Path) -> TimingResult:
     except Exception as exc:
         return TimingResult(request.platform, device.device_kind, [], [],
                             error=f"building the candidate failed: {type(exc).__name__}: {exc}")
+    if not request.program:  # built from a file: it takes the reference's argument list
+        kernel = bind(kernel, task.statics_at(request.shape_index))
     program_sha256 = hashlib.sha256(request.program).hexdigest() if request.program else ""
-    reference = task.reference
+    reference = task.reference_at(request.shape_index)  # the inputs' shape, statics bound
 
     def kg_candidate(*a: Any) -> Any:
         return kernel(*a)

@@ -35,6 +35,7 @@ import numpy as np
 from tools import jaxprivate
 from tools.child import corecompile, interpret, programs, watchdog
 from tools.child.guard import IntegrityGuard, primitives_of
+from tools.inputs import statics
 from tools.sandbox import wire
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 from tools.verification.allowlist import program_problems
@@ -134,7 +135,7 @@ def trace_group(kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest,
     started = time.perf_counter()
     try:
         with _trace_limit(request, group):
-            traced = jax.jit(kernel).trace(*specs)
+            traced = jax.jit(with_statics(kernel, group)).trace(*specs)
     except Exception as exc:
         return wire.GroupResult(group.shape_index, trace_error=_one_line(exc),
                                 diagnostics=tuple(_diagnose(exc, source, "trace")),
@@ -147,6 +148,12 @@ def trace_group(kernel: Any, group: wire.ShapeGroup, request: wire.EvalRequest,
             return Traced(traced, seconds,
                           unsendable=f"the traced program cannot be sent to the runner: {exc}")
     return Traced(traced, seconds)
+
+
+def with_statics(kernel: Any, group: wire.ShapeGroup) -> Any:
+    """The kernel as a function of the group's arrays: its static arguments (plain scalars,
+    checked by the wire's decoding) put back at their positions, as the reference gets them."""
+    return statics.bind(kernel, [(s.position, s.value) for s in group.statics])
 
 
 def _trace_limit(request: wire.EvalRequest,
@@ -290,10 +297,11 @@ def run_eager(kernel: Any, request: wire.EvalRequest,
     params = interpret.InterpretSettings(
         uninitialized_memory=request.uninitialized_memory, detect_races=False,
         random_seed=group.interpret_seed, num_cores=1).params()
+    bound = with_statics(kernel, group)
 
     def called(*args: Any) -> list[Any]:
         with pltpu.force_tpu_interpret_mode(params):
-            return jax.tree.leaves(kernel(*args))
+            return jax.tree.leaves(bound(*args))
 
     results = []
     for case in group.cases[: request.eager_cases]:

@@ -15,7 +15,7 @@ import msgspec
 from kernelgraph.errors import KernelgraphError
 from tools.correctness.oracle import FULL_PRECISION
 from tools.correctness.store import stream_sha256
-from tools.sandbox.wire import WireArray
+from tools.sandbox.wire import StaticArg, WireArray
 
 FORMAT_VERSION = 2
 
@@ -63,6 +63,13 @@ class SuiteCase(msgspec.Struct, frozen=True):
     oracle_precision: str = FULL_PRECISION
 
 
+class ShapeStatics(msgspec.Struct, frozen=True):
+    """One shape's static arguments, in the order of their positions."""
+
+    shape_index: int
+    args: tuple[StaticArg, ...]
+
+
 class FrozenSuite(msgspec.Struct, frozen=True):
     task_name: str
     task_sha256: str
@@ -75,6 +82,9 @@ class FrozenSuite(msgspec.Struct, frozen=True):
     # The --scale factors the task was loaded at, one per scaled shape; () for the task
     # file's own sizes (and then not part of the hash, as before the field existed).
     scales: tuple[float, ...] = ()
+    # The Python scalars the input maker returns, per shape that has any (static arguments:
+    # the cases hold only the arrays; tools.inputs.statics). Hashed when there are any.
+    statics: tuple[ShapeStatics, ...] = ()
 
     def to_bytes(self) -> bytes:
         return _ENCODER.encode(self)
@@ -89,6 +99,10 @@ class FrozenSuite(msgspec.Struct, frozen=True):
             raise SuiteError("suite hash does not match its contents (the suite was altered)")
         return suite
 
+    def statics_at(self, shape_index: int) -> tuple[StaticArg, ...]:
+        """The static arguments of one shape (() for none)."""
+        return next((s.args for s in self.statics if s.shape_index == shape_index), ())
+
     def case(self, case_id: str) -> SuiteCase:
         for c in self.cases:
             if c.case_id == case_id:
@@ -96,6 +110,8 @@ class FrozenSuite(msgspec.Struct, frozen=True):
         raise KeyError(case_id)
 
     def summary(self) -> dict[str, Any]:
+        statics = {"statics": {str(s.shape_index): [[a.position, a.value] for a in s.args]
+                               for s in self.statics}}
         return {
             "sha256": self.sha256,
             "task": self.task_name,
@@ -106,6 +122,7 @@ class FrozenSuite(msgspec.Struct, frozen=True):
             ],
             "notes": list(self.notes),
             "scales": list(self.scales),
+            **(statics if self.statics else {}),
         }
 
 
@@ -118,7 +135,8 @@ def suite_hash(suite: FrozenSuite) -> str:
 
     def skip(owner: Any, name: str) -> bool:
         if isinstance(owner, FrozenSuite):
-            return name == "scales" and not owner.scales
+            return ((name == "scales" and not owner.scales)
+                    or (name == "statics" and not owner.statics))
         return plain and isinstance(owner, SuiteCase) and name in _LATER_FIELDS
 
     return stream_sha256(msgspec.structs.replace(suite, sha256=""), skip)

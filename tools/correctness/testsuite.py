@@ -35,6 +35,7 @@ from tools.correctness.store import SPILL_BYTES, release, spill, suite_directory
 from tools.correctness.suitedata import (
     FORMAT_VERSION,
     FrozenSuite,
+    ShapeStatics,
     SuiteCase,
     SuiteError,
     SuiteTooLarge,
@@ -42,7 +43,7 @@ from tools.correctness.suitedata import (
     suite_hash,
 )
 from tools.inputs.tasks import Task, check_reference_output
-from tools.sandbox.wire import WireArray, hash_arrays
+from tools.sandbox.wire import StaticArg, WireArray, hash_arrays
 
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
 # Factors applied to every floating input of the tuning case; a task may set PROBE_SCALES.
@@ -96,6 +97,11 @@ def build_suite(
     if task.alignment_note:
         builder.notes.append(task.alignment_note)
     builder.notes.extend(task.notes)  # what loading decided (scales dropped, sizes fixed)
+    statics = _statics(task, {c.shape_index for c in builder.cases})
+    builder.notes.extend(f"shape {s.shape_index} ({task.describe_shape(s.shape_index)}): the "
+                         "input maker's Python scalars are static arguments, given to the "
+                         "reference and the kernel as they are, at their positions"
+                         for s in statics)
     if probes:
         tuning = builder.cases[0]  # read back from disk where it was spilled, then let go
         for name, factor in probe_scales.items():
@@ -111,9 +117,16 @@ def build_suite(
         task_name=task.name, task_sha256=task.source_sha256,
         tolerance=dict(builder.tolerance or task.tolerance),
         cases=tuple(builder.cases), notes=tuple(builder.notes),
-        built_with={"jax": jax.__version__}, scales=task.scales,
+        built_with={"jax": jax.__version__}, scales=task.scales, statics=statics,
     )
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
+
+
+def _statics(task: Task, shape_indices: set[int]) -> tuple[ShapeStatics, ...]:
+    """The static arguments of the suite's shapes, as the suite records them (none: ())."""
+    found = {i: task.statics_at(i) for i in sorted(shape_indices)}
+    return tuple(ShapeStatics(i, tuple(StaticArg(p, v) for p, v in args))
+                 for i, args in found.items() if args)
 
 
 def _storage(spill_bytes: int | None,

@@ -13,7 +13,9 @@ would leave lengths pointing past shrunken buffers. So each integer entry of at 
 
 Each scaled config is then checked, without running the workload: the input maker and the
 reference must trace at it, and integer inputs must shrink at least as much as the sizes
-(an index that did not follow would point past the end). A scaled config that fails is
+(an index that did not follow would point past the end), unless they are a ratio of sizes
+(tokens per expert stay the same when tokens and experts both shrink; such a value moves
+when one size alone is doubled, a fixed index does not). A scaled config that fails is
 dropped with a note; a tuning point that fails refuses the task with the reason. Configs
 whose inputs come out the same shapes are one shape. A task whose inputs no entry sizes
 runs at its own sizes only, and an explicit ``--scale`` for it is refused.
@@ -188,7 +190,9 @@ def select_configs(task: Task, roles: ConfigRoles, explicit: bool) -> Task:
     return dataclasses.replace(
         task, shapes=tuple(task.shapes[i] for i in kept),
         _configs=tuple(configs[i] for i in kept), notes=(*task.notes, *notes),
-        _specs={new: task._specs[old] for new, old in enumerate(kept) if old in task._specs})
+        _specs={new: task._specs[old] for new, old in enumerate(kept) if old in task._specs},
+        _statics={new: task._statics[old] for new, old in enumerate(kept)
+                  if old in task._statics})
 
 
 def config_problem(task: Task, index: int) -> str | None:
@@ -223,11 +227,37 @@ def _config_problem(task: Task, index: int, config: dict[str, Any], base: dict[s
         for position, big in full.items():
             small = (scaled or {}).get(position)
             bound = float(np.abs(big).max(initial=0)) * ratio + 1
-            if small is not None and small.size and float(np.abs(small).max()) > bound:
+            if small is not None and small.size and float(np.abs(small).max()) > bound \
+                    and not _ratio_of_sizes(task.module, base, roles.sizes, position, small):
                 return (f"integer input {position} keeps values up to "
                         f"{int(np.abs(small).max())} while sizes shrink to {ratio:.3g} of "
                         "the original (an index that does not follow CONFIG)"), shapes
     return None, shapes
+
+
+def _ratio_of_sizes(module: ModuleType, base: dict[str, Any], sizes: Sequence[str],
+                    position: int, small: np.ndarray) -> bool:
+    """Whether an integer input that did not shrink with the sizes is a ratio of them (the
+    tokens per expert of a grouped matmul: M / G stays the same when both shrink): no
+    larger than at full size, and moving with some size entry (at least 1.5x either way
+    when it doubles). A fixed index (a literal, a random draw below a constant) moves
+    with none and is still refused."""
+    full = integer_inputs(module, base) or {}
+    if position not in full or not full[position].size:
+        return False
+    top = float(np.abs(full[position]).max())
+    if top <= 0 or float(np.abs(small).max()) > top:
+        return False
+    for name in sizes:
+        try:
+            doubled = (integer_inputs(module, {**base, name: base[name] * 2}) or {}).get(position)
+        except Exception:  # the maker rejects the doubled entry: it says nothing of this input
+            continue
+        if doubled is not None and doubled.size:
+            moved = float(np.abs(doubled).max()) / top
+            if moved >= 1.5 or moved <= 1 / 1.5:
+                return True
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

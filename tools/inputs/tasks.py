@@ -36,6 +36,7 @@ import numpy as np
 
 from tools.inputs.dtypes import DEFAULT_TOLERANCE, checkable_dtype, default_tolerance
 from tools.inputs.files import FileProblem, read_python_source
+from tools.inputs.statics import Statics
 
 if TYPE_CHECKING:
     from tools.inputs.scaling import ConfigRoles
@@ -72,6 +73,10 @@ class Task:
     scales: tuple[float, ...] = ()
     config_sizes: tuple[str, ...] = ()  # JAXBench: the CONFIG entries scaling changes
     notes: tuple[str, ...] = ()  # what loading decided that the suite should say
+    # Per shape: the Python scalars the input maker returns (static arguments, not inputs:
+    # tools.inputs.statics) and the seed they were first seen for.
+    _statics: dict[int, tuple[int, Statics]] = field(default_factory=dict, repr=False,
+                                                     compare=False)
 
     def tolerance_for(self, dtype_names: Sequence[str]) -> dict[str, float]:
         """The element-wise ceiling for outputs of these dtypes: the declared TOLERANCE over
@@ -83,18 +88,32 @@ class Task:
         return tuple(range(1, len(self.shapes)))
 
     def reference_at(self, shape_index: int = 0) -> Callable[..., Any]:
-        """The reference function, bound to the configuration of one shape."""
-        self._check_shape_index(shape_index)
+        """The reference function, bound to the configuration of one shape: a function of
+        the arrays alone, the shape's static arguments put back where the maker had them."""
+        from tools.inputs.statics import bind
+
+        statics = self.statics_at(shape_index)
+        name = f"{self.name}_reference_shape{shape_index}"
         if self.format == "kernelgraph":
-            return self.module.reference
-        workload = self.module.workload
+            return bind(self.module.reference, statics, name)
+        workload = bind(self.module.workload, statics)
 
         def reference(*inputs: Any) -> Any:
             with self._jaxbench_config(shape_index):
                 return workload(*inputs)
 
-        reference.__name__ = f"{self.name}_reference_shape{shape_index}"
+        reference.__name__ = name
         return reference
+
+    def statics_at(self, shape_index: int = 0) -> Statics:
+        """The static arguments of one shape, (position, value) each (:mod:`tools.inputs.statics`),
+        from the maker's trace (seed 0) unless a call for this shape already saw them."""
+        self._check_shape_index(shape_index)
+        if shape_index not in self._statics:
+            from tools.inputs.abstract import input_specs
+
+            input_specs(self, shape_index)  # records them (checked_inputs)
+        return self._statics[shape_index][1]
 
     @property
     def reference(self) -> Callable[..., Any]:
@@ -102,7 +121,8 @@ class Task:
         return self.reference_at(0)
 
     def make_inputs(self, seed: int, shape_index: int = 0) -> tuple[Any, ...]:
-        """Deterministic inputs for one (seed, shape); always a tuple of arrays."""
+        """Deterministic inputs for one (seed, shape); always a tuple of arrays (Python
+        scalars the maker returns are static arguments: :meth:`statics_at`)."""
         self._check_shape_index(shape_index)
         try:
             raw = self.call_input_maker(seed, shape_index)
@@ -127,16 +147,22 @@ class Task:
             return self.module.create_inputs()
 
     def checked_inputs(self, raw: Any, seed: int, shape_index: int) -> tuple[Any, ...]:
-        """The maker's result as a tuple; anything but arrays is a TaskError."""
-        inputs = raw if isinstance(raw, tuple | list) else (raw,)
-        for position, value in enumerate(inputs):
-            if not _is_array(value):
+        """The maker's arrays as a tuple, its Python scalars recorded as the shape's static
+        arguments (the same for every seed, or a TaskError); anything else is a TaskError."""
+        from tools.inputs.statics import is_static, record, split
+
+        values = raw if isinstance(raw, tuple | list) else (raw,)
+        for position, value in enumerate(values):
+            if not _is_array(value) and not is_static(value):
                 raise TaskError(
                     self.path,
                     f"input {position} from {self._inputs_fn_name} is "
-                    f"{type(value).__name__}, expected a JAX array",
+                    f"{type(value).__name__}, expected a JAX array (or a Python bool, int "
+                    "or float, passed as a static argument)",
                 )
-        return tuple(inputs)
+        arrays, statics = split(values)
+        record(self, shape_index, seed, statics)
+        return tuple(arrays)
 
     def input_specs(self, shape_index: int = 0) -> tuple[Any, ...]:
         """Shapes and dtypes of the inputs at one shape (``jax.ShapeDtypeStruct``), from
@@ -151,9 +177,12 @@ class Task:
     def flops(self, shape_index: int, inputs: Sequence[Any]) -> int | None:
         """Flops of the reference at one shape when the task declares them, else None."""
         try:
-            if self.format == "kernelgraph":
+            if self.format == "kernelgraph":  # flops takes the reference's arguments
+                from tools.inputs.statics import insert
+
                 fn = getattr(self.module, "flops", None)
-                return None if fn is None else int(fn(*inputs))
+                return None if fn is None else int(
+                    fn(*insert(inputs, self.statics_at(shape_index))))
             fn = getattr(self.module, "get_flops", None)
             if fn is None:
                 return None
@@ -165,10 +194,14 @@ class Task:
             ) from None
 
     def describe_shape(self, shape_index: int) -> str:
+        """The shape as the user reads it, with its static arguments once they are known."""
+        from tools.inputs.statics import shape_note
+
         shape = self.shapes[shape_index]
         text = repr(shape) if not isinstance(shape, dict) else ", ".join(
             f"{k}={v}" for k, v in shape.items()
         )
+        text += shape_note(self, self._statics.get(shape_index, (0, ()))[1])
         return text + (" (derived, unaligned)" if shape_index in self.derived_shapes else "")
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +99,12 @@ def task_arguments(task: Any, shape_index: int) -> tuple[list[Any], list[Any]]:
 
 
 def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any], chip: str,
-                     shape_index: int, limits: Any = None) -> str:
-    """The candidate's StableHLO for these input shapes, as the verifier gets it: the
-    sandboxed worker imports and traces the candidate and sends the trace as data; the
-    sandboxed runner, which never imports the candidate, rebuilds and lowers it."""
+                     shape_index: int, limits: Any = None,
+                     statics: Sequence[tuple[int, Any]] = ()) -> str:
+    """The candidate's StableHLO for these input shapes (and the shape's static arguments),
+    as the verifier gets it: the sandboxed worker imports and traces the candidate and sends
+    the trace as data; the sandboxed runner, which never imports the candidate, rebuilds and
+    lowers it."""
     import msgspec
     import numpy as np
 
@@ -113,7 +116,8 @@ def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any
     shapes = tuple(wire.WireArray(np.dtype(a.dtype).name, tuple(a.shape), b"") for a in abstract)
     request = wire.EvalRequest(
         candidate_file="candidate.py", config=dict(config),
-        groups=(wire.ShapeGroup(shape_index, 0, (wire.CaseRequest("abstract", shapes),)),),
+        groups=(wire.ShapeGroup(shape_index, 0, (wire.CaseRequest("abstract", shapes),),
+                                tuple(wire.StaticArg(p, v) for p, v in statics)),),
         order_seed=0, chip=chip, run_cases=False, send_programs=True,
     )
     runner = start_runner(limits)  # starts up while the worker traces
@@ -183,7 +187,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     full_config = source.check_config(dict(config or {}))
     abstract, concrete = task_arguments(task, shape_index)
     text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
-                            limits)
+                            limits, task.statics_at(shape_index))
     program = estimate_program(parse_lowered(text), chip, concrete)
     baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]

@@ -54,12 +54,24 @@ class CaseRequest(msgspec.Struct, frozen=True):
     inputs: tuple[WireArray, ...]
 
 
+class StaticArg(msgspec.Struct, frozen=True):
+    """A Python scalar the task's input maker returns beside its arrays: a static argument
+    of its shape (tools.inputs.statics), passed to the kernel at ``position`` of its
+    argument list. Plain msgpack scalars only: decoding rejects anything else."""
+
+    position: int
+    value: bool | int | float
+
+
 class ShapeGroup(msgspec.Struct, frozen=True):
     """Cases that share input shapes: traced and lowered once, run once per case."""
 
     shape_index: int
     interpret_seed: int  # order of `parallel` grid dimensions under interpret mode
     cases: tuple[CaseRequest, ...]
+    # The shape's static arguments, put back among the case's arrays before the kernel is
+    # called (the cases carry the arrays only); () for none.
+    statics: tuple[StaticArg, ...] = ()
 
 
 class EvalRequest(msgspec.Struct, frozen=True):

@@ -199,7 +199,7 @@ def worker_request(suite: FrozenSuite, config: dict[str, Any], order_seed: int, 
             wire.CaseRequest(case.case_id, case.inputs))
     groups = tuple(
         wire.ShapeGroup(shape_index=index, interpret_seed=rng.getrandbits(31),
-                        cases=tuple(cases))
+                        cases=tuple(cases), statics=suite.statics_at(index))
         for index, cases in sorted(by_shape.items())
     )
     return wire.EvalRequest(
