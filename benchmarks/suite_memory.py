@@ -18,6 +18,9 @@ reports per task:
 ``--before REV`` also runs every task with the evaluator as it was at git revision REV
 (exported with ``git archive``), for a before/after comparison on the same machine.
 ``--scale`` loads JAXBench tasks at those factors (the same option as `kernelgraph verify`).
+``--plan-only`` stops after loading: the status is ``fits`` or ``refused`` by the footprint
+estimate against the memory the child may use (what a run checks before it builds
+anything), so every task's full-size verdict costs seconds, not the suite's arithmetic.
 Prints one JSON object with --json, else a table.
 """
 
@@ -42,6 +45,7 @@ _GIB = float(1 << 30)
 _CHILD = r"""
 import json, resource, sys, time
 task_path, scales_text, data_limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+plan_only = sys.argv[4] == "1"
 if data_limit:  # the limit is the process's own, as a deployment's memory limit would be
     resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
 out = {"status": "error"}
@@ -63,6 +67,13 @@ try:
     except ImportError:
         pass
     out["rss_before_freeze_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if plan_only:
+        from tools.correctness.footprint import fit_problem
+        _, problem = fit_problem(task, counts, held_per_case=False)
+        out["status"], out["reason"] = ("refused", problem) if problem else ("fits", "")
+        out["child_wall_s"] = time.perf_counter() - started
+        print("SUITE_MEMORY " + json.dumps(out), flush=True)
+        sys.exit(0)
     t0 = time.perf_counter()
     suite = build_suite(task)
     out["freeze_s"] = time.perf_counter() - t0
@@ -85,13 +96,15 @@ print("SUITE_MEMORY " + json.dumps(out), flush=True)
 
 
 def run_child(code_root: Path, task: Path, scales: str, timeout_s: float,
-              rss_limit: int, limit_data: bool = False) -> dict[str, Any]:
+              rss_limit: int, limit_data: bool = False, plan_only: bool = False
+              ) -> dict[str, Any]:
     """One task in a fresh process; its peak RSS from wait4, killed past the limits (with
     ``limit_data`` the RSS limit is also the child's RLIMIT_DATA, which it can see)."""
     env = {**os.environ, "PYTHONPATH": str(code_root), "JAX_PLATFORMS": "cpu"}
     with tempfile.TemporaryFile() as stdout:
         proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(task), scales,
-                                 str(rss_limit if limit_data else 0)],
+                                 str(rss_limit if limit_data else 0),
+                                 "1" if plan_only else "0"],
                                 cwd=code_root, env=env, stdout=stdout,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         started, verdict, status, usage = time.monotonic(), None, 0, None
@@ -183,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-limit-gb", type=float, default=10.0, help="kill a child above")
     parser.add_argument("--limit-data", action="store_true", help="also set the child's "
                         "RLIMIT_DATA to the RSS limit: a limit the evaluator can read")
+    parser.add_argument("--plan-only", action="store_true", help="load and check the "
+                        "footprint estimate only (status fits/refused), build nothing")
     parser.add_argument("--out", type=Path, help="also write the JSON here, after each task")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -205,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"task": name, "source": source, "scale": scales or None}
         if before_root is not None:
             row["before"] = run_child(before_root, path, scales, args.timeout, rss_limit,
-                                      args.limit_data)
-        row["after"] = run_child(ROOT, path, scales, args.timeout, rss_limit, args.limit_data)
+                                      args.limit_data, args.plan_only)
+        row["after"] = run_child(ROOT, path, scales, args.timeout, rss_limit, args.limit_data,
+                                 args.plan_only)
         rows.append(row)
         report = {
             "figure": "suite_memory",
@@ -215,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                        "rlimit_data": args.limit_data},
             "before_revision": args.before or None,
             "scale": args.scale or None,
+            "plan_only": args.plan_only,
             "summary": {key: summarize(rows, key) for key in ("before", "after")
                         if any(key in r for r in rows)},
             "tasks": rows,

@@ -166,8 +166,20 @@ def sq(x):
                           out_specs=pl.BlockSpec((64, 128), lambda i, j: (i, j)))(x[None])
 
 
+def _precise_kernel(a_ref, b_ref, o_ref):  # parameters that are enums and NamedTuples
+    o_ref[...] = jax.lax.dot(a_ref[...], b_ref[...], precision=jax.lax.Precision.HIGHEST,
+                             preferred_element_type=f32)
+
+
+def precise(x):
+    return pl.pallas_call(_precise_kernel, out_shape=_OUT, grid=(2, 2),
+                          in_specs=[pl.BlockSpec((128, 256), lambda i, j: (i, 0)),
+                                    pl.BlockSpec((256, 128), lambda i, j: (0, j))],
+                          out_specs=pl.BlockSpec((128, 128), lambda i, j: (i, j)))(x, x)
+
+
 CONSTRUCTS = {"loop": loop, "dma": dma, "prefetch": pref, "matmul": mm, "buffered": buf,
-              "squeezed": sq}
+              "squeezed": sq, "precision": precise}
 
 
 @pytest.mark.parametrize("name", sorted(CONSTRUCTS))
@@ -194,6 +206,20 @@ def test_a_sub_jaxpr_shared_by_two_calls_round_trips() -> None:
     back = programs.decode(programs.encode(closed))
     (out,) = jax.core.eval_jaxpr(back.jaxpr, back.consts, x)
     assert np.array_equal(np.asarray(out), np.asarray(twice(x)))
+
+
+def test_gather_and_convolution_layouts_round_trip() -> None:
+    def layouts(x, w):  # GatherDimensionNumbers, GatherScatterMode, ConvDimensionNumbers
+        rows = jnp.take(x, jnp.array([3, 0, 2]), axis=0, mode="clip")
+        conv = jax.lax.conv_general_dilated(x[None, None], w, (1, 1), "SAME",
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return rows.sum() + conv.sum()
+
+    x, w = jnp.arange(32.0).reshape(4, 8), jnp.ones((1, 1, 3, 3))
+    closed = jax.make_jaxpr(layouts)(x, w)
+    back = programs.decode(programs.encode(closed))
+    (out,) = jax.core.eval_jaxpr(back.jaxpr, back.consts, x, w)
+    assert np.array_equal(np.asarray(out), np.asarray(layouts(x, w)))
 
 
 def test_only_jax_primitives_and_listed_classes_are_rebuilt() -> None:

@@ -134,6 +134,13 @@ def program_classes() -> dict[str, type]:
         "DMASemaphore": tpu_core.DMASemaphore,
         "DeviceIdType": pallas_primitives.DeviceIdType,
     }
+    from jax import lax
+
+    for name in ("Precision", "DotAlgorithmPreset", "GatherScatterMode",
+                 "GatherDimensionNumbers", "ScatterDimensionNumbers", "ConvDimensionNumbers"):
+        cls = getattr(lax, name, None)
+        if isinstance(cls, type):  # dot precision, gather/scatter/conv layouts: plain data
+            found.setdefault(f"lax.{name}", cls)
     for name in ("GridMapping", "BlockMapping", "Blocked", "Element", "Squeezed",
                  "BoundedSlice", "Buffered", "MemorySpace", "CostEstimate", "Semaphore",
                  "BarrierSemaphore"):

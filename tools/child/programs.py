@@ -236,6 +236,8 @@ class _Encoder:
             return [["input", self.value(v.input, depth)]]
         if type(v).__name__ in _NO_FIELDS:
             return []
+        if isinstance(v, tuple) and hasattr(type(v), "_fields"):  # a NamedTuple record
+            return [[name, self.value(getattr(v, name), depth)] for name in type(v)._fields]
         if not dataclasses.is_dataclass(v):
             raise ProgramError(f"{type(v).__qualname__} is not a plain record")
         out = []
