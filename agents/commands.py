@@ -2,7 +2,9 @@
 
 Large inputs travel as artifact hashes (task source, plan, kernel source, suite recipe,
 verdict); the agent fetches them by hash. `node_id` is the trajectory's node;
-`iteration` the Auto iteration a command belongs to (0 for run preparation).
+`iteration` the Auto iteration a command belongs to (0 for run preparation). The executor's
+commands route by `target_name` (`kg.cmd.executor.<target>`), so each goes only to an
+executor that serves its target.
 """
 
 from __future__ import annotations
@@ -140,16 +142,19 @@ class _KernelCommand(_TaskCommand, frozen=True, kw_only=True):
 
 class CheckCompile(_KernelCommand, frozen=True, kw_only=True, tag="CheckCompile"):
     target: ClassVar[str | None] = "executor"
+    route_field: ClassVar[str | None] = "target_name"
 
     attempt: int = 0
 
 
 class RunTests(_KernelCommand, frozen=True, kw_only=True, tag="RunTests"):
     target: ClassVar[str | None] = "executor"
+    route_field: ClassVar[str | None] = "target_name"
 
 
 class MeasureConfig(_KernelCommand, frozen=True, kw_only=True, tag="MeasureConfig"):
     target: ClassVar[str | None] = "executor"
+    route_field: ClassVar[str | None] = "target_name"
 
 
 class TuneKernel(_KernelCommand, frozen=True, kw_only=True, tag="TuneKernel"):

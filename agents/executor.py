@@ -1,9 +1,16 @@
 """`executor`: owns one target and runs compile checks, tests and timings for it.
 
-Several executor processes share the work through the `executor` queue group. Each command
-names the run's frozen suite by its recipe; the executor rebuilds it and proves the hash
-before judging anything on it. The verdict's summary, measurement and compile report are
-stored as one artifact, which the profiler and the autotuner read.
+Executor commands travel on one subject per target (`kg.cmd.executor.<target>`, routed by
+`target_name`), and every executor serving a target shares that target's durable consumer
+(`agent_executor-<target>`): an executor bound by KG_EXECUTOR_TARGETS takes only its
+targets' commands, one bound to none takes every known target's, and a command for a target
+no running executor serves waits in the stream until one starts. A command that still
+reaches an executor not serving its target (published by hand on another target's subject)
+is refused for good, naming both: retrying it on the same subject would only reach the same
+executors again. Each command names the run's frozen suite by its recipe; the executor
+rebuilds it and proves the hash before judging anything on it. The verdict's summary,
+measurement and compile report are stored as one artifact, which the profiler and the
+autotuner read.
 """
 
 from __future__ import annotations
@@ -11,21 +18,41 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import msgspec
 
 from agents.base import Agent, AgentContext
 from agents.commands import CheckCompile, MeasureConfig, RunTests
+from bus import subjects
+from bus.connection import BusConfigError
 from bus.registry import register
 from bus.service import PermanentError
 from eventstore.events import CompileChecked, ConfigMeasured, Event, TestsRun
 from tools import api
 
 EXECUTOR_TARGET_ENV = "KG_EXECUTOR_TARGETS"
-"""Comma-separated targets this executor serves (empty: any). A command for another target
-is refused, so a deployment can bind executors to their hardware."""
+"""Comma-separated targets this executor serves (empty: every known target). It takes only
+those targets' commands, so a deployment binds executors to their hardware."""
+
+
+def served_targets(targets: Iterable[str] | None = None,
+                   env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The targets an executor is bound to: `targets`, else KG_EXECUTOR_TARGETS; () is any.
+
+    A name that is no known target is refused at start: a typo would otherwise bind the
+    executor to a subject nobody publishes on, and its commands would wait for ever.
+    """
+    if targets is None:
+        raw = (os.environ if env is None else env).get(EXECUTOR_TARGET_ENV, "")
+        targets = raw.split(",")
+    names = tuple(dict.fromkeys(t.strip() for t in targets if t.strip()))
+    unknown = [t for t in names if t not in api.TARGETS]
+    if unknown:
+        raise BusConfigError(f"{EXECUTOR_TARGET_ENV} names unknown target(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(api.TARGETS)}")
+    return names
 
 
 def verdict_record(verdict: api.Verdict) -> dict[str, Any]:
@@ -65,12 +92,26 @@ class ExecutorAgent(Agent[Any]):
     commands: ClassVar[tuple[type, ...]] = (CheckCompile, RunTests, MeasureConfig)
     produces: ClassVar[tuple[type[Event], ...]] = (CompileChecked, TestsRun, ConfigMeasured)
 
+    def __init__(self, *args: Any, targets: Iterable[str] | None = None, **kwargs: Any) -> None:
+        """`targets`: the targets served (None: KG_EXECUTOR_TARGETS; empty: every known one)."""
+        super().__init__(*args, **kwargs)
+        self.targets = served_targets(targets)
+
+    def routes(self) -> Sequence[str | None]:
+        """One route (and durable consumer) per served target; every known one when unbound."""
+        return self.targets or api.TARGETS
+
+    def check_served(self, cmd: Any) -> None:
+        """Refuse a command for a target this executor does not serve (see the module docstring)."""
+        if self.targets and cmd.target_name not in self.targets:
+            raise PermanentError(
+                f"{cmd.type_name} for target {cmd.target_name!r} reached an executor serving only "
+                f"{', '.join(self.targets)}; it belongs on {subjects.command_subject(self.agent, cmd.target_name)}")
+
     async def _run(self, ctx: AgentContext[Any]) -> AsyncIterator[Event]:
         started = time.perf_counter()
         cmd = ctx.cmd
-        served = [t for t in os.environ.get(EXECUTOR_TARGET_ENV, "").split(",") if t]
-        if served and cmd.target_name not in served:
-            raise PermanentError(f"this executor serves {', '.join(served)}, not {cmd.target_name}")
+        self.check_served(cmd)
         task = await ctx.task_path()
         code = await ctx.code_path(cmd.code_sha256)
         suite = await ctx.suite(cmd.recipe_sha256)

@@ -1,6 +1,7 @@
 """Sending commands and waiting for the events they cause (orchestrators, the CLI, benchmarks).
 
-A command is published to `kg.cmd.<agent>` with `Nats-Msg-Id = command_id`, so sending
+A command is published to `kg.cmd.<agent>` (`kg.cmd.<agent>.<route>` for a routed one,
+`Command.subject`) with `Nats-Msg-Id = command_id`, so sending
 the same command twice queues it once. Results are matched by `causation_id ==
 command_id` on a plain subscription to the run's events, opened before the command is
 sent so no result can slip past; the recorder, not this client, is what makes them durable.
@@ -47,12 +48,9 @@ class BusClient:
         await ensure_streams(self.js, self.settings)
 
     async def send(self, cmd: Command, *, agent: str | None = None) -> int:
-        """Queue a command for its agent kind; returns its stream sequence."""
-        target = agent or cmd.target
-        if target is None:
-            raise ValueError(f"{cmd.type_name} names no target agent; pass agent=")
+        """Queue a command for its agent kind (and its route); returns its stream sequence."""
         ack = await self.js.publish(
-            subjects.command_subject(target),
+            cmd.subject(agent),
             encode(cmd),
             headers={subjects.MSG_ID_HEADER: cmd.command_id},
         )

@@ -1,5 +1,10 @@
 """Commands: requests for work sent to one agent kind on `kg.cmd.<agent>`.
 
+A command class may route by one of its fields (`route_field`): its commands then travel on
+`kg.cmd.<agent>.<value>` and only the workers that take that route see them (an executor
+command routes by its target, so a TPU machine's executor takes only `tpu` work).
+`Command.subject` is the one place a command's subject is derived.
+
 A command is imperative ("do this"), an event is past tense ("this happened"). Every
 command is a frozen msgspec Struct tagged with a stable name (never the class path), so
 senders and workers of different versions agree on the wire. `command_id` is a
@@ -17,6 +22,7 @@ from typing import Any, ClassVar, Self
 
 import msgspec
 
+from bus import subjects
 from eventstore.events import new_event_id
 
 
@@ -31,6 +37,8 @@ class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
     target: ClassVar[str | None] = None
     """The agent kind that takes this command when the sender names none."""
+    route_field: ClassVar[str | None] = None
+    """The field whose value routes the command within its agent kind (None: not routed)."""
 
     @classmethod
     def create(
@@ -54,6 +62,19 @@ class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     @property
     def type_name(self) -> str:
         return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    @property
+    def route(self) -> str | None:
+        """The value of `route_field`, or None for a command that is not routed."""
+        return None if self.route_field is None else str(getattr(self, self.route_field))
+
+    def subject(self, agent: str | None = None) -> str:
+        """Where this command is published: its agent kind's subject (`agent` overrides the
+        class's `target`), with its route appended when the class routes."""
+        kind = agent or self.target
+        if kind is None:
+            raise ValueError(f"{self.type_name} names no target agent; pass agent=")
+        return subjects.command_subject(kind, self.route)
 
 
 class Ping(Command, frozen=True, kw_only=True, tag="Ping"):

@@ -16,6 +16,12 @@ twice. A handler error naks the command with a growing delay; on the last delive
 service publishes `AgentFailed` and terminates the command. `PermanentError` skips the
 retries. `stop()` stops taking commands, lets in-flight ones finish (up to the drain
 timeout) and naks the rest for another worker, so shutdown loses nothing.
+
+A service takes its commands from one durable consumer per route it serves (`routes()`):
+by default the agent's own subject, `kg.cmd.<agent>`; a routed agent (the executor, one
+route per target) overrides it. With several consumers the service polls them in turn,
+each for a share of the fetch timeout, so a command on any of them waits at most about
+that long for its turn and the service never holds more commands than its concurrency.
 """
 
 from __future__ import annotations
@@ -129,7 +135,9 @@ class Service:
         self._max_deliver = self.settings.max_deliver
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._pull: PullConsumer | None = None
+        self._pulls: list[PullConsumer] = []
+        self.consumers: tuple[str, ...] = ()
+        """The durable consumers this service takes commands from (known once started)."""
         self._dispatcher: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight: dict[int, tuple[Msg, float]] = {}
@@ -152,6 +160,16 @@ class Service:
 
     async def teardown(self) -> None:
         """Called once after the last command."""
+
+    def routes(self) -> Sequence[str | None]:
+        """The routes this service takes commands from, one durable consumer each.
+
+        None is the agent's own subject (`kg.cmd.<agent>`, every agent but a routed one); a
+        name is `kg.cmd.<agent>.<name>`, where commands of a class with a `route_field` go.
+        Every worker taking a route shares its consumer; the filters of one agent's routes
+        never overlap, as a work-queue stream requires.
+        """
+        return (None,)
 
     # --- helpers for handlers -------------------------------------------------------------
 
@@ -188,13 +206,18 @@ class Service:
             raise RuntimeError(f"service {self.agent} already started")
         self._started = True
         await ensure_streams(self.js, self.settings)
-        consumer = await ensure_agent_consumer(self.js, self.agent, self.settings)
-        info = await self.js.consumer_info(subjects.COMMANDS_STREAM, consumer)
+        routes = list(dict.fromkeys(self.routes()))
+        if not routes:
+            raise ValueError(f"service {self.agent} serves no route")
+        self.consumers = tuple([await ensure_agent_consumer(self.js, self.agent, self.settings, route)
+                                for route in routes])
+        info = await self.js.consumer_info(subjects.COMMANDS_STREAM, self.consumers[0])
         self._max_deliver = info.config.max_deliver or self.settings.max_deliver
         await self.publisher.open()
         await self.setup()
-        self._pull = await PullConsumer(self.nc, subjects.COMMANDS_STREAM, consumer).open()
-        self._dispatcher = asyncio.create_task(self._dispatch(self._pull), name=f"{self.agent}-dispatch")
+        for consumer in self.consumers:
+            self._pulls.append(await PullConsumer(self.nc, subjects.COMMANDS_STREAM, consumer).open())
+        self._dispatcher = asyncio.create_task(self._dispatch(self._pulls), name=f"{self.agent}-dispatch")
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"{self.agent}-heartbeat")
 
     async def stop(self, drain_timeout_s: float | None = None) -> None:
@@ -214,11 +237,11 @@ class Service:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
-        if self._pull is not None:
-            for msg in self._pull.take_buffered():
+        for pull in self._pulls:
+            for msg in pull.take_buffered():
                 with contextlib.suppress(Exception):
                     await msg.nak()
-            await self._pull.close()
+            await pull.close()
         with contextlib.suppress(Exception):
             await self.nc.flush(timeout=2)
         with contextlib.suppress(Exception):
@@ -235,15 +258,21 @@ class Service:
 
     # --- the work loop --------------------------------------------------------------------
 
-    async def _dispatch(self, pull: PullConsumer) -> None:
+    async def _dispatch(self, pulls: Sequence[PullConsumer]) -> None:
+        # One consumer: a long poll of fetch_timeout_s. Several: in turn, each for its share
+        # (one poll at a time, so never more commands taken than free slots).
+        wait_s = self.fetch_timeout_s / len(pulls)
+        turn = 0
         while not self._stopping.is_set():
             free = self.concurrency - len(self._tasks)
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            pull = pulls[turn % len(pulls)]
+            turn += 1
             try:
-                msgs = await pull.fetch(free, wait_s=self.fetch_timeout_s)
+                msgs = await pull.fetch(free, wait_s=wait_s)
             except nats.errors.ConnectionClosedError:
                 return
             except (nats.errors.Error, OSError) as exc:

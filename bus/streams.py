@@ -2,7 +2,11 @@
 
 - KG_CMD (`kg.cmd.>`): work-queue retention, so a command leaves the stream once a worker
   acks it; one durable pull consumer per agent kind, shared by all its workers (the queue
-  group), explicit ack, `max_deliver` deliveries with growing ack-timeout backoff.
+  group), explicit ack, `max_deliver` deliveries with growing ack-timeout backoff. A routed
+  agent (the executor) has one consumer per route instead (`kg.cmd.executor.<target>`) and
+  no consumer on `kg.cmd.<agent>` itself: a work-queue stream refuses consumers whose
+  filters overlap, so there is never a wildcard consumer beside the per-route ones. A command
+  whose route no consumer filters stays in the stream until a worker for it starts.
 - KG_EVT (`kg.evt.>`): limits retention (kept `events_max_age`), deduplicated on
   Nats-Msg-Id = event_id; the recorder's durable consumer acks whole batches (ack-all).
 - KG_ART (`kg.art.<sha256>`): one message per artifact, kept `artifacts_max_age` so agents
@@ -143,13 +147,13 @@ async def ensure_streams(js: JetStreamContext, settings: BusSettings) -> None:
             await js.update_stream(config)
 
 
-def agent_consumer_config(agent: str, settings: BusSettings) -> ConsumerConfig:
-    name = subjects.agent_consumer(agent)
+def agent_consumer_config(agent: str, settings: BusSettings, route: str | None = None) -> ConsumerConfig:
+    name = subjects.agent_consumer(agent, route)
     return ConsumerConfig(
         name=name,
         durable_name=name,
-        description=f"workers of agent {agent}",
-        filter_subject=subjects.command_subject(agent),
+        description=f"workers of agent {agent}" + ("" if route is None else f" taking route {route}"),
+        filter_subject=subjects.command_subject(agent, route),
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=settings.ack_wait_s,
@@ -160,8 +164,10 @@ def agent_consumer_config(agent: str, settings: BusSettings) -> ConsumerConfig:
     )
 
 
-async def ensure_agent_consumer(js: JetStreamContext, agent: str, settings: BusSettings) -> str:
-    config = agent_consumer_config(agent, settings)
+async def ensure_agent_consumer(
+    js: JetStreamContext, agent: str, settings: BusSettings, route: str | None = None
+) -> str:
+    config = agent_consumer_config(agent, settings, route)
     await js.add_consumer(subjects.COMMANDS_STREAM, config)
     assert config.durable_name is not None
     return config.durable_name

@@ -1,10 +1,12 @@
 """Names on the wire: subjects, streams, consumers and headers, in one place.
 
 Commands travel on `kg.cmd.<agent>` (a work-queue stream: each command is taken by one
-worker of its agent kind), events on `kg.evt.<run_id>.<type>` (a stream the recorder
-consumes durably), artifacts on `kg.art.<sha256>` (a content-addressed stream the
-recorder copies into the log and agents read back by hash). The recorder answers questions
-about the log on `kg.log.verify` (request-reply).
+worker of its agent kind), or on `kg.cmd.<agent>.<route>` when the command class routes by
+one of its fields (an executor command by its target: `kg.cmd.executor.tpu`). Events travel
+on `kg.evt.<run_id>.<type>` (a stream the recorder consumes durably), artifacts on
+`kg.art.<sha256>` (a content-addressed stream the recorder copies into the log and agents
+read back by hash). The recorder answers questions about the log on `kg.log.verify`
+(request-reply).
 """
 
 from __future__ import annotations
@@ -55,8 +57,18 @@ def check_agent(agent: str) -> str:
     return agent
 
 
-def command_subject(agent: str) -> str:
-    return f"{PREFIX}.cmd.{check_agent(agent)}"
+def route_token(route: str) -> str:
+    """The subject token of a route value (a target name), odd characters replaced like a run's.
+
+    Routing only: the command carries the exact value, and the worker that takes it checks it.
+    """
+    return run_token(route)
+
+
+def command_subject(agent: str, route: str | None = None) -> str:
+    """`kg.cmd.<agent>`, or `kg.cmd.<agent>.<route>` for a routed command."""
+    base = f"{PREFIX}.cmd.{check_agent(agent)}"
+    return base if route is None else f"{base}.{route_token(route)}"
 
 
 def run_token(run_id: str) -> str:
@@ -85,6 +97,11 @@ def artifact_subject(sha256: str) -> str:
     return f"{PREFIX}.art.{sha256}"
 
 
-def agent_consumer(agent: str) -> str:
-    """The durable pull consumer that every worker of one agent kind shares (its queue group)."""
-    return f"agent_{check_agent(agent)}".replace("-", "_")
+def agent_consumer(agent: str, route: str | None = None) -> str:
+    """The durable pull consumer that every worker of one agent kind shares (its queue group);
+    with a route, the one that every worker taking that route shares (`agent_executor-tpu`).
+
+    An agent's `-` becomes `_` and a route keeps its `-`, so no agent's consumer is another's route.
+    """
+    name = f"agent_{check_agent(agent)}".replace("-", "_")
+    return name if route is None else f"{name}-{route_token(route)}"

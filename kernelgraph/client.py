@@ -233,7 +233,7 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
 async def send_start(js: Any, start: StartRun) -> None:
     """Queue the command that starts (or resumes) a run; its id makes a resend a no-op
     while the first copy is still queued."""
-    await js.publish(subjects.command_subject(type(start).target or "auto"), encode(start),
+    await js.publish(start.subject(), encode(start),
                      headers={subjects.MSG_ID_HEADER: start.command_id})
 
 

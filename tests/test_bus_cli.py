@@ -93,6 +93,14 @@ def test_every_compose_agent_is_registered() -> None:
     assert not missing, f"compose.yaml runs unregistered agents: {missing}"
 
 
+def test_compose_binds_its_executors_to_known_targets() -> None:
+    from agents.executor import EXECUTOR_TARGET_ENV, served_targets
+
+    executor = _kernelgraph_services()["executor"]
+    assert EXECUTOR_TARGET_ENV in executor["environment"]
+    assert served_targets(env=executor["environment"])  # every name a known target
+
+
 def test_agents_and_serve_errors() -> None:
     load_commands()
     runner = CliRunner()

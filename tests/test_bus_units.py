@@ -64,6 +64,26 @@ def test_subjects_route_and_refuse_bad_tokens() -> None:
         subjects.artifact_subject("not-a-sha")
 
 
+def test_a_routed_command_travels_on_its_route_and_its_consumer_never_clashes_with_an_agents() -> None:
+    class Routed(Command, frozen=True, kw_only=True, tag="UnitTestRouted"):
+        target: ClassVar[str | None] = "worker"
+        route_field: ClassVar[str | None] = "where"
+
+        where: str
+
+    assert Routed.create(run_id="r", where="sim-tpu-v6e").subject() == "kg.cmd.worker.sim-tpu-v6e"
+    assert Routed.create(run_id="r", where="a.b").subject("other") == "kg.cmd.other.a_b"
+    assert Ping.create(run_id="r").route is None
+    assert Ping.create(run_id="r").subject() == "kg.cmd.echo"
+    with pytest.raises(ValueError, match="names no target agent"):
+        Command.create(run_id="r").subject()
+    assert subjects.command_subject("executor", "tpu") == "kg.cmd.executor.tpu"
+    assert subjects.agent_consumer("executor", "sim-tpu-v6e") == "agent_executor-sim-tpu-v6e"
+    assert subjects.agent_consumer("executor-tpu") == "agent_executor_tpu"  # an agent's - is _
+    config = agent_consumer_config("executor", BusSettings(), "tpu")
+    assert (config.durable_name, config.filter_subject) == ("agent_executor-tpu", "kg.cmd.executor.tpu")
+
+
 def test_settings_from_env_and_backoff() -> None:
     settings = BusSettings.from_env(
         {"KG_BUS_ACK_WAIT_S": "2", "KG_BUS_MAX_DELIVER": "4", "KG_BUS_MEMORY_STORAGE": "yes"}

@@ -182,7 +182,8 @@ def serve(
     """Run one service against an external NATS server (one process per service, as in compose.yaml).
 
     Several `serve` processes of one agent share its work queue: each command goes to one of
-    them. SIGTERM drains: in-flight commands finish (or go back to the queue), then it exits.
+    them. An executor takes only the targets named in KG_EXECUTOR_TARGETS (empty: all).
+    SIGTERM drains: in-flight commands finish (or go back to the queue), then it exits.
     """
     from bus.registry import RECORDER
 
@@ -220,7 +221,9 @@ def serve(
             service = cls(nc, settings=settings, concurrency=concurrency)
         try:
             await service.start()
-            log.info("serving %s on %s (pid %d)", agent, nats, os.getpid())
+            consumers = ", ".join(getattr(service, "consumers", ()))  # an executor's: one per target
+            log.info("serving %s on %s (pid %d)%s", agent, nats, os.getpid(),
+                     f"; consumers {consumers}" if consumers else "")
             waiter = asyncio.ensure_future(stop.wait())
             if agent == RECORDER:
                 assert service._task is not None
