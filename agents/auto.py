@@ -250,7 +250,7 @@ class _AutoRun:
                 ProfileKernel, f"it{it}/profile", it, code_sha256=code,
                 verdict_sha256=verdict_sha or ""), ProfileCaptured)
         except CommandFailed as failed:
-            return self.failed(state, it, phase, failed.failure.error, plan=plan, code=code,
+            return self.failed(state, it, phase, _reason(failed), plan=plan, code=code,
                                compiled=compiled), False
         state.parent = {"code_sha256": code, "plan_sha256": plan.plan_sha256,
                         "profile_sha256": profile.profile_sha256, "config": config,
