@@ -63,6 +63,7 @@ def check_compile(target: str, run_id: str = "routing") -> CheckCompile:
 
 
 Start = Callable[..., Any]
+Fleet = tuple[Start, BusClient, AsyncExitStack]
 
 
 async def _executors(stack: AsyncExitStack, server: EmbeddedNats) -> Start:
@@ -87,86 +88,86 @@ async def _client(stack: AsyncExitStack, server: EmbeddedNats) -> BusClient:
     return client
 
 
-async def test_executors_bound_to_two_targets_each_take_only_their_own_commands(
-    nats_server: EmbeddedNats,
-) -> None:
+@pytest.fixture
+async def fleet(nats_server: EmbeddedNats) -> AsyncIterator[Fleet]:
+    """Start executors bound to targets (`start(targets)`) and a client, on one bus; the
+    stack closes what a test adds to it as well."""
     async with AsyncExitStack() as stack:
-        start = await _executors(stack, nats_server)
-        client = await _client(stack, nats_server)
-        tpu, sim = await start((TPU,)), await start((SIM,))
-        assert (tpu.consumers, sim.consumers) == (("agent_executor-tpu",), ("agent_executor-sim-tpu-v6e",))
-        commands = [check_compile(target) for _ in range(4) for target in (TPU, SIM)]
-        answers = await asyncio.gather(*(client.request(c, timeout=20) for c in commands))
-        assert all(isinstance(a[0], CompileChecked) and a[0].ok for a in answers)
-        assert (tpu.handled, sim.handled) == ([TPU] * 4, [SIM] * 4)
-        assert tpu.stats.failed == sim.stats.failed == 0
+        yield await _executors(stack, nats_server), await _client(stack, nats_server), stack
+
+
+async def test_executors_bound_to_two_targets_each_take_only_their_own_commands(
+    fleet: Fleet,
+) -> None:
+    start, client, _stack = fleet
+    tpu, sim = await start((TPU,)), await start((SIM,))
+    assert (tpu.consumers, sim.consumers) == (("agent_executor-tpu",), ("agent_executor-sim-tpu-v6e",))
+    commands = [check_compile(target) for _ in range(4) for target in (TPU, SIM)]
+    answers = await asyncio.gather(*(client.request(c, timeout=20) for c in commands))
+    assert all(isinstance(a[0], CompileChecked) and a[0].ok for a in answers)
+    assert (tpu.handled, sim.handled) == ([TPU] * 4, [SIM] * 4)
+    assert tpu.stats.failed == sim.stats.failed == 0
 
 
 async def test_a_command_for_a_target_nobody_serves_waits_until_its_executor_starts(
-    nats_server: EmbeddedNats,
+    fleet: Fleet,
 ) -> None:
-    async with AsyncExitStack() as stack:
-        start = await _executors(stack, nats_server)
-        client = await _client(stack, nats_server)
-        sim = await start((SIM,))
-        waiting = asyncio.ensure_future(client.request(check_compile(TPU), timeout=30))
-        stack.callback(waiting.cancel)
-        await client.request(check_compile(SIM), timeout=10)  # the sim executor is taking work
-        await asyncio.sleep(1.0)
-        assert not waiting.done()  # not failed: nobody took it
-        stream = await client.js.stream_info(subjects.COMMANDS_STREAM, subjects_filter="kg.cmd.executor.>")
-        assert stream.state.subjects == {"kg.cmd.executor.tpu": 1}
-        assert sim.handled == [SIM] and sim.stats.failed == 0
-        tpu = await start((TPU,))
-        (answer,) = await waiting
-        assert isinstance(answer, CompileChecked) and answer.ok
-        assert tpu.handled == [TPU]
+    start, client, stack = fleet
+    sim = await start((SIM,))
+    waiting = asyncio.ensure_future(client.request(check_compile(TPU), timeout=30))
+    stack.callback(waiting.cancel)
+    await client.request(check_compile(SIM), timeout=10)  # the sim executor is taking work
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # not failed: nobody took it
+    stream = await client.js.stream_info(subjects.COMMANDS_STREAM, subjects_filter="kg.cmd.executor.>")
+    assert stream.state.subjects == {"kg.cmd.executor.tpu": 1}
+    assert sim.handled == [SIM] and sim.stats.failed == 0
+    tpu = await start((TPU,))
+    (answer,) = await waiting
+    assert isinstance(answer, CompileChecked) and answer.ok
+    assert tpu.handled == [TPU]
 
 
 async def test_an_unbound_executor_serves_every_known_target_beside_a_bound_one(
-    nats_server: EmbeddedNats,
+    fleet: Fleet,
 ) -> None:
-    async with AsyncExitStack() as stack:
-        start = await _executors(stack, nats_server)
-        client = await _client(stack, nats_server)
-        anywhere = await start((), concurrency=1, delay_s=0.05)
-        await start((TPU,))  # shares agent_executor-tpu: no overlapping consumer
-        assert anywhere.consumers == tuple(subjects.agent_consumer("executor", t) for t in api.TARGETS)
-        others = [t for t in api.TARGETS if t != TPU]
-        kinds = (CheckCompile, RunTests, MeasureConfig)
-        commands = [check_compile(t) for t in others]
-        commands += [kinds[i % 3].create(run_id="routing", task_sha256=FAKE_SHA, task_file="task.py",
-                                         target_name=t, code_sha256=FAKE_SHA, recipe_sha256=FAKE_SHA)
-                     for i, t in enumerate(others)]
-        assert {c.subject() for c in commands} == {f"kg.cmd.executor.{t}" for t in others}
-        answers = await asyncio.gather(*(client.request(c, timeout=20) for c in commands))
-        assert len(answers) == len(commands)
-        assert sorted(anywhere.handled) == sorted(others * 2)
-        assert anywhere.most_running == 1  # several consumers, never more than its concurrency
+    start, client, _stack = fleet
+    anywhere = await start((), concurrency=1, delay_s=0.05)
+    await start((TPU,))  # shares agent_executor-tpu: no overlapping consumer
+    assert anywhere.consumers == tuple(subjects.agent_consumer("executor", t) for t in api.TARGETS)
+    others = [t for t in api.TARGETS if t != TPU]
+    kinds = (CheckCompile, RunTests, MeasureConfig)
+    commands = [check_compile(t) for t in others]
+    commands += [kinds[i % 3].create(run_id="routing", task_sha256=FAKE_SHA, task_file="task.py",
+                                     target_name=t, code_sha256=FAKE_SHA, recipe_sha256=FAKE_SHA)
+                 for i, t in enumerate(others)]
+    assert {c.subject() for c in commands} == {f"kg.cmd.executor.{t}" for t in others}
+    answers = await asyncio.gather(*(client.request(c, timeout=20) for c in commands))
+    assert len(answers) == len(commands)
+    assert sorted(anywhere.handled) == sorted(others * 2)
+    assert anywhere.most_running == 1  # several consumers, never more than its concurrency
 
 
 async def test_a_command_on_another_targets_subject_is_refused_naming_both(
-    nats_server: EmbeddedNats,
+    fleet: Fleet,
 ) -> None:
-    async with AsyncExitStack() as stack:
-        start = await _executors(stack, nats_server)
-        client = await _client(stack, nats_server)
-        sim = await start((SIM,))
-        failures: asyncio.Queue[Event] = asyncio.Queue()
+    start, client, stack = fleet
+    sim = await start((SIM,))
+    failures: asyncio.Queue[Event] = asyncio.Queue()
 
-        async def on_event(msg: Any) -> None:
-            failures.put_nowait(decode_event(msg.data))
+    async def on_event(msg: Any) -> None:
+        failures.put_nowait(decode_event(msg.data))
 
-        sub = await client.nc.subscribe(subjects.run_events_subject("stray"), cb=on_event)
-        stack.push_async_callback(sub.unsubscribe)
-        stray = check_compile(TPU, run_id="stray")
-        await client.js.publish(subjects.command_subject("executor", SIM), encode(stray),
-                                headers={subjects.MSG_ID_HEADER: stray.command_id})
-        failed = await asyncio.wait_for(failures.get(), timeout=10)
-        assert isinstance(failed, AgentFailed) and failed.deliveries == 1
-        assert "'tpu'" in failed.error and "serving only sim-tpu-v6e" in failed.error
-        assert "kg.cmd.executor.tpu" in failed.error
-        assert sim.handled == []
+    sub = await client.nc.subscribe(subjects.run_events_subject("stray"), cb=on_event)
+    stack.push_async_callback(sub.unsubscribe)
+    stray = check_compile(TPU, run_id="stray")
+    await client.js.publish(subjects.command_subject("executor", SIM), encode(stray),
+                            headers={subjects.MSG_ID_HEADER: stray.command_id})
+    failed = await asyncio.wait_for(failures.get(), timeout=10)
+    assert isinstance(failed, AgentFailed) and failed.deliveries == 1
+    assert "'tpu'" in failed.error and "serving only sim-tpu-v6e" in failed.error
+    assert "kg.cmd.executor.tpu" in failed.error
+    assert sim.handled == []
 
 
 def test_the_binding_comes_from_the_environment_and_refuses_unknown_targets() -> None:
