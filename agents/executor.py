@@ -55,6 +55,18 @@ def served_targets(targets: Iterable[str] | None = None,
     return names
 
 
+def unserved_problem(target: str) -> str | None:
+    """Why this process's own executor would never take `target`'s commands (None: it
+    would): the embedded runtime refuses such a run up front instead of waiting for ever."""
+    served = served_targets()
+    if not served or target in served:
+        return None
+    return (f"{EXECUTOR_TARGET_ENV}={','.join(served)} binds this process's executor to other "
+            f"targets than {target}; its commands would wait for an executor that never comes "
+            f"(unset {EXECUTOR_TARGET_ENV}, add {target} to it, or use --nats with an executor "
+            "that serves it)")
+
+
 def verdict_record(verdict: api.Verdict) -> dict[str, Any]:
     """What later phases need of a verdict, as plain data."""
     return {**verdict.summary(),

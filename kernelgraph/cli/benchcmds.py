@@ -81,6 +81,11 @@ def bench(
         tasks = [resolve_task(t) for t in tasks]
     except UnknownTask as exc:
         fail(str(exc))
+    if nats is None:
+        from agents.executor import unserved_problem
+
+        if problem := unserved_problem(target):
+            fail(problem)
     found, skipped = find_tasks(tasks)
     found_count = len(found) + sum(1 for s in skipped if s.path.is_file())
     template = KernelRequest(task=Path(), target=target, provider=provider, iterations=iterations,

@@ -317,6 +317,11 @@ def search(
                 return await run_on(nc, started)
             finally:
                 await nc.drain()
+        from agents.executor import unserved_problem
+        from kernelgraph.client import RequestError
+
+        if problem := unserved_problem(request.target):
+            raise RequestError(problem)
         config = RuntimeConfig(db_path=db, concurrency={"executor": 2, "verifier": 1})
         async with Runtime(config) as runtime:
             assert runtime.client is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -176,3 +177,19 @@ def test_the_binding_comes_from_the_environment_and_refuses_unknown_targets() ->
     assert served_targets(["gpu"], env={EXECUTOR_TARGET_ENV: "tpu"}) == ("gpu",)
     with pytest.raises(BusConfigError, match="sim-tpu-6e"):
         served_targets(env={EXECUTOR_TARGET_ENV: "sim-tpu-6e"})
+
+
+@pytest.mark.parametrize("command", ["search", "bench"])
+def test_the_embedded_runtime_refuses_a_target_its_own_executor_does_not_serve(
+    command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from kernelgraph.cli import app, load_commands
+
+    load_commands()
+    monkeypatch.setenv(EXECUTOR_TARGET_ENV, TPU)
+    result = CliRunner().invoke(app, [command, "rmsnorm", "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code != 0
+    assert f"{EXECUTOR_TARGET_ENV}=tpu binds this process's executor" in result.output
+    assert not (tmp_path / "x.duckdb").exists()  # refused before anything started
