@@ -13,7 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import SUBLANES, header, tunables_literal
+from agents.llm.offline.common import (
+    SUBLANES,
+    aligned,
+    aligned_tunables,
+    header,
+    sublane_tile,
+    tunables_literal,
+)
 
 
 def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
@@ -119,11 +126,13 @@ def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                      chip: dict[str, Any] | None = None) -> str:
     d = facts.detail
     blocks = default_blocks(facts, chip)
+    sub = sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)])
     for key in blocks:
-        if isinstance(params.get(key), int) and params[key] > 0:
-            blocks[key] = max(SUBLANES, int(params[key]) // SUBLANES * SUBLANES)
-    tunables = params.get("tunables") or {
-        name: list(dict.fromkeys([v, max(SUBLANES, v // 2), v * 2])) for name, v in blocks.items()}
+        value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
+        blocks[key] = aligned(value, sub)
+    tunables = aligned_tunables(params.get("tunables") or {
+        name: list(dict.fromkeys([v, max(SUBLANES, v // 2), v * 2])) for name, v in blocks.items()},
+        dict.fromkeys(blocks, sub))
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     kind = ("causal" if d["causal"] else "non-causal") + (

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 LANES = 128
 SUBLANES = 8
@@ -51,6 +54,25 @@ def scoped_vmem(chip: dict[str, Any] | None) -> int:
     if isinstance(vmem, int | float) and vmem > 0:
         return int(min(vmem // 4, DEFAULT_VMEM))
     return DEFAULT_VMEM
+
+
+def sublane_tile(dtypes: Iterable[Any]) -> int:
+    """Rows of one (rows, 128) VMEM tile for the narrowest of `dtypes`: 8 for 32-bit, 16 for
+    16-bit (bf16 packs two rows per sublane), 32 for 8-bit; a block's second-to-last dim must
+    be a multiple of it (or the whole dim)."""
+    sizes = [np.dtype(d).itemsize for d in dtypes]
+    return SUBLANES * max(1, 4 // max(1, min(sizes, default=4)))
+
+
+def aligned(value: int, floor: int) -> int:
+    """`value` rounded down to a multiple of `floor`, at least `floor`."""
+    return max(floor, int(value) // floor * floor)
+
+
+def aligned_tunables(tunables: dict[str, list[int]], floors: dict[str, int]) -> dict[str, list[int]]:
+    """Every value of every knob aligned to its floor (order kept, duplicates dropped)."""
+    return {k: list(dict.fromkeys(aligned(v, floors[k]) if k in floors else v for v in vs))
+            for k, vs in tunables.items()}
 
 
 def round_down(value: int, multiple: int) -> int:

@@ -15,7 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES, header, scoped_vmem, tunables_literal
+from agents.llm.offline.common import (
+    LANES,
+    SUBLANES,
+    aligned,
+    aligned_tunables,
+    header,
+    scoped_vmem,
+    sublane_tile,
+    tunables_literal,
+)
 
 LEVERS = ["scalar_prefetch_group_sizes", "skip_blocks_outside_group", "f32_accumulator"]
 STRATEGY = ("Row and column tiles parallel, groups arbitrary and innermost: each tile sums "
@@ -121,12 +130,14 @@ def grouped_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                    chip: dict[str, Any] | None = None) -> str:
     d = facts.detail
     blocks = default_blocks(facts, chip)
-    for key, floor in (("block_m", SUBLANES), ("block_n", LANES)):
-        if isinstance(params.get(key), int) and params[key] > 0:
-            blocks[key] = max(floor, params[key] // floor * floor)
-    tunables = params.get("tunables") or {
-        key: list(dict.fromkeys([v, max(floor, v // 2), v * 2]))
-        for (key, v), floor in zip(blocks.items(), (SUBLANES, LANES), strict=True)}
+    floors = {"block_m": sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)]),
+              "block_n": LANES}
+    for key, floor in floors.items():
+        value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
+        blocks[key] = aligned(value, floor)
+    tunables = aligned_tunables(params.get("tunables") or {
+        key: list(dict.fromkeys([v, max(floors[key], v // 2), v * 2])) for key, v in blocks.items()},
+        floors)
     names = [a.name for a in facts.args]
     doc = (f"grouped (ragged) matmul kernel for {task_name}: group sizes scalar-prefetched, "
            "groups accumulated per output tile in f32, blocks outside a group skipped.\n\n"

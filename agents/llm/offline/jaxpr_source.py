@@ -15,7 +15,9 @@ once, above the function.
 
 from __future__ import annotations
 
+import ast
 import enum
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -79,14 +81,41 @@ def flatten(closed: Any) -> tuple[list[Any], list[Any], list[Any], dict[Any, Any
     return list(jaxpr.invars), eqns, outs, consts
 
 
+_DIM_OPERATORS = {"floordiv": ast.FloorDiv, "mod": ast.Mod}
+_DIM_BUILTINS = {"max", "min"}
+
+
+class _DimRewriter(ast.NodeTransformer):
+    """A symbolic dim's text (`floordiv(D1, 512) + mod(D0, 8)`) as plain Python operators;
+    a call to anything but the dim operators is refused, so no undefined name is emitted."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        if name in _DIM_OPERATORS and len(node.args) == 2 and not node.keywords:
+            return ast.BinOp(node.args[0], _DIM_OPERATORS[name](), node.args[1])
+        if name == "non_negative" and len(node.args) == 1 and not node.keywords:
+            return ast.Call(ast.Name("max", ast.Load()), [node.args[0], ast.Constant(0)], [])
+        if name in _DIM_BUILTINS and not node.keywords:
+            return node
+        raise EmitError(f"dimension operator {name or ast.unparse(node.func)!r} has no Python form")
+
+
 def dim_source(d: Any) -> str:
     """A dimension (int or symbolic expression) as a Python expression of the dim names."""
     if isinstance(d, int | np.integer):
         return str(int(d))
     text = str(d)
-    if any(word in text for word in ("mod(", "max(", "min(", "non_negative")):
-        raise EmitError(f"dimension {text} has no plain Python form")
-    return f"({text})"
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise EmitError(f"dimension {text} has no plain Python form") from None
+    return f"({ast.unparse(_DimRewriter().visit(tree))})"
+
+
+def dtype_source(dtype: Any) -> str:
+    """`np.dtype('bfloat16')` works once JAX has registered ml_dtypes; `np.bfloat16` never."""
+    return f"np.dtype({np.dtype(dtype).name!r})"
 
 
 def literal_source(value: Any, dtype: Any) -> str:
@@ -95,7 +124,9 @@ def literal_source(value: Any, dtype: Any) -> str:
         return f"np.bool_({bool(value)})"
     if dt.kind in "iu":
         return f"np.{dt.name}({int(value)})"
-    return f"np.{dt.name}({str(float(value))!r})"
+    if hasattr(np, dt.name):
+        return f"np.{dt.name}({str(float(value))!r})"
+    return f"{dtype_source(dt)}.type(float({str(float(value))!r}))"
 
 
 def param_source(value: Any) -> str:
@@ -109,7 +140,7 @@ def param_source(value: Any) -> str:
         inner = ", ".join(param_source(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
-        return f"np.dtype({np.dtype(value).name!r})"
+        return dtype_source(value)
     if isinstance(value, enum.Enum) and hasattr(lax, type(value).__name__):
         return f"lax.{type(value).__name__}.{value.name}"
     shown = repr(value).splitlines()[0][:60] if repr(value) else ""
@@ -167,14 +198,44 @@ class Emitter:
             return f"{target} = {call}"
         if not hasattr(lax, f"{name}_p"):
             raise EmitError(f"primitive {name!r} has no public jax.lax form")
-        params = ", ".join(f"{k}={param_source(v)}" for k, v in sorted(eqn.params.items())
-                           if k not in _DROPPED_PARAMS)
-        params = params + ", " if params else ""
-        dropped = [k for k in eqn.params if k in _DROPPED_PARAMS]
-        extra = "".join(f"{k}=None, " for k in sorted(dropped))
+        lowerable = mosaic_primitives()
+        if lowerable is not None and name not in lowerable:
+            raise EmitError(f"primitive {name!r} has no Mosaic TPU lowering")
+        params = dict(eqn.params)
+        cast = ""
+        if name == "dot_general" and _narrow_float_dot(eqn):
+            # bf16/f16 operands: accumulate in f32 as XLA does on a TPU, round once at the end
+            params["preferred_element_type"] = np.dtype(np.float32)
+            cast = f".astype({dtype_source(eqn.outvars[0].aval.dtype)})"
+        kwargs = [f"{k}={param_source(v)}" for k, v in sorted(params.items())
+                  if k not in _DROPPED_PARAMS]
+        kwargs += [f"{k}=None" for k in sorted(params) if k in _DROPPED_PARAMS]
         if name in ELEMENTWISE_NARY and len(args) > 1:
-            return f"{target} = _nary(lax.{name}_p, dict({params}{extra}), {', '.join(args)})"
-        return f"{target} = lax.{name}_p.bind({', '.join(args)}, {params}{extra})".replace(", )", ")")
+            return f"{target} = _nary(lax.{name}_p, dict({', '.join(kwargs)}), {', '.join(args)})"
+        return f"{target} = lax.{name}_p.bind({', '.join(args + kwargs)}){cast}"
+
+
+def _narrow_float_dot(eqn: Any) -> bool:
+    """A dot of bf16/f16 operands whose result is that narrow float too."""
+    narrow = {np.dtype(np.float16), np.dtype("bfloat16")}
+    operands = {np.dtype(v.aval.dtype) for v in eqn.invars}
+    return bool(operands & narrow) and np.dtype(eqn.outvars[0].aval.dtype) in narrow
+
+
+@functools.cache
+def mosaic_primitives() -> frozenset[str] | None:
+    """Names of the primitives the Mosaic TPU kernel lowering has a rule for (None: this JAX
+    does not expose the table, and no check is made)."""
+    try:
+        import jax.experimental.pallas.tpu  # noqa: F401  (registers every TPU rule)
+
+        from tools import jaxprivate
+
+        rules = jaxprivate.mosaic_lowering().lowering_rules
+        tensor_core = next(k for k in rules if getattr(k, "name", str(k)).upper() == "TC")
+        return frozenset(p.name for p in rules[tensor_core])
+    except Exception:  # a JAX that moved its rule table: skip the check, the compile check still runs
+        return None
 
 
 def _static_index(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str, str] | None:

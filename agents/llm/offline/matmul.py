@@ -8,7 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES, header, scoped_vmem, tunables_literal
+from agents.llm.offline.common import (
+    LANES,
+    SUBLANES,
+    aligned,
+    aligned_tunables,
+    header,
+    scoped_vmem,
+    sublane_tile,
+    tunables_literal,
+)
 from agents.llm.offline.jaxpr_source import NARY_HELPER
 
 
@@ -144,9 +153,11 @@ def matmul_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     for key in blocks:
         if isinstance(params.get(key), int) and params[key] > 0:
             blocks[key] = int(params[key])
-    blocks["block_m"] = max(SUBLANES, blocks["block_m"] // SUBLANES * SUBLANES)
-    blocks["block_n"] = max(LANES, blocks["block_n"] // LANES * LANES)
-    tunables = params.get("tunables") or matmul_tunables(blocks)
+    floors = {"block_m": sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)]),
+              "block_n": LANES}
+    blocks["block_m"] = aligned(blocks["block_m"], floors["block_m"])
+    blocks["block_n"] = aligned(blocks["block_n"], LANES)
+    tunables = aligned_tunables(params.get("tunables") or matmul_tunables(blocks), floors)
     names = [a.name for a in facts.args]
     epi = d["epilogue_args"]
     kinds = tuple(_kind(facts.args[i].dims, d["m"], d["n"]) for i in epi)

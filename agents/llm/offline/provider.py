@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError
 from agents.llm.offline import planner
 from agents.llm.offline.author import candidate_source, plan_spec, safer_ladder
+from agents.llm.offline.check import checked_source
 from agents.llm.offline.classify import CLASSES, classify_task
 from agents.llm.offline.inputs import inputs_source
 
@@ -49,7 +50,14 @@ class OfflineProvider(Provider):
                    "inputs": self._inputs}.get(request.purpose)
         if handler is None:
             raise ProviderError(f"the offline author has no answer for purpose {request.purpose!r}")
-        return handler(ctx)
+        try:
+            return handler(ctx)
+        except ProviderError:
+            raise
+        except Exception as exc:  # an author bug on a pattern it does not handle: refuse, with why
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise ProviderError(f"unsupported: the offline author failed on this task's pattern "
+                                f"({type(exc).__name__}{': ' + first if first else ''})") from exc
 
     def _facts(self, ctx: dict[str, Any]) -> Any:
         """The task's facts; a task the author writes no kernel for is refused here, with
@@ -80,7 +88,7 @@ class OfflineProvider(Provider):
                 + f"; parameters {params}.")
         code = candidate_source(facts, params, str(ctx.get("task_name") or "task"), ctx.get("chip"),
                                 kernel_class)
-        return _code_answer(code, note)
+        return _code_answer(checked_source(code, f"a {kernel_class} kernel"), note)
 
     def _fix(self, ctx: dict[str, Any]) -> str:
         facts = self._facts(ctx)
@@ -104,10 +112,10 @@ class OfflineProvider(Provider):
         first_line = message.strip().splitlines()[0][:300] if message.strip() else message
         summary = "\n".join([f"Error: {first_line}", f"Cause: {_cause(message)}",
                              f"Fix: {change}."])
-        return _code_answer(code, summary)
+        return _code_answer(checked_source(code, "a fixed kernel"), summary)
 
     def _inputs(self, ctx: dict[str, Any]) -> str:
-        return _code_answer(inputs_source(ctx.get("signature") or {}))
+        return _code_answer(checked_source(inputs_source(ctx.get("signature") or {}), "make_inputs"))
 
 
 def _digest(code: str) -> str:

@@ -18,12 +18,14 @@ from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
     LANES,
     SUBLANES,
+    aligned_tunables,
     dim_check_source,
     dims_expr,
     header,
     pow2_floor,
     round_down,
     scoped_vmem,
+    sublane_tile,
     tunables_literal,
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
@@ -42,11 +44,14 @@ def row_bytes(facts: TaskFacts) -> int:
 
 
 def row_align(facts: TaskFacts) -> int:
-    """1-D row arrays put rows on lanes (x128); otherwise rows are sublanes (x8)."""
+    """1-D row arrays put rows on lanes (x128); in a 2-D row array rows are sublanes (x8 for
+    32-bit, x16 for 16-bit, x32 for 8-bit dtypes); in more axes rows are a leading dim (x8)."""
     row_in = facts.detail.get("row_inputs", [])
-    one_d = any(len(a.shape) == 1 for a, r in zip(facts.args, row_in, strict=True) if r)
-    one_d = one_d or any(len(s) == 1 for s in facts.out_shapes)
-    return LANES if one_d else SUBLANES
+    arrays = [(len(a.shape), a.dtype) for a, r in zip(facts.args, row_in, strict=True) if r]
+    arrays += [(len(s), dtype) for s, (_, dtype) in zip(facts.out_shapes, facts.outs, strict=True)]
+    if any(ndim == 1 for ndim, _ in arrays):
+        return LANES
+    return sublane_tile([dtype for ndim, dtype in arrays if ndim == 2] or ["float32"])
 
 
 def pipeline_steps(io_bytes: int, chip: dict[str, Any] | None) -> int:
@@ -185,13 +190,14 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str) -> str
     align = row_align(facts)
     default = int(params.get("block_rows") or 0) or default_block_rows(facts, None)
     default = round_down(default, align)
-    tunables = params.get("tunables") or rows_tunables(default, align)
+    tunables = aligned_tunables(params.get("tunables") or rows_tunables(default, align),
+                                {"block_rows": align})
     doc = (f"{facts.kernel_class} kernel for {task_name}: blocks of whole rows, the reference's "
            "ops evaluated in VMEM.\n\n" + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     constants = "\n".join([
         tunables_literal(tunables),
         f"_ROW = {facts.detail['row']!r}",
-        f"_ROW_ALIGN = {'LANES' if align == LANES else 'SUBLANES'}",
+        f"_ROW_ALIGN = {'LANES' if align == LANES else 'SUBLANES' if align == SUBLANES else align}",
         f"_ROW_INPUTS = {tuple(facts.detail['row_inputs'])!r}",
     ])
     return (header(doc) + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + facts.body_source

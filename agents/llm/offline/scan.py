@@ -15,7 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import SUBLANES, header, tunables_literal
+from agents.llm.offline.common import (
+    SUBLANES,
+    aligned,
+    aligned_tunables,
+    header,
+    sublane_tile,
+    tunables_literal,
+)
 
 LEVERS = ["chunked_scan", "state_in_vmem", "sequence_axis_arbitrary"]
 STRATEGY = ("Chunked scan: per chunk the causal block on the MXU plus the carried "
@@ -108,11 +115,13 @@ def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                 chip: dict[str, Any] | None = None) -> str:
     d = facts.detail
     blocks = default_blocks(facts, chip)
-    if isinstance(params.get("block_seq"), int) and params["block_seq"] > 0:
-        blocks["block_seq"] = max(SUBLANES, params["block_seq"] // SUBLANES * SUBLANES)
-    value = blocks["block_seq"]
-    tunables = params.get("tunables") or {
-        "block_seq": list(dict.fromkeys([value, max(SUBLANES, value // 2), value * 2]))}
+    sub = sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)])
+    given = params.get("block_seq")
+    value = aligned(given if isinstance(given, int) and given > 0 else blocks["block_seq"], sub)
+    blocks["block_seq"] = value
+    tunables = aligned_tunables(params.get("tunables") or {
+        "block_seq": list(dict.fromkeys([value, max(SUBLANES, value // 2), value * 2]))},
+        {"block_seq": sub})
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     doc = (f"chunked causal linear-attention kernel for {task_name}: intra-chunk causal block "

@@ -1,0 +1,67 @@
+"""The author's own gate on what it hands back: a candidate that does not parse, or that reads
+a name nothing defines, is never shipped; it becomes `ProviderError("unsupported: ...")`.
+
+The name check is module-wide and scope-blind on purpose: a name read anywhere must be bound
+somewhere in the file (an import, a def, a parameter, an assignment, a loop or comprehension
+target) or be a builtin. That is loose enough for every file the writers produce and still
+catches what a jaxpr rendered into source can leave behind: a function of the shape language
+(`floordiv(D1, 512)`), or an `np.<name>` numpy does not have (`np.bfloat16`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+import numpy as np
+
+from agents.llm.base import ProviderError
+
+_MODULE_ROOTS = {"np": np}  # attribute reads on these modules must exist (np.bfloat16 does not)
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return bound
+
+
+def undefined_names(tree: ast.AST) -> list[str]:
+    """Names read in `tree` that nothing in it binds and Python does not provide."""
+    known = _bound_names(tree) | set(dir(builtins))
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return sorted(read - known)
+
+
+def undefined_attributes(tree: ast.AST) -> list[str]:
+    """`np.<attr>` reads of attributes numpy does not have (`np.bfloat16`)."""
+    missing = {f"{n.value.id}.{n.attr}" for n in ast.walk(tree)
+               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and n.value.id in _MODULE_ROOTS and not hasattr(_MODULE_ROOTS[n.value.id], n.attr)}
+    return sorted(missing)
+
+
+def checked_source(code: str, what: str = "the candidate") -> str:
+    """`code` unchanged when it compiles and every name it reads is defined; else the refusal."""
+    try:
+        tree = ast.parse(code)
+        compile(tree, "<candidate>", "exec")
+    except SyntaxError as exc:
+        raise ProviderError(f"unsupported: the offline author wrote {what} that does not parse "
+                            f"(line {exc.lineno}: {exc.msg}: {(exc.text or '').strip()[:120]!r})"
+                            ) from None
+    missing = undefined_names(tree) + undefined_attributes(tree)
+    if missing:
+        raise ProviderError(f"unsupported: the offline author wrote {what} reading undefined "
+                            f"names: {', '.join(missing)}")
+    return code
