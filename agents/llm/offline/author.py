@@ -57,6 +57,10 @@ def safer_ladder(facts: TaskFacts, params: dict[str, int],
                  for k in params}
         steps.append((c, {**small, "tunables": {k: [v] for k, v in small.items()}},
                       "minimal aligned blocks (8 sublanes / 128 lanes)"))
+        tiny = {k: LANES if k in ("block_n", "block_k") else 2 * SUBLANES for k in params}
+        if tiny != small:  # row-side blocks down to one 16-row tile (writers align to the dtype)
+            steps.append((c, {**tiny, "tunables": {k: [v] for k, v in tiny.items()}},
+                          "row-side blocks of one 16-row tile"))
     if facts.body_source:
         steps.append(("single_block", {}, "fell back to the single-block kernel (whole arrays, one step)"))
         vmem = (chip or {}).get("vmem_bytes")

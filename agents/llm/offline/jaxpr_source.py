@@ -10,7 +10,13 @@ Two primitives the Mosaic TPU lowering has no general rule for are written as th
 compute them on a TPU (`REWRITES`): a take-along-the-last-axis `gather` becomes a one-hot
 select and sum, and `top_k` on the last axis becomes k rounds of max (ties to the lowest
 index, as `lax.top_k`); `is_finite` becomes |x| < inf. The helpers they call are written
-once, above the function.
+once, above the function. Any other primitive the Mosaic TensorCore lowering has no rule for
+(`conv_general_dilated`, `cumsum`, `reduce_window_sum`, ...) is an `EmitError` naming it.
+
+Two are written in the form Mosaic accepts: a dot of bf16/f16 operands accumulates in f32
+(`preferred_element_type`) and is rounded to its dtype after, as XLA does on a TPU; a float
+`iota` counts in int32 and converts. Symbolic dims (`floordiv(D1, 512)`) become Python
+operators, and no dtype is written as `np.<name>` numpy lacks (`np.bfloat16`).
 """
 
 from __future__ import annotations
@@ -202,10 +208,17 @@ class Emitter:
         if lowerable is not None and name not in lowerable:
             raise EmitError(f"primitive {name!r} has no Mosaic TPU lowering")
         params = dict(eqn.params)
+        if name == "dot_general" and len(params["dimension_numbers"][1][0]) > 1:
+            raise EmitError("a dot_general with more than one batch dimension (Mosaic's matmul "
+                            "takes at most one)")
         cast = ""
         if name == "dot_general" and _narrow_float_dot(eqn):
             # bf16/f16 operands: accumulate in f32 as XLA does on a TPU, round once at the end
             params["preferred_element_type"] = np.dtype(np.float32)
+            cast = f".astype({dtype_source(eqn.outvars[0].aval.dtype)})"
+        if name == "iota" and np.dtype(params["dtype"]).kind not in "iu":
+            # Mosaic's iota is integer-only: count in int32, then convert (exact below 2**24)
+            params["dtype"] = np.dtype(np.int32)
             cast = f".astype({dtype_source(eqn.outvars[0].aval.dtype)})"
         kwargs = [f"{k}={param_source(v)}" for k, v in sorted(params.items())
                   if k not in _DROPPED_PARAMS]

@@ -140,7 +140,8 @@ def _kernel(*refs, dims, n_in):
     values = [ref[...] for ref in refs[:n_in]]
     outs = _body(*values, **dims)
     for ref, value in zip(refs[n_in:], outs, strict=True):
-        ref[...] = value.astype(ref.dtype)
+        value = value.astype(ref.dtype)
+        ref[...] = value if value.shape == ref.shape else jnp.broadcast_to(value, ref.shape)
 
 
 def _whole_spec(shape):
@@ -153,15 +154,19 @@ def %NAME%(%ARGS%):
 %CHECKS%
     args = (%ARGS%,)
     out_avals = _out_avals(**dims)
+    # a 0-d output is a (1, 1) block (a TPU block has at least one tile), reshaped after
+    block_shapes = [tuple(shape) or (1, 1) for shape, _ in out_avals]
     outs = pl.pallas_call(
         functools.partial(_kernel, dims=dims, n_in=len(args)),
-        out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
+        out_shape=[jax.ShapeDtypeStruct(block, dtype)
+                   for block, (_, dtype) in zip(block_shapes, out_avals, strict=True)],
         grid=(1,),
         in_specs=[_whole_spec(x.shape) for x in args],
-        out_specs=[_whole_spec(shape) for shape, _ in out_avals],
+        out_specs=[_whole_spec(block) for block in block_shapes],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",),
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*args)
+    outs = [out.reshape(shape) for out, (shape, _) in zip(outs, out_avals, strict=True)]
     return %RETURN%
 
 
