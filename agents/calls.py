@@ -51,7 +51,9 @@ class RunHistory:
         self._sub = await js.subscribe(subjects.run_events_subject(self.run_id),
                                        ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
         info = await self._sub.consumer_info()
-        if not info.num_pending:
+        # num_pending is 0 too when the server has already pushed the whole backlog to this
+        # client, unread; then the reader catches up on the last one (its num_pending is 0).
+        if not info.num_pending and not info.delivered.consumer_seq:
             self._caught_up.set()
         self._reader = asyncio.create_task(self._read(), name=f"history-{self.run_id}")
         return self

@@ -78,7 +78,8 @@ async def events_on_bus(nc: NATS, run_id: str) -> int:
                              deliver_policy=DeliverPolicy.ALL)
     try:
         info = await sub.consumer_info()
-        return int(info.num_pending or 0)
+        # What the server already pushed to this subscription is no longer pending.
+        return int(info.num_pending or 0) + int(info.delivered.consumer_seq or 0)
     finally:
         await sub.unsubscribe()
 
