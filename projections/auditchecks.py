@@ -429,8 +429,9 @@ def _nodes(a: Audit) -> Iterator[Finding]:
 @check("expansions")
 def _expansions(a: Audit) -> Iterator[Finding]:
     if a.requested is None:
-        if a.events:
-            yield _find("expansions", a.events[0], "the run has no RunRequested (no root node)")
+        yield (_find("expansions", a.events[0], "the run has no RunRequested (no root node)")
+               if a.events else
+               _find("expansions", None, "no event of this run was found: nothing vouches for it"))
         return
     root = a.root_id
     policy_search = a.requested.policy not in NO_POLICY

@@ -301,6 +301,13 @@ def test_a_broken_chain_is_a_finding_about_the_log() -> None:
         ("chain", "row seq=4 does not match the hash chain", None)]
 
 
+def test_a_run_with_no_event_in_the_log_is_not_clean() -> None:
+    report = audit_run([], fetch=lambda sha256: None, chain=ChainStatus(ok=True),
+                       receipt_problems=api.receipt_problems, final=True)
+    assert not report.clean and report.events_checked == 0
+    assert [f.check for f in report.findings] == ["expansions"]
+
+
 def test_decisions_not_yet_carried_out_are_only_a_finding_of_the_final_audit() -> None:
     run = clean_run()
     announced_but_never_requested(run)
