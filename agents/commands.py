@@ -63,7 +63,7 @@ class ExpandNode(StartRun, frozen=True, kw_only=True, tag="ExpandNode"):
 
     The run's suite and baseline already exist; `parent` is what the child sees of its
     parent ({code_sha256, plan_sha256, profile_sha256, config, speedup, plan_summary,
-    profile_summary, tuning_summary}), `failures` the failures on its path. The trajectory
+    tuning_summary}; the profile travels as its artifact), `failures` the failures on its path. The trajectory
     ends with `NodeEvaluated`; the search orchestrator verifies and finishes the run.
     """
 
