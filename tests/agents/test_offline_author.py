@@ -104,7 +104,7 @@ def test_a_task_with_no_class_and_no_body_is_refused_with_its_reason(tmp_path: P
     facts = classify_task(task)
     assert facts.kernel_class == "single_block" and "kernel body" in facts.unsupported
     for purpose in ("plan", "implement", "fix"):
-        with pytest.raises(ProviderError, match=r"^unsupported: no kernel class fits"):
+        with pytest.raises(ProviderError, match=r"^unsupported: the reference cannot be written out as a kernel body: .*; and no other kernel class fits \("):
             _ask(purpose, {**_ctx(task), "plan": "", "code": "", "diagnostics": []})
 
 

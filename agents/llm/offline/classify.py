@@ -284,9 +284,8 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
     if facts.kernel_class == "single_block" and not facts.body_source:
         why = "; ".join(r for r in facts.reasons if "kernel body" in r or "symbolic" in r)
-        facts.unsupported = ("no kernel class fits (" + facts.reasons[-1] + ") and no "
-                             "single-block kernel can be written either ("
-                             + (why or "no body") + ")")
+        facts.unsupported = ((why or "no kernel body can be written") + "; and no other "
+                             "kernel class fits (" + facts.reasons[-1] + ")")
     return facts
 
 
