@@ -33,6 +33,7 @@ GUARDED = (
     "tools.child.watchdog.Watchdog._watch", "tools.child.watchdog.Watchdog._expire",
     "hashlib.sha256", "msgspec.msgpack.encode", "builtins.open",
     "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
+    "tools.sandbox.wire.contiguous",
     "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
     "tools.child.interpret.RaceLog.races_since", "tools.child.worker.run_group",
     "tools.verification.allowlist.program_problems", "tools.verification.allowlist._check",

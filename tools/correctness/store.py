@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.sandbox.wire import WireArray
+from tools.sandbox.wire import WireArray, contiguous
 
 SPILL_BYTES = 1 << 20  # arrays at least this large go to disk
 _CHUNK = 16 << 20
@@ -56,7 +56,7 @@ def suite_directory() -> Path:
 def spill(array: np.ndarray, directory: Path, spill_bytes: int = SPILL_BYTES) -> WireArray:
     """``array`` as a WireArray: in memory when small, else memory-mapped from an unlinked
     ``.npy`` file in ``directory``."""
-    host = np.ascontiguousarray(array)
+    host = contiguous(array)
     if host.nbytes < max(spill_bytes, 1):
         return WireArray.of(host)
     fd, name = tempfile.mkstemp(suffix=".npy", dir=directory)

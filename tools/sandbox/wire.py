@@ -22,7 +22,7 @@ class WireArray(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, array: Any) -> WireArray:
-        host = np.ascontiguousarray(np.asarray(array))
+        host = contiguous(array)
         return cls(host.dtype.name, tuple(host.shape), host.tobytes())
 
     def numpy(self) -> np.ndarray:
@@ -39,11 +39,18 @@ def numpy_dtype(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+def contiguous(array: Any) -> np.ndarray:
+    """``array`` as a C-contiguous host array of exactly its shape. Not
+    ``np.ascontiguousarray``: it returns ``ndim >= 1``, so a 0-d output (a loss, a sum)
+    would come back as shape (1,) and fail the reference's exact shape ()."""
+    return np.asarray(array, order="C")
+
+
 def hash_arrays(arrays: Iterable[Any]) -> str:
     """sha256 over dtype, shape and bytes of each array, in order."""
     digest = hashlib.sha256()
     for array in arrays:
-        host = np.ascontiguousarray(np.asarray(array))
+        host = contiguous(array)
         digest.update(f"{host.dtype.name}|{host.shape}|".encode())
         digest.update(host.tobytes())
     return digest.hexdigest()
