@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from kernelgraph.cli import app, load_commands
+from kernelgraph.cli.app import task_arg
 from kernelgraph.tasknames import UnknownTask, resolve_task, shipped_dir, shipped_tasks
 from tools.inputs.shapes import is_aligned
 
@@ -98,6 +100,16 @@ def test_an_existing_path_wins_over_a_shipped_name(tmp_path: Path,
     assert resolve_task("rmsnorm.py") == Path("rmsnorm.py")
     (tmp_path / "rmsnorm").mkdir()
     assert resolve_task("rmsnorm") == Path("rmsnorm")  # a folder (bench takes folders)
+
+
+def test_a_jaxbench_task_folder_means_its_baseline(tmp_path: Path) -> None:
+    folder = tmp_path / "12p_RMSNorm"
+    folder.mkdir()
+    (folder / "baseline.py").write_text("# a JAXBench task\n")
+    assert task_arg(folder) == folder / "baseline.py"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(typer.Exit):
+        task_arg(tmp_path / "empty")
 
 
 @pytest.mark.parametrize(("arg", "expected"), [

@@ -42,13 +42,19 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
 
 
 def task_arg(value: Path) -> Path:
-    """A TASK argument as a file: an existing path, or the name of a shipped task."""
+    """A TASK argument as a file: an existing path (a JAXBench task folder means its
+    baseline.py), or the name of a shipped task."""
     from kernelgraph.tasknames import UnknownTask, resolve_task
 
     try:
         path = resolve_task(value)
     except UnknownTask as exc:
         fail(str(exc))
+    if path.is_dir() and (path / "baseline.py").is_file():
+        return path / "baseline.py"  # a JAXBench task folder
+    if path.is_dir():
+        fail(f"{path}: a folder without a baseline.py; give a task file or a JAXBench task "
+             "folder (`kernelgraph bench` takes folders of tasks)")
     if not path.is_file():
         fail(f"{path}: not a task file")
     return path

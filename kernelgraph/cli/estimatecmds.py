@@ -16,7 +16,7 @@ from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 @app.command()
 def estimate(
-    task: Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py), or a shipped task's name.", show_default=False)],
+    task: Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench task folder or its baseline.py), or a shipped task's name.", show_default=False)],
     candidate: Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7.")] = "sim-tpu-v6e",
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,

@@ -15,7 +15,7 @@ from rich.table import Table
 from kernelgraph.cli.app import app, console, emit_json, err_console, fail, parse_config, task_arg
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
-TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench baseline.py), or a shipped task's name.", show_default=False)]
+TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench task folder or its baseline.py), or a shipped task's name.", show_default=False)]
 CandidateArg = Annotated[Path, typer.Argument(help="Candidate kernel file (defines build(); optional TUNABLES).", show_default=False)]
 TargetOpt = Annotated[str, typer.Option("--target", help="sim-tpu-v6e | sim-tpu-v5e | sim-tpu-v7 (simulated) or tpu | gpu (real device).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]

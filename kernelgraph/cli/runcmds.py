@@ -249,7 +249,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def search(
     task: Annotated[Path, typer.Argument(
         help="A task file (tasks/rmsnorm.py), a shipped task's name (rmsnorm; see `kernelgraph "
-        "tasks`) or a JAXBench baseline.py.")],
+        "tasks`) or a JAXBench task folder or its baseline.py.")],
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",
     db: Annotated[Path, typer.Option("--db", help="The event log (created if missing).")] = DEFAULT_DB,
