@@ -7,10 +7,22 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tools.lowered.kernel import BodyOp, Branch, Loop
+from tools.lowered.kernel import BodyOp, Branch, Loop, VectorValue
 from tools.lowered.ops import Slots, attr_str, constant_value, instr, op_name
 from tools.lowered.scalar import INDEX_MAP_OPS, UNKNOWN, Instr
-from tools.lowered.types import dtype_bits, nbytes, split_shaped
+from tools.lowered.types import MosaicError, dtype_bits, nbytes, split_shaped, tile_padded_bytes
+
+VREG_BYTES = 8 * 128 * 4  # one vreg: (8 sublanes, 128 lanes) of 32 bits
+# Results that need not be held whole: splats, broadcasts, iotas and masks repeat one
+# vreg's worth of data (Mosaic makes them a vreg at a time where they are used), and a load
+# (or a reshape of one) copies bytes already in a VMEM buffer, which can be re-read.
+_NOT_HELD = frozenset({
+    "arith.constant", "vector.broadcast", "vector.splat", "vector.step", "tpu.iota",
+    "tpu.broadcast_in_sublanes", "vector.create_mask", "vector.constant_mask",
+    "tpu.create_mask", "tpu.create_subelement_mask",
+    "vector.load", "tpu.load", "tpu.vector_load", "tpu.strided_load", "tpu.masked_load",
+    "tpu.shuffled_load", "vector.shape_cast",
+})
 
 _FLOAT_ARITH = frozenset({
     "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.maximumf",
@@ -70,6 +82,7 @@ class BodyReader:
         # `memref.load`: a store (or a view that could be stored through) would make the
         # values it reads differ from the operands it was given.
         self.prefetch_written = False
+        self.largest: VectorValue | None = None
 
     def region(self, block: Any) -> tuple[Any, ...]:
         items: list[Any] = []
@@ -88,6 +101,8 @@ class BodyReader:
     def op(self, op: Any) -> Any:
         name = op_name(op)
         results = op.operation.results
+        for r in results:
+            self._note_value(name, str(r.type))
         if self._prefetch and name != "memref.load" and any(
             v in self._prefetch for v in op.operation.operands
         ):
@@ -131,6 +146,21 @@ class BodyReader:
             self.unmodelled.add(name)
             return Loop(1, tuple(nested)) if nested else None
         return self._cost(op, name)
+
+    def _note_value(self, name: str, type_text: str) -> None:
+        """Keep the largest `vector<...>` result (scalars, memrefs and indices live elsewhere)."""
+        if name in _NOT_HELD or not type_text.lstrip().startswith("vector<"):
+            return
+        try:
+            _, shape, etype, _ = split_shaped(type_text)
+            if len(shape) >= 2:  # (8 x packing, 128) tiles of the last two dims
+                size = tile_padded_bytes(shape, etype)
+            else:  # a 1-D vector fills whole vregs densely: no row padding
+                size = -(-nbytes(shape, etype) // VREG_BYTES) * VREG_BYTES
+        except MosaicError:  # a dynamic dim or an element type of unknown width: not counted
+            return
+        if self.largest is None or size > self.largest.nbytes:
+            self.largest = VectorValue(name, shape, etype, size)
 
     def _const_of(self, value: Any) -> int | None:
         owner = value.owner

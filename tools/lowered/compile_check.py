@@ -12,9 +12,18 @@ the message, the kernel, the line in the candidate file and a hint for common er
 `check_lowered` runs in the parent on the returned text and adds what the lowering does not
 check: the VMEM budget. Each blocked VMEM operand holds `buffer_count` copies of its block
 (2 by default: the pipeline double-buffers), each padded to the (8 x packing, 128) tile
-layout Mosaic uses in VMEM; VMEM scratch adds once. The sum must fit the scoped limit:
-`vmem_limit_bytes` when the kernel sets it (and it must not exceed physical VMEM), else the
-chip's default. Mosaic's own internal scratch is not counted.
+layout Mosaic uses in VMEM; VMEM scratch adds once. The body's values count too: Mosaic
+code-generates each vector op whole (unrolled over vregs), so the largest `vector<...>`
+value the body computes (scf.for / scf.if regions included; tile-padded like a block, a
+1-D one densely) is live in full alongside the blocks and scratch, and what of it exceeds
+the 64 vregs (256 KiB) spills to VMEM. Blocks + scratch + that spill must fit the scoped
+limit: `vmem_limit_bytes` when the kernel sets it (and it must not exceed physical VMEM),
+else the chip's default. Under that code generation this is a necessary condition, a
+lower bound on what the kernel needs, so it refuses no kernel the chip would compile. Not
+counted: the other values live at the same time; loads (their bytes are already in a
+block and can be re-read), splats, broadcasts, iotas and masks (a vreg's worth, remade
+where used); Mosaic's internal scratch and the compiler's other spills. Scalars, SMEM
+refs and index values are never VMEM.
 """
 
 from __future__ import annotations
@@ -34,9 +43,9 @@ from tools.lowered.mosaic import (
     LoweredProgram,
     MosaicError,
     MosaicKernel,
-    dtype_bits,
     parse_lowered,
 )
+from tools.lowered.types import tile_padded_bytes
 from tools.performance.chips import Chip, get_chip
 
 
@@ -53,10 +62,12 @@ class Diagnostic(msgspec.Struct, frozen=True):
 
 class KernelVmem(msgspec.Struct, frozen=True):
     kernel: str
-    vmem_bytes: int
+    vmem_bytes: int  # blocks + scratch + the largest value's spill past the vregs
     vmem_limit_bytes: int
     blocks_bytes: int
     scratch_bytes: int
+    value_bytes: int = 0  # the largest vector value the body produces (tile-padded)
+    value_spill_bytes: int = 0  # what of it the vreg file cannot hold
 
 
 class CompileReport(msgspec.Struct, frozen=True):
@@ -225,31 +236,26 @@ def _line_naming_primitive(message: str, source_path: str) -> int | None:
 # ---------------------------------------------------------------------------- parent side
 
 
-def _tile_padded_bytes(shape: tuple[int, ...], dtype: str) -> int:
-    """Bytes a block occupies in VMEM with the last two dims padded to Mosaic's tiles."""
-    bits = dtype_bits(dtype)
-    dims = list(shape) or [1]
-    if len(dims) == 1:
-        dims = [1, *dims]
-    packing = max(1, 32 // bits)
-    dims[-1] = -(-dims[-1] // 128) * 128
-    dims[-2] = -(-dims[-2] // (8 * packing)) * (8 * packing)
-    return math.ceil(math.prod(dims) * bits / 8)
+# A TPU core's vector registers: 64 vregs of (8, 128) 32-bit words; a body value larger
+# than this cannot be held in registers and spills to VMEM.
+VREG_FILE_BYTES = 64 * 8 * 128 * 4
 
 
 def kernel_vmem(kernel: MosaicKernel, chip: Chip) -> KernelVmem:
     blocks = sum(
-        w.buffer_count * _tile_padded_bytes(w.block_shape, w.dtype)
+        w.buffer_count * tile_padded_bytes(w.block_shape, w.dtype)
         for w in kernel.windows
         if w.block_shape is not None and w.memory_space == "vmem"
     )
     scratch = sum(
-        _tile_padded_bytes(s.shape, s.dtype)
+        tile_padded_bytes(s.shape, s.dtype)
         for s in kernel.scratch
         if s.memory_space == "vmem" and s.nbytes > 0
     )
+    value = kernel.largest_value.nbytes if kernel.largest_value is not None else 0
+    spill = max(0, value - VREG_FILE_BYTES)
     limit = kernel.vmem_limit_bytes or chip.scoped_vmem_limit_bytes
-    return KernelVmem(kernel.name, blocks + scratch, limit, blocks, scratch)
+    return KernelVmem(kernel.name, blocks + scratch + spill, limit, blocks, scratch, value, spill)
 
 
 def kernel_smem(kernel: MosaicKernel) -> int:
@@ -264,6 +270,25 @@ def kernel_smem(kernel: MosaicKernel) -> int:
     total += sum(words(s.shape) for s in kernel.scratch
                  if s.memory_space == "smem" and s.nbytes > 0)
     return total
+
+
+def _value_diagnostic(k: MosaicKernel, u: KernelVmem, chip: Chip) -> Diagnostic:
+    """The blocks fit but a value the body computes does not: name the op that makes it."""
+    v = k.largest_value
+    assert v is not None
+    shape = "x".join(str(d) for d in v.shape)
+    return Diagnostic(
+        f"kernel {k.name}: the body computes a {shape} {v.dtype} value (the result of {v.op}, {u.value_bytes} "
+        f"bytes tile-padded) that is live in full; beyond the {VREG_FILE_BYTES} bytes of vregs "
+        f"it needs {u.value_spill_bytes} bytes of VMEM, which with {u.blocks_bytes} in "
+        f"pipelined blocks and {u.scratch_bytes} in scratch is {u.vmem_bytes} bytes, over the "
+        f"scoped limit of {min(u.vmem_limit_bytes, chip.vmem_bytes)} bytes on {chip.name}",
+        k.name, None,
+        "Do not build the whole value at once: tile the dimension it spans (a smaller block, "
+        "or a grid axis over it), or loop over chunks with lax.fori_loop and accumulate in a "
+        "VMEM scratch buffer (e.g. an online max/sum for a softmax over a wide axis).",
+        None, "vmem",
+    )
 
 
 def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e",
@@ -286,7 +311,10 @@ def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e",
                 k.name, None,
                 f"Keep vmem_limit_bytes at or below {chip.vmem_bytes}.", None, "vmem",
             ))
-        if u.vmem_bytes > min(u.vmem_limit_bytes, chip.vmem_bytes):
+        budget = min(u.vmem_limit_bytes, chip.vmem_bytes)
+        if u.vmem_bytes > budget and u.blocks_bytes + u.scratch_bytes <= budget:
+            diagnostics.append(_value_diagnostic(k, u, chip))
+        elif u.vmem_bytes > budget:
             parts = ", ".join(
                 f"{w.role} block {w.block_shape} {w.dtype} x{w.buffer_count}"
                 for w in k.windows if w.block_shape is not None and w.memory_space == "vmem"
@@ -313,6 +341,7 @@ def check_lowered(stablehlo_text: str, *, chip: Chip | str = "v6e",
 
 
 __all__ = [
+    "VREG_FILE_BYTES",
     "CompileReport",
     "Diagnostic",
     "KernelVmem",

@@ -65,6 +65,17 @@ class BodyOp:
 
 
 @dataclass(frozen=True)
+class VectorValue:
+    """A `vector<...>` value the body produces: Mosaic code-generates each vector op whole,
+    so all of it is live at once, in vregs while it fits and in VMEM past them."""
+
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int  # tile-padded as Mosaic lays vectors out in vregs (see BodyReader)
+
+
+@dataclass(frozen=True)
 class Branch:
     """`scf.if`: the condition slot in the body's scalar program (None if not evaluable)."""
 
@@ -116,6 +127,8 @@ class MosaicKernel:
     # computed inside the program), and whether the body only ever reads those refs.
     prefetch_sources: tuple[int | None, ...] = ()
     prefetch_read_only: bool = True
+    # The largest vector value the body produces, scf.for/scf.if regions included.
+    largest_value: VectorValue | None = None
 
     @property
     def grid_steps(self) -> int:
@@ -183,6 +196,10 @@ class MosaicKernel:
             "body_ops": sorted({op.name for op in self.body_ops()}),
             "vmem_limit_bytes": self.vmem_limit_bytes,
             "unmodelled_ops": list(self.unmodelled_ops),
+            "largest_value": None if self.largest_value is None else {
+                "op": self.largest_value.op, "shape": list(self.largest_value.shape),
+                "dtype": self.largest_value.dtype, "bytes": self.largest_value.nbytes,
+            },
         }
 
 

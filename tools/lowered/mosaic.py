@@ -20,6 +20,7 @@ from tools.lowered.kernel import (
     LoweredProgram,
     MosaicKernel,
     Scratch,
+    VectorValue,
     Window,
 )
 from tools.lowered.parse import parse_lowered
@@ -36,6 +37,7 @@ __all__ = [
     "MosaicError",
     "MosaicKernel",
     "Scratch",
+    "VectorValue",
     "Window",
     "dtype_bits",
     "nbytes",

@@ -340,6 +340,7 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
         unmodelled_ops=tuple(sorted(reader.unmodelled)),
         output_operand_aliases=aliases,
         prefetch_read_only=not reader.prefetch_written,
+        largest_value=reader.largest,
     )
 
 

@@ -47,6 +47,19 @@ def nbytes(shape: Sequence[int], dtype: str) -> int:
     return math.ceil(math.prod(shape) * dtype_bits(dtype) / 8)
 
 
+def tile_padded_bytes(shape: Sequence[int], dtype: str) -> int:
+    """Bytes an array occupies in VMEM with the last two dims padded to Mosaic's
+    (8 x packing, 128) tiles (a 1-D array as one row)."""
+    bits = dtype_bits(dtype)
+    dims = list(shape) or [1]
+    if len(dims) == 1:
+        dims = [1, *dims]
+    packing = max(1, 32 // bits)
+    dims[-1] = -(-dims[-1] // 128) * 128
+    dims[-2] = -(-dims[-2] // (8 * packing)) * (8 * packing)
+    return math.ceil(math.prod(dims) * bits / 8)
+
+
 _SHAPED = re.compile(r"^(memref|vector|tensor)<(.*)>$", re.S)
 
 
