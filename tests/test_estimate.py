@@ -53,3 +53,17 @@ def test_hidden_work_is_an_unsound_estimate() -> None:
                           ROOT / "tests/candidates/hidden_trip_count.py")
     assert not result.sound
     assert any("trip count" in r for r in result.reasons)
+
+
+@pytest.mark.slow
+def test_a_kernel_over_the_vmem_budget_is_refused_not_priced() -> None:
+    """estimate runs the verifier's compile check: a body value that cannot fit is an error
+    naming the value, never a speedup."""
+    from tools.performance.estimate import EstimateError
+
+    with pytest.raises(EstimateError) as info:
+        api.estimate(ROOT / "tests/evaltasks/matmul_bf16.py",
+                     ROOT / "tests/candidates/f32_copies_over_vmem.py")
+    message = str(info.value)
+    assert "fails the compile check on v6e" in message
+    assert "256x512 float32" in message and "786432" in message

@@ -6,8 +6,10 @@ program lowered for TPU in the sandboxed runner (as the verifier does), with abs
 input maker), so an 8192^3 configuration costs a lowering and the cost model, not a run.
 Scalar-prefetch operands are the exception: integer inputs of modest size are made for
 real (seed 0; only those outputs of the input maker are computed) and the model evaluates
-index maps and conditions on them. No correctness check runs: the figure is an
-unverified, simulated estimate, and says so.
+index maps and conditions on them. The verifier's compile check (`check_lowered`: the VMEM
+budget of blocks, scratch and body values, and SMEM) runs on the lowering, and a candidate
+that fails it is refused with its diagnostics, never priced. No correctness check runs: the
+figure is an unverified, simulated estimate, and says so.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
              shape_index: int = 0, limits: Any = None) -> Estimate:
     """Simulated latency and speedup of one configuration at one shape; unverified."""
     from tools.inputs.candidate import read_candidate
+    from tools.lowered.compile_check import check_lowered
     from tools.lowered.mosaic import parse_lowered
     from tools.performance.baseline import estimate_baseline, reference_cost
     from tools.performance.chips import get_chip
@@ -188,7 +191,12 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     abstract, concrete = task_arguments(task, shape_index)
     text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
                             limits, task.statics_at(shape_index))
-    program = estimate_program(parse_lowered(text), chip, concrete)
+    lowered = parse_lowered(text)
+    check = check_lowered(text, chip=chip, program=lowered)  # the verifier's compile check
+    if not check.ok:  # a kernel the chip cannot compile has no price
+        raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
+                            + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
+    program = estimate_program(lowered, chip, concrete)
     baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
     if not program.kernels:
