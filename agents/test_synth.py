@@ -25,6 +25,7 @@ from agents.llm.parsing import python_block
 from bus.registry import register
 from bus.service import PermanentError
 from eventstore.events import Event, TestSuiteFrozen
+from kernelgraph import pyast
 from tools import api
 
 INPUT_MAKERS = ("make_inputs", "create_inputs")
@@ -32,7 +33,7 @@ INPUT_MAKERS = ("make_inputs", "create_inputs")
 
 def needs_input_maker(source: str) -> bool:
     """True when the task defines no input maker but declares INPUT_SPECS for one."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assigned = {t.id for n in tree.body if isinstance(n, ast.Assign)
                 for t in n.targets if isinstance(t, ast.Name)}
@@ -42,7 +43,7 @@ def needs_input_maker(source: str) -> bool:
 def literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, ast.expr]:
     """The value expressions of a module's top-level `NAME = ...` lines for the given names."""
     found: dict[str, ast.expr] = {}
-    for node in ast.parse(source).body:
+    for node in pyast.parse(source).body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names):
             found[node.targets[0].id] = node.value

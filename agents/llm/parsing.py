@@ -10,6 +10,7 @@ import ast
 import re
 
 from agents.llm.base import PLAN_SECTIONS
+from kernelgraph import pyast
 from kernelgraph.errors import KernelgraphError
 
 _FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -29,7 +30,7 @@ def python_block(text: str, *, defines: str) -> str:
                               "block holding the whole file")
     code = blocks[0]
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError as exc:
         raise MalformedAnswer(f"the code block does not parse: line {exc.lineno}: {exc.msg}") from None
     if not any(isinstance(node, ast.FunctionDef) and node.name == defines for node in tree.body):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelgraph import pyast
 from tools.inputs.files import FileProblem, read_python_source
 
 
@@ -72,7 +73,7 @@ def read_candidate(path: str | Path) -> CandidateSource:
     path = Path(path)
     raw, text = read_python_source(path, CandidateError)
     try:
-        tree = ast.parse(text, filename=str(path))
+        tree = pyast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise CandidateError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     build = _find_build(path, tree)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
+from kernelgraph import pyast
 from tools.inputs.scaling import MIN_SIZE
 
 LITERAL_PREFIX = "literal_"
@@ -82,8 +83,8 @@ def bind_literal_sizes(module: ModuleType) -> Bound | None:
                 return None
             continue
         namespace: dict[str, Any] = {}
-        code = compile(ast.Module(body=[tree.body[0]], type_ignores=[]),
-                       inspect.getsourcefile(module) or "<task>", "exec")
+        code = pyast.compile_tree(ast.Module(body=[tree.body[0]], type_ignores=[]),
+                                  inspect.getsourcefile(module) or "<task>")
         exec(code, module.__dict__, namespace)
         functions[name] = namespace[name]
         used += [u for u in binder.used if u not in used]
@@ -100,7 +101,7 @@ def _function_tree(function: Any) -> ast.Module | None:
     except (OSError, TypeError):
         return None
     try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = pyast.parse(textwrap.dedent("".join(lines)))
     except SyntaxError:
         return None
     definition = tree.body[0] if tree.body else None

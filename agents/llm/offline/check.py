@@ -16,6 +16,7 @@ import builtins
 import numpy as np
 
 from agents.llm.base import ProviderError
+from kernelgraph import pyast
 
 _MODULE_ROOTS = {"np": np}  # attribute reads on these modules must exist (np.bfloat16 does not)
 
@@ -54,8 +55,8 @@ def undefined_attributes(tree: ast.AST) -> list[str]:
 def checked_source(code: str, what: str = "the candidate") -> str:
     """`code` unchanged when it compiles and every name it reads is defined; else the refusal."""
     try:
-        tree = ast.parse(code)
-        compile(tree, "<candidate>", "exec")
+        tree = pyast.parse(code)
+        pyast.compile_tree(tree, "<candidate>")
     except SyntaxError as exc:
         raise ProviderError(f"unsupported: the offline author wrote {what} that does not parse "
                             f"(line {exc.lineno}: {exc.msg}: {(exc.text or '').strip()[:120]!r})"

@@ -32,6 +32,8 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
+from kernelgraph import pyast
+
 INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
            "core_call": "call_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr",
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
@@ -113,7 +115,7 @@ def dim_source(d: Any) -> str:
         return str(int(d))
     text = str(d)
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = pyast.parse_expression(text)
     except SyntaxError:
         raise EmitError(f"dimension {text} has no plain Python form") from None
     return f"({ast.unparse(_DimRewriter().visit(tree))})"
