@@ -24,7 +24,6 @@ import hashlib
 import importlib.util
 import inspect
 import sys
-import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +35,13 @@ import numpy as np
 
 from tools.inputs.dtypes import DEFAULT_TOLERANCE, checkable_dtype, default_tolerance
 from tools.inputs.files import FileProblem, read_python_source
+from tools.inputs.seeds import fold_seeds_of, folded_seeds
 from tools.inputs.statics import Statics
 
 if TYPE_CHECKING:
     from tools.inputs.scaling import ConfigRoles
 
 DEFAULT_JAXBENCH_SCALES: tuple[float, ...] = (1.0, 0.75, 0.5)
-_SEED_STRIDE = 7919  # folds a suite seed into a JAXBench file's fixed PRNG seed
 
 TaskFormat = Literal["kernelgraph", "jaxbench"]
 __all__ = ["DEFAULT_TOLERANCE", "Task", "TaskError", "default_tolerance", "load_task"]
@@ -143,7 +142,7 @@ class Task:
 
         if self.format == "kernelgraph":
             return self.module.make_inputs(jax.random.key(seed), shape_index=shape_index)
-        with self._jaxbench_config(shape_index), _folded_jax_seeds(seed):
+        with self._jaxbench_config(shape_index), folded_seeds(seed):
             return self.module.create_inputs()
 
     def checked_inputs(self, raw: Any, seed: int, shape_index: int) -> tuple[Any, ...]:
@@ -332,6 +331,7 @@ def _jaxbench_task(
         raise TaskError(
             path, "JAXBench baseline is missing " + " and ".join(f"`{m}`" for m in missing)
         )
+    fold_seeds_of(module)
     explicit = scales is not None or hasattr(module, "SCALES")
     scales = tuple(scales if scales is not None else getattr(module, "SCALES",
                                                              DEFAULT_JAXBENCH_SCALES))
@@ -441,35 +441,3 @@ def _is_array(value: Any) -> bool:
     import jax
 
     return isinstance(value, jax.Array | np.ndarray)
-
-
-_seed_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _folded_jax_seeds(seed: int) -> Iterator[None]:
-    """Make a JAXBench file's fixed ``jax.random.PRNGKey(42)`` depend on the suite seed.
-
-    Seed 0 leaves the file's keys unchanged, so the tuning inputs are the file's own.
-    """
-    if seed == 0:
-        yield
-        return
-    import jax
-
-    originals = {name: getattr(jax.random, name) for name in ("PRNGKey", "key")}
-
-    def folding(original: Callable[..., Any]) -> Callable[..., Any]:
-        def make(s: Any, *args: Any, **kwargs: Any) -> Any:
-            return original(int(s) + _SEED_STRIDE * seed, *args, **kwargs)
-
-        return make
-
-    with _seed_lock:
-        for name, original in originals.items():
-            setattr(jax.random, name, folding(original))
-        try:
-            yield
-        finally:
-            for name, original in originals.items():
-                setattr(jax.random, name, original)
