@@ -10,9 +10,15 @@ from typing import Any
 from tools.lowered.kernel import BodyOp, Branch, Loop, VectorValue
 from tools.lowered.ops import Slots, attr_str, constant_value, instr, op_name
 from tools.lowered.scalar import INDEX_MAP_OPS, UNKNOWN, Instr
-from tools.lowered.types import MosaicError, dtype_bits, nbytes, split_shaped, tile_padded_bytes
+from tools.lowered.types import (
+    VREG_BYTES,
+    MosaicError,
+    dtype_bits,
+    nbytes,
+    split_shaped,
+    tile_padded_bytes,
+)
 
-VREG_BYTES = 8 * 128 * 4  # one vreg: (8 sublanes, 128 lanes) of 32 bits
 # Results that need not be held whole: splats, broadcasts, iotas and masks repeat one
 # vreg's worth of data (Mosaic makes them a vreg at a time where they are used), and a load
 # (or a reshape of one) copies bytes already in a VMEM buffer, which can be re-read.

@@ -45,7 +45,7 @@ from tools.lowered.mosaic import (
     MosaicKernel,
     parse_lowered,
 )
-from tools.lowered.types import tile_padded_bytes
+from tools.lowered.types import VREG_BYTES, tile_padded_bytes
 from tools.performance.chips import Chip, get_chip
 
 
@@ -238,7 +238,7 @@ def _line_naming_primitive(message: str, source_path: str) -> int | None:
 
 # A TPU core's vector registers: 64 vregs of (8, 128) 32-bit words; a body value larger
 # than this cannot be held in registers and spills to VMEM.
-VREG_FILE_BYTES = 64 * 8 * 128 * 4
+VREG_FILE_BYTES = 64 * VREG_BYTES
 
 
 def kernel_vmem(kernel: MosaicKernel, chip: Chip) -> KernelVmem:

@@ -47,6 +47,9 @@ def nbytes(shape: Sequence[int], dtype: str) -> int:
     return math.ceil(math.prod(shape) * dtype_bits(dtype) / 8)
 
 
+VREG_BYTES = 8 * 128 * 4  # one vector register: (8 sublanes, 128 lanes) of 32 bits
+
+
 def tile_padded_bytes(shape: Sequence[int], dtype: str) -> int:
     """Bytes an array occupies in VMEM with the last two dims padded to Mosaic's
     (8 x packing, 128) tiles (a 1-D array as one row)."""
