@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -39,8 +39,12 @@ from eventstore.events import (
 
 Fetch = Callable[[str], bytes | None]
 """An artifact's bytes by sha256, or None when the log does not hold it."""
-ReceiptChecker = Callable[[Mapping[str, Any]], Sequence[str]]
-"""Why a receipt does not hold (empty: it does)."""
+class ReceiptChecker(Protocol):
+    """Why a receipt does not hold (empty: it does); given the bytes of the candidate file
+    (and of the task file), also whether they are the files it signed."""
+
+    def __call__(self, receipt: Mapping[str, Any], *, candidate: bytes | None = None,
+                 task: bytes | None = None) -> Sequence[str]: ...
 
 REL_TOL = 1e-9
 """Figures travel as JSON floats (exact round trips); this only absorbs a recomputed ratio."""
@@ -211,6 +215,8 @@ def cited_artifacts(events: Sequence[Event]) -> set[str]:
     """Every artifact a check may read: fetch these before an audit."""
     cited: set[str] = set()
     for event in events:
+        if isinstance(event, RunRequested | TestSuiteFrozen) and event.task_sha256:
+            cited.add(event.task_sha256)  # the task file a receipt is bound to
         for name in ("verdict_sha256", "receipt_sha256", "recipe_sha256"):
             value = getattr(event, name, None)
             if isinstance(value, str) and value:

@@ -16,8 +16,9 @@ reads it first, so one broken artifact is not reported once per check.
   that speedup and origin; an iteration's proof event reported that verdict; a node's
   figures are those of its best iteration, the one of lowest latency (best-of-N).
 - `winner`: each re-verification's receipt is in the log, checks (hash, signature, verdict,
-  speedup), says what the event says, and is for the evaluated node's code, the run's task
-  and target.
+  speedup) bound to the files (the sha256 of the node's code and of the run's task, as the
+  log holds them, are the ones it signed), says what the event says, and is for the
+  evaluated node's code, the run's task and target.
 - `finish`: one `RunFinished`, after a clean final audit when it says completed; its best
   node is a valid evaluated node, the best one, with the verified speedup and receipt;
   nothing but audits follows it.
@@ -281,7 +282,16 @@ def _winner(a: Audit) -> Iterator[Finding]:
             yield _find("winner", w, f"the receipt {w.receipt_sha256[:12]} " + (
                 "is not in the log" if value is None else "is not a receipt"))
             continue
-        for problem in list(a.receipt_problems(receipt))[:3]:
+        node = a.evaluated.get(w.node_id or "")
+        code = a.fetch(node.code_sha256) if node is not None and node.code_sha256 else None
+        task_sha = (a.suites[0].task_sha256 if a.suites else None) or (
+            a.requested.task_sha256 if a.requested else None)
+        task = a.fetch(task_sha) if task_sha else None
+        if task_sha and task is None:
+            yield _find("winner", w, f"the run's task file {task_sha[:12]} is not in the log: "
+                        "the receipt cannot be checked against it")
+        # bound to the files: the code the node names and the task, as the log holds them
+        for problem in list(a.receipt_problems(receipt, candidate=code, task=task))[:3]:
             yield _find("winner", w, f"the receipt does not check: {problem}")
         if receipt.get("verdict") != w.verdict:
             yield _find("winner", w, f"WinnerVerified says {w.verdict!r} but its receipt says "
@@ -289,7 +299,6 @@ def _winner(a: Audit) -> Iterator[Finding]:
         yield from _figures("winner", w, w.speedup, w.measured_on,
                             get(receipt, "measurement", "speedup"),
                             get(receipt, "measurement", "measured_on"), "receipt")
-        node = a.evaluated.get(w.node_id or "")
         if node is None or a.index(node) > a.index(w) or not node.valid:
             yield _find("winner", w, f"WinnerVerified re-checks node {w.node_id}, which was not "
                         "evaluated valid before it")

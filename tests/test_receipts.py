@@ -43,8 +43,15 @@ def _passing_body() -> dict:
                     tolerance=dict(DEFAULT_TOLERANCE),
                     cases=(compare_case(case, [oracle.astype(np.float32)], DEFAULT_TOLERANCE),))
     return {"kind": RECEIPT_KIND, "verdict": "pass", "checks": checks,
+            "task": {"name": "copy", "sha256": hashlib.sha256(TASK).hexdigest()},
+            "candidate": {"sha256": hashlib.sha256(KERNEL).hexdigest(), "config": {}},
             "measurement": {"measured_on": "simulated", "speedup": 1.25, "latency_s": 8e-6,
                             "baseline_s": 1e-5, "valid": True}}
+
+
+KERNEL = b"def build():\n    return lambda x: x  # the honest kernel the receipt is for\n"
+OTHER_KERNEL = b"def build():\n    return lambda x: x * 0  # another kernel\n"
+TASK = b"def reference(x):\n    return x\n"
 
 
 @pytest.fixture
@@ -136,33 +143,92 @@ def test_the_key_is_created_private_once_and_a_readable_one_is_refused(
     assert signing.key_path() == tmp_path / "home" / ".config" / "kernelgraph" / "receipt-key"
 
 
+def test_a_receipt_is_bound_to_its_candidate_and_task_files(key: signing.ReceiptKey) -> None:
+    receipt = seal(_passing_body())
+    unbound = check_receipt(receipt)
+    assert unbound.ok and not unbound.bound and unbound.candidate_ok is None
+
+    right = check_receipt(receipt, candidate=KERNEL, task=TASK)
+    assert right.ok and right.bound and right.candidate_ok and right.task_ok, right.problems
+
+    wrong = check_receipt(receipt, candidate=OTHER_KERNEL, task=TASK)
+    assert wrong.signature_ok and wrong.verdict_ok and not wrong.ok  # genuine, other kernel
+    assert wrong.candidate_ok is False and wrong.task_ok is True
+    (line,) = wrong.binding
+    other = hashlib.sha256(OTHER_KERNEL).hexdigest()
+    assert line.startswith(f"the candidate file's sha256 {other[:16]}") and "another kernel" in line
+    assert wrong.problems[0] == line
+
+    wrong_task = check_receipt(receipt, candidate=KERNEL, task=b"def reference(x):\n    return -x\n")
+    assert not wrong_task.ok and wrong_task.candidate_ok and wrong_task.task_ok is False
+    assert wrong_task.binding[0].startswith("the task file's sha256")
+
+    body = _passing_body()
+    body["candidate"]["sha256"] = None  # the candidate never loaded: it vouches for no file
+    nameless = check_receipt(seal(body), candidate=KERNEL)
+    assert not nameless.ok and "signed no candidate sha256" in nameless.binding[0]
+
+
 def test_cli_verify_receipt(key: signing.ReceiptKey, tmp_path: Path) -> None:
     from kernelgraph.cli import app, load_commands
 
     load_commands()
     runner = CliRunner()
+    kernel, other, task = tmp_path / "kernel.py", tmp_path / "other.py", tmp_path / "task.py"
+    kernel.write_bytes(KERNEL)
+    other.write_bytes(OTHER_KERNEL)
+    task.write_bytes(TASK)
     good = tmp_path / "good.json"
     write_receipt(seal(_passing_body()), good)
-    result = runner.invoke(app, ["verify-receipt", str(good)])
+    result = runner.invoke(app, ["verify-receipt", str(good), "--candidate", str(kernel),
+                                 "--task", str(task)])
     assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"{good}: ok") and f"for {kernel} on task {task}" in result.output
     assert f"signed by key {key.fingerprint} (this installation's key)" in result.output
+
+    # the same genuine receipt next to another kernel, or another task: one line says which
+    result = runner.invoke(app, ["verify-receipt", str(good), "--candidate", str(other)])
+    assert result.exit_code == 1, result.output
+    first = result.output.splitlines()[0]
+    assert "FAILED" in first and "the candidate file's sha256" in first, result.output
+    assert "another kernel" in first
+    task.write_bytes(TASK + b"# edited\n")
+    result = runner.invoke(app, ["verify-receipt", str(good), "--candidate", str(kernel),
+                                 "--task", str(task)])
+    assert result.exit_code == 1 and "the task file's sha256" in result.output.splitlines()[0]
+    result = runner.invoke(app, ["verify-receipt", str(good), "--candidate", str(other), "--json"])
+    out = json.loads(result.output)
+    assert result.exit_code == 1 and out["bound"] and out["candidate_ok"] is False
+
+    # without a candidate file the command refuses, or with --signature-only says it checked
+    # the receipt alone: it never reads as "ok" for a kernel
+    result = runner.invoke(app, ["verify-receipt", str(good)])
+    assert result.exit_code == 2 and "--candidate FILE" in result.output
+    result = runner.invoke(app, ["verify-receipt", str(good), "--signature-only"])
+    assert result.exit_code == 0, result.output
+    assert "signature ok, receipt only" in result.output and "no kernel file was checked" in result.output
+    assert ": ok" not in result.output
+    result = runner.invoke(app, ["verify-receipt", str(good), "--signature-only", "--json"])
+    assert json.loads(result.output)["bound"] is False
 
     edited = json.loads(good.read_text())
     edited["measurement"].update(speedup=100.0, latency_s=1e-7)
     forged = tmp_path / "forged.json"
     write_receipt(_rehash(edited), forged)
-    result = runner.invoke(app, ["verify-receipt", str(forged), "--json"])
+    result = runner.invoke(app, ["verify-receipt", str(forged), "--candidate", str(kernel), "--json"])
     assert result.exit_code == 1, result.output
     assert json.loads(result.output)["signature_ok"] is False
 
-    other = signing.ReceiptKey(Ed25519PrivateKey.generate())
+    foreign_key = signing.ReceiptKey(Ed25519PrivateKey.generate())
     foreign = tmp_path / "foreign.json"
-    write_receipt(seal(_passing_body(), key=other), foreign)
-    result = runner.invoke(app, ["verify-receipt", str(foreign)])
+    write_receipt(seal(_passing_body(), key=foreign_key), foreign)
+    result = runner.invoke(app, ["verify-receipt", str(foreign), "--candidate", str(kernel)])
     assert result.exit_code == 1 and "an untrusted key" in result.output
-    assert f"signed by another key ({other.fingerprint})" in result.output
-    result = runner.invoke(app, ["verify-receipt", str(foreign), "--trust-key", other.fingerprint])
+    assert f"signed by another key ({foreign_key.fingerprint})" in result.output
+    result = runner.invoke(app, ["verify-receipt", str(foreign), "--candidate", str(kernel),
+                                 "--trust-key", foreign_key.fingerprint])
     assert result.exit_code == 0, result.output
 
     (tmp_path / "not.json").write_text("[]")
-    assert runner.invoke(app, ["verify-receipt", str(tmp_path / "not.json")]).exit_code == 2
+    assert runner.invoke(app, ["verify-receipt", str(tmp_path / "not.json"),
+                               "--signature-only"]).exit_code == 2

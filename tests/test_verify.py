@@ -147,13 +147,17 @@ def test_cli_verify_json_and_receipt_round_trip(tmp_path: Path) -> None:
     assert summary["measured_on"] == "simulated" and summary["speedup"] > 0
     assert summary["receipt_sha256"] == json.loads(receipt.read_text())["sha256"]
 
-    checked = runner.invoke(app, ["verify-receipt", str(receipt), "--json"])
+    bound = ["--candidate", str(ROOT / "kernels" / "gelu.py"), "--task", str(TASKS / "gelu_small.py")]
+    checked = runner.invoke(app, ["verify-receipt", str(receipt), *bound, "--json"])
     assert checked.exit_code == 0 and json.loads(checked.stdout)["ok"] is True
+    other = runner.invoke(app, ["verify-receipt", str(receipt), "--candidate",
+                                str(CANDIDATES / "no_kernel.py")])
+    assert other.exit_code == 1 and "the candidate file's sha256" in other.stdout
 
     edited = json.loads(receipt.read_text())
     edited["verdict"] = "fail"
     receipt.write_text(json.dumps(edited))
-    assert runner.invoke(app, ["verify-receipt", str(receipt)]).exit_code == 1
+    assert runner.invoke(app, ["verify-receipt", str(receipt), *bound]).exit_code == 1
 
     failing = runner.invoke(app, ["verify", str(TASKS / "gelu_small.py"),
                                   str(CANDIDATES / "no_kernel.py"), "--json"])

@@ -308,15 +308,17 @@ def receipt_json(receipt: dict[str, Any]) -> str:
     return json.dumps(receipt, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def receipt_problems(receipt: Mapping[str, Any], also_trusted: Collection[str] = ()) -> list[str]:
+def receipt_problems(receipt: Mapping[str, Any], also_trusted: Collection[str] = (), *,
+                     candidate: bytes | None = None, task: bytes | None = None) -> list[str]:
     """Why a receipt does not hold (empty when it does): its hash, its signature by a trusted
     key (this installation's, or one of the `also_trusted` fingerprints), its verdict and
-    speedup re-derived from its numbers."""
+    speedup re-derived from its numbers, and, given the `candidate` file's bytes (and the
+    `task`'s), that they are the files it signed (a file that is not comes first)."""
     from tools.verification.receipts import ReceiptError, check_receipt, installation_fingerprints
 
     trusted = installation_fingerprints() | set(also_trusted) if also_trusted else None
     try:
-        checked = check_receipt(receipt, trusted)
+        checked = check_receipt(receipt, trusted, candidate=candidate, task=task)
     except ReceiptError as exc:
         return [str(exc)]
     if checked.ok:

@@ -141,12 +141,24 @@ def _error(value: float) -> str:
 def verify_receipt(
     file: Annotated[Path, typer.Argument(help="A receipt written by `kernelgraph verify "
                                               "--receipt-out`.", show_default=False)],
+    candidate: Annotated[Path | None, typer.Option(
+        "--candidate", help="The kernel file the receipt is said to be for: its sha256 must "
+        "be the one the receipt signed.", show_default=False)] = None,
+    task: Annotated[Path | None, typer.Option(
+        "--task", help="The task file (or a shipped task's name) the receipt is said to be "
+        "for: its sha256 must be the one the receipt signed.", show_default=False)] = None,
+    signature_only: Annotated[bool, typer.Option(
+        "--signature-only", help="Check the receipt by itself (signature, hash, verdict, "
+        "speedup) without a candidate file; says nothing about any kernel.")] = False,
     trust_key: Annotated[list[str] | None, typer.Option(
         "--trust-key", help="Also accept receipts signed by the key with this fingerprint "
         "(repeat); default: only this installation's key.")] = None,
     json: _JsonOpt = False,
 ) -> None:
-    """Re-check a receipt: its Ed25519 signature and which key made it, its sha256, that its verdict follows from the numbers in it (the same rule the verifier applies) and its speedup from its latency and baseline. Exit status 0 when all hold."""
+    """Re-check a receipt against the kernel (and task) it is for: the sha256 of --candidate (and --task) must be the ones it signed; its Ed25519 signature and which key made it, its sha256, that its verdict follows from the numbers in it (the same rule the verifier applies) and its speedup from its latency and baseline. Exit status 0 when all hold.
+
+    A genuine receipt proves nothing about a file it is not checked against, so --candidate is required; --signature-only checks the receipt alone and says so.
+    """
     from tools.verification.receipts import (
         ReceiptError,
         check_receipt,
@@ -155,21 +167,45 @@ def verify_receipt(
     )
     from tools.verification.signing import SigningError
 
+    if candidate is None and not signature_only:
+        fail("a receipt vouches for one kernel file: give --candidate FILE (and --task TASK) "
+             "to check it against that file, or --signature-only to check the receipt alone")
+    if candidate is not None and signature_only:
+        fail("--signature-only checks no file; give it or --candidate, not both")
+    if candidate is not None and not candidate.is_file():
+        fail(f"{candidate}: no such candidate file")
+    task_path = task_arg(task) if task is not None else None
     try:
         own = installation_fingerprints()
-        result = check_receipt(load_receipt(file), trusted=own | set(trust_key or ()))
-    except (ReceiptError, SigningError) as exc:
+        result = check_receipt(
+            load_receipt(file), trusted=own | set(trust_key or ()),
+            candidate=candidate.read_bytes() if candidate is not None else None,
+            task=task_path.read_bytes() if task_path is not None else None)
+    except (ReceiptError, SigningError, OSError) as exc:
         fail(str(exc))
     if json:
-        emit_json(msgspec.to_builtins(result))
+        emit_json({**msgspec.to_builtins(result), "bound": result.bound,
+                   "candidate": str(candidate) if candidate else None,
+                   "task": str(task_path) if task_path else None})
+        raise typer.Exit(0 if result.ok else 1)
+    if result.binding:  # the one line that matters most: which file is not the signed one
+        console.print(f"{file}: [red]FAILED[/]  {result.binding[0]}", highlight=False, soft_wrap=True)
+    elif not result.ok:
+        console.print(f"{file}: [red]FAILED[/]  verdict {result.recorded_verdict!r}, sha256 "
+                      f"{result.sha256[:16]}...", highlight=False, soft_wrap=True)
+    elif result.bound:
+        console.print(f"{file}: [green]ok[/]  verdict {result.recorded_verdict!r} for "
+                      f"{candidate}" + (f" on task {task_path}" if task_path else
+                                        " (task not checked: no --task)")
+                      + f", sha256 {result.sha256[:16]}...", highlight=False, soft_wrap=True)
     else:
-        mark = "[green]ok[/]" if result.ok else "[red]FAILED[/]"
+        console.print(f"{file}: signature ok, receipt only  verdict "
+                      f"{result.recorded_verdict!r}, sha256 {result.sha256[:16]}...; no kernel "
+                      "file was checked (--candidate FILE binds it)", highlight=False, soft_wrap=True)
+    if result.key_fingerprint:
         whose = ("this installation's key" if result.key_fingerprint in own
                  else "a trusted key" if result.key_trusted else "an untrusted key")
-        console.print(f"{file}: {mark}  verdict {result.recorded_verdict!r}, sha256 "
-                      f"{result.sha256[:16]}...", highlight=False)
-        if result.key_fingerprint:
-            console.print(f"  signed by key {result.key_fingerprint} ({whose})", highlight=False)
-        for problem in result.problems:
-            console.print(f"  - {problem}", highlight=False)
+        console.print(f"  signed by key {result.key_fingerprint} ({whose})", highlight=False, soft_wrap=True)
+    for problem in result.problems[1 if result.binding else 0:]:
+        console.print(f"  - {problem}", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if result.ok else 1)

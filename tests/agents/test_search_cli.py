@@ -45,7 +45,8 @@ def test_search_writes_a_verified_winner_and_its_receipt_and_replays_alike(tmp_p
     assert receipt["verdict"] == "pass" and receipt["target"] == "sim-tpu-v6e"
     assert receipt["candidate"]["sha256"] == hashlib.sha256(kernel.read_bytes()).hexdigest()
     assert best["config"].items() <= receipt["candidate"]["config"].items()
-    assert kg("verify-receipt", best["receipt_path"], env=env).returncode == 0
+    assert kg("verify-receipt", best["receipt_path"], "--candidate", str(kernel), "--task",
+              str(TASK), env=env).returncode == 0
 
     replayed = kg("search", str(TASK), "--db", str(tmp_path / "replay.duckdb"), "--iterations", "1",
                   "--tune-budget", "2", "--provider", "replay", "--replay-from", str(db), "--json",

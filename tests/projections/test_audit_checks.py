@@ -167,6 +167,18 @@ def receipt_for_other_code(run: RunBuilder) -> Event:
     return replace(run, first(run, WinnerVerified), receipt_sha256=other)
 
 
+def winner_code_is_not_what_was_signed(run: RunBuilder) -> Event:
+    """The log's copy of the winner's code is other bytes than the receipt signed (the event
+    and the receipt still name the same sha256)."""
+    run.artifacts[first(run, NodeEvaluated, "n3").code_sha256] = b"def build(): ...  # other\n"
+    return first(run, WinnerVerified)
+
+
+def task_is_not_what_was_signed(run: RunBuilder) -> Event:
+    run.artifacts[run.task_sha256] = b"def reference(x): return -x\n"
+    return first(run, WinnerVerified)
+
+
 def finished_speedup_edited(run: RunBuilder) -> Event:
     return replace(run, first(run, RunFinished), speedup=3.0)
 
@@ -265,6 +277,7 @@ CASES: list[tuple[str, Tamper]] = [
     ("claims", iteration_speedup_edited), ("claims", node_cites_no_verdict),
     ("claims", node_rolls_back_to_the_slower_iteration), ("claims", proof_is_another_event),
     ("winner", receipt_dropped), ("winner", receipt_edited), ("winner", receipt_for_other_code),
+    ("winner", winner_code_is_not_what_was_signed), ("winner", task_is_not_what_was_signed),
     ("finish", finished_speedup_edited), ("finish", event_after_the_end),
     ("finish", finished_without_an_audit), ("finish", finished_after_an_unclean_audit),
     ("finish", finished_on_the_slower_node), ("finish", finished_on_an_invalid_node),
@@ -291,6 +304,19 @@ def test_each_lie_is_found_by_its_check_about_its_event(name: str, tamper: Tampe
 
 def test_every_check_has_a_lie_it_catches() -> None:
     assert {name for name, _ in CASES} | {"chain"} == set(CHECKS)
+
+
+def test_the_winner_check_binds_the_receipt_to_the_logged_files() -> None:
+    run = clean_run()
+    winner_code_is_not_what_was_signed(run)
+    (finding,) = [f for f in audit(run).findings if f.check == "winner"]
+    assert "the receipt does not check: the candidate file's sha256" in finding.message
+    assert "another kernel" in finding.message
+
+    run = clean_run()
+    del run.artifacts[run.task_sha256]
+    messages = [f.message for f in audit(run).findings if f.check == "winner"]
+    assert any("task file" in m and "is not in the log" in m for m in messages), messages
 
 
 def test_a_broken_chain_is_a_finding_about_the_log() -> None:

@@ -11,6 +11,11 @@ re-derives the verdict with the same rule the evaluator used (:func:`derive_verd
 the speedup from the latency and baseline figures, so a receipt edited by hand (even with
 its hash recomputed), one signed by another key, or one whose verdict or speedup does not
 follow from its numbers, is caught.
+
+A receipt is bound to files: given the candidate's bytes (and the task's),
+:func:`check_receipt` recomputes their sha256 and fails the receipt when either is not the
+one it signed, so a genuine receipt cannot vouch for another kernel. Without them it checks
+the receipt alone (``ReceiptCheck.bound`` is false), which says nothing about any file.
 """
 
 from __future__ import annotations
@@ -112,13 +117,23 @@ class ReceiptCheck(msgspec.Struct, frozen=True):
     sha256: str
     computed_sha256: str
     problems: tuple[str, ...]
+    candidate_ok: bool | None = None  # None: no candidate file was given, nothing is bound
+    task_ok: bool | None = None  # None: no task file was given
+    binding: tuple[str, ...] = ()  # which file's hash differs from the signed one, one line each
+
+    @property
+    def bound(self) -> bool:
+        """Whether the receipt was checked against a candidate file (not only by itself)."""
+        return self.candidate_ok is not None
 
 
 def check_receipt(receipt: Mapping[str, Any],
-                  trusted: Collection[str] | None = None) -> ReceiptCheck:
+                  trusted: Collection[str] | None = None, *,
+                  candidate: bytes | None = None, task: bytes | None = None) -> ReceiptCheck:
     """Re-check a receipt: its signature and the key that made it (``trusted``: public-key
     fingerprints; default this installation's), its own hash, that its verdict follows from
-    its numbers and its speedup from its latency and baseline."""
+    its numbers and its speedup from its latency and baseline; and, given the ``candidate``
+    file's bytes (and the ``task``'s), that they are the files it signed."""
     if receipt.get("kind") != RECEIPT_KIND:
         raise ReceiptError(f"not a kernelgraph receipt (kind={receipt.get('kind')!r})")
     body = {k: v for k, v in receipt.items() if k not in _UNSIGNED}
@@ -144,13 +159,42 @@ def check_receipt(receipt: Mapping[str, Any],
                         f"give {derived!r}")
     speedup_ok = _check_measurement(receipt.get("measurement"), recorded, checks, problems)
     speedup_ok = _check_timed_program(receipt, recorded, problems) and speedup_ok
+    binding: list[str] = []
+    candidate_ok = None if candidate is None else _bound(receipt, "candidate", candidate, binding)
+    task_ok = None if task is None else _bound(receipt, "task", task, binding)
     return ReceiptCheck(
-        ok=hash_ok and signature_ok and key_trusted and speedup_ok and verdict_ok,
+        ok=(hash_ok and signature_ok and key_trusted and speedup_ok and verdict_ok
+            and candidate_ok is not False and task_ok is not False),
         hash_ok=hash_ok, signature_ok=signature_ok, key_trusted=key_trusted,
         key_fingerprint=key_fp, speedup_ok=speedup_ok, verdict_ok=verdict_ok,
         recorded_verdict=recorded, derived_verdict=derived, sha256=recorded_sha,
-        computed_sha256=computed, problems=tuple(problems),
+        computed_sha256=computed, problems=(*binding, *problems),
+        candidate_ok=candidate_ok, task_ok=task_ok, binding=tuple(binding),
     )
+
+
+_NOUN = {"candidate": "kernel", "task": "task"}
+
+
+def signed_sha256(receipt: Mapping[str, Any], which: str) -> str | None:
+    """The sha256 the receipt signed for its ``which`` file ("candidate" or "task")."""
+    section = receipt.get(which)
+    value = section.get("sha256") if isinstance(section, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _bound(receipt: Mapping[str, Any], which: str, data: bytes, binding: list[str]) -> bool:
+    """Whether ``data`` (a file's bytes) is the ``which`` file the receipt signed; if not,
+    one line saying which hash differs."""
+    actual = hashlib.sha256(data).hexdigest()
+    signed = signed_sha256(receipt, which)
+    if signed == actual:
+        return True
+    binding.append(
+        f"the {which} file's sha256 {actual[:16]}... is not the one the receipt signed "
+        f"({signed[:16]}...): the receipt is for another {_NOUN[which]}" if signed else
+        f"the receipt signed no {which} sha256, so it vouches for no {_NOUN[which]} file")
+    return False
 
 
 def _check_signature(signature: Any, message: bytes, trusted: Collection[str] | None,
