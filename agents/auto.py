@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from agents import knowledge
+from agents import judged, knowledge
 from agents.base import Agent, AgentContext
 from agents.calls import CommandFailed, RunHistory, step_id
 from agents.commands import (
@@ -223,10 +223,21 @@ class _AutoRun:
                 parent=state.parent, failures=state.failures), KernelWritten)
             code = written.code_sha256
             phase = "compile"
-            code, problem = await self.compile_loop(it, code)
+            code, problem, checked = await self.compile_loop(it, code)
             if problem:
                 return self.failed(state, it, "compile", problem, plan=plan, code=code), False
             compiled = True
+            cited = self.judged_before(it, code)
+            if cited is not None:
+                return self.cite(state, it, plan, cited)
+            problem = judged.price_problem(checked, judged.parent_speedup(
+                self.cmd.parent if isinstance(self.cmd, ExpandNode) else None),
+                self.cmd.price_margin, self.cmd.target_name)
+            if problem:
+                finished = self.failed(state, it, "price", problem, plan=plan, code=code,
+                                       compiled=True, cites_event_id=checked.event_id,
+                                       estimate_speedup=checked.estimate_speedup)
+                return finished, False
             phase = "test"
             tests = await self.call(self.command(RunTests, f"it{it}/test", it, code_sha256=code),
                                     TestsRun)
@@ -262,19 +273,23 @@ class _AutoRun:
                                  tunables=config, verdict_sha256=verdict_sha, proof_event_id=proof)
         return finished, not profile.worth_more
 
-    async def compile_loop(self, it: int, code: str) -> tuple[str, str]:
-        """Compile, fixing up to R times; returns the last code and the problem ('' = compiled)."""
+    async def compile_loop(self, it: int, code: str) -> tuple[str, str, CompileChecked]:
+        """Compile, fixing up to R times; returns the last code, the problem ('' = compiled)
+        and the last compile check. A code the run already compile-checked is not sent again:
+        its check is read back (`agents.judged`)."""
         history: list[dict[str, Any]] = []
         for attempt in range(self.cmd.fix_rounds + 1):
-            checked = await self.call(self.command(
-                CheckCompile, f"it{it}/compile{attempt}", it, code_sha256=code, attempt=attempt),
-                CompileChecked)
+            command = self.command(CheckCompile, f"it{it}/compile{attempt}", it,
+                                   code_sha256=code, attempt=attempt)
+            earlier = None if self.history.caused_by(command.command_id) else \
+                judged.earlier_compile(self.history.events, self.cmd.run_id, code)
+            checked = earlier or await self.call(command, CompileChecked)
             if checked.ok:
-                return code, ""
+                return code, "", checked
             problem = "; ".join(str(d.get("message", "")) for d in checked.diagnostics[:2]) or \
                 "the compile check failed"
             if attempt == self.cmd.fix_rounds:
-                return code, f"still failing after {attempt} fix round(s): {problem}"
+                return code, f"still failing after {attempt} fix round(s): {problem}", checked
             fixed = await self.call(self.command(
                 FixKernel, f"it{it}/fix{attempt + 1}", it, code_sha256=code,
                 diagnostics=list(checked.diagnostics), history=history, round=attempt + 1),
@@ -285,10 +300,39 @@ class _AutoRun:
         raise AssertionError("unreachable")
 
     def failed(self, state: Trajectory, it: int, phase: str, error: str, *,
-               plan: PlanProposed | None, code: str | None, compiled: bool = False) -> IterationFinished:
+               plan: PlanProposed | None, code: str | None, compiled: bool = False,
+               **fields: Any) -> IterationFinished:
         state.failures.append({"iteration": it, "phase": phase, "error": error[:600]})
         return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
-                             failed_phase=phase, error=error[:2000])
+                             failed_phase=phase, error=error[:2000], **fields)
+
+    def judged_before(self, it: int, code: str) -> IterationFinished | None:
+        """The earlier iteration of this run that judged `code`, unless this iteration's own
+        test was already sent (a restarted run keeps the path it took)."""
+        test_id = self.command(RunTests, f"it{it}/test", it, code_sha256=code).command_id
+        if self.history.caused_by(test_id):
+            return None
+        return judged.earlier_judgment(self.history.events, self.cmd.run_id, code,
+                                       node_id=self.node_id, iteration=it)
+
+    def cite(self, state: Trajectory, it: int, plan: PlanProposed,
+             cited: IterationFinished) -> tuple[IterationFinished, bool]:
+        """This iteration wrote a kernel the run already judged: repeat the verdict, citing it."""
+        fields = judged.citation_fields(cited)
+        finished = self.event(IterationFinished, iteration=it, plan_sha256=plan.plan_sha256,
+                              **fields)
+        if not cited.valid:
+            state.failures.append({"iteration": it, "phase": cited.failed_phase or "test",
+                                   "error": finished.error[:600]})
+            return finished, False
+        profile = judged.profile_of(self.history.events, cited)
+        state.parent = {"code_sha256": cited.code_sha256, "plan_sha256": plan.plan_sha256,
+                        "profile_sha256": profile.profile_sha256 if profile else None,
+                        "config": dict(cited.tunables), "speedup": cited.speedup}
+        if cited.proof_event_id:
+            state.proofs[it] = cited.proof_event_id
+        state.summaries[it] = plan.summary
+        return finished, profile is not None and not profile.worth_more
 
     def finished(self, it: int, *, valid: bool, compiled: bool, plan: PlanProposed | None,
                  code: str | None = None, **fields: Any) -> IterationFinished:

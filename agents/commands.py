@@ -36,6 +36,9 @@ class StartRun(Command, frozen=True, kw_only=True, tag="StartRun"):
     knowledge_cutoff_ts: float | None = None
     """Lessons recorded after this time are not retrieved, so a replayed run sees what the
     original saw."""
+    price_margin: float = 0.0
+    """On a simulated target, a compiled candidate whose estimate does not beat its node's
+    parent by this fraction is recorded as not faster and not tested (`RunRequested` has it)."""
 
 
 class StartSearch(StartRun, frozen=True, kw_only=True, tag="StartSearch"):

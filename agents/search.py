@@ -316,7 +316,8 @@ class _SearchRun(_AutoRun):
             node_id=order.node_id, task_sha256=self.task_sha256, recipe_sha256=self.recipe_sha256,
             task_name=cmd.task_name, iterations=order.iterations, fix_rounds=cmd.fix_rounds,
             seed=cmd.seed * 1000 + order.ordinal, tune_budget=cmd.tune_budget, hint=order.strategy,
-            parent_id=order.parent_id, parent=parent, failures=failures, baseline_s=self.baseline_s)
+            parent_id=order.parent_id, parent=parent, failures=failures, baseline_s=self.baseline_s,
+            price_margin=cmd.price_margin)
 
     # --- what a child sees ------------------------------------------------------------------
 
@@ -346,8 +347,17 @@ class _SearchRun(_AutoRun):
             return None, failures
         parent: dict[str, Any] = {"code_sha256": best.code_sha256, "plan_sha256": best.plan_sha256,
                                   "config": dict(best.tunables), "speedup": best.speedup}
+        judged_at = {(parent_id, best.best_iteration)}
+        for event in self.history.events:  # a cited judgment's profile and sweep are its own
+            if (isinstance(event, IterationFinished) and event.node_id == parent_id
+                    and event.iteration == best.best_iteration and event.cites_event_id):
+                judged_at |= {(e.node_id, e.iteration) for e in self.history.events
+                              if isinstance(e, IterationFinished)
+                              and e.event_id == event.cites_event_id}
         for event in self.history.events:
-            if event.node_id != parent_id or getattr(event, "iteration", None) != best.best_iteration:
+            if (event.node_id, getattr(event, "iteration", None)) not in judged_at:
+                continue
+            if isinstance(event, PlanProposed) and event.node_id != parent_id:
                 continue
             if isinstance(event, ProfileCaptured):
                 parent["profile_sha256"] = event.profile_sha256

@@ -124,6 +124,14 @@ class RunRequested(Event, frozen=True, kw_only=True, tag="RunRequested"):
     start_command: Json = {}
     """The command that starts the run (StartRun or StartSearch, as JSON), so `resume`
     can send it again with the same id."""
+    price_margin: float = 0.0
+    """On a simulated target, a compiled candidate is tested only when its estimate beats
+    its node's parent by this fraction (0.0: strictly faster); see `IterationFinished`."""
+    weak_sandbox: bool = False
+    """The requester opted in (``--allow-weak-sandbox``) where the full sandbox could not be
+    built, so the run's candidates ran in a weaker one (v2; every v1 run: False, since
+    before v2 nothing recorded it)."""
+    v: int = 2
 
 
 class TestSuiteFrozen(Event, frozen=True, kw_only=True, tag="TestSuiteFrozen"):
@@ -223,6 +231,11 @@ class CompileChecked(_IterationEvent, frozen=True, kw_only=True, tag="CompileChe
     attempt: int = 0
     diagnostics: list[Json] = []
     vmem_bytes: int | None = None
+    estimate_s: float | None = None
+    """The simulated latency of the default configuration at the tuning point, priced by
+    the compile check itself (simulated targets only; None when the check could not price
+    it): what the price gate reads before any test runs."""
+    estimate_speedup: float | None = None
     phase: ClassVar[str | None] = "compile"
 
 
@@ -259,6 +272,9 @@ class TestsRun(_IterationEvent, frozen=True, kw_only=True, tag="TestsRun"):
 class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept"):
     code_sha256: str
     configs_tried: int
+    configs_skipped: int = 0
+    """Configurations not timed because they lowered to a program already priced in the
+    sweep (the same lowered module text, hashed)."""
     best_config: Json = {}
     best_latency_s: float | None = None
     measured_on: MeasuredOn = "simulated"
@@ -312,6 +328,14 @@ class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="Iterati
     """The verdict that backs `speedup` (a TestsRun's or the tuning sweep's best)."""
     proof_event_id: str | None = None
     """The TestsRun or TuningSwept event that reported that verdict."""
+    cites_event_id: str | None = None
+    """Set when this iteration judged nothing itself. Either the kernel (its code, on the
+    run's suite, target and tuning grid) was judged before in this run: the earlier
+    IterationFinished that judged it, whose outcome and figures this one repeats; or
+    (`failed_phase` "price") the CompileChecked whose estimate could not beat the node's
+    parent by the run's price margin, so the kernel was not tested."""
+    estimate_speedup: float | None = None
+    """For `failed_phase` "price": the estimate that could not beat the parent."""
 
 
 class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):

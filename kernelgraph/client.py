@@ -84,6 +84,9 @@ class KernelRequest:
     tune_budget: int | None = 8
     hint: str = ""
     knowledge_cutoff_ts: float | None = None
+    price_margin: float = 0.0
+    """Simulated targets: test only candidates whose estimate beats their node's parent by
+    this fraction (`StartRun.price_margin`)."""
     policy: str = "auto"
     """"auto": one trajectory; any search policy name: a search."""
     policy_params: dict[str, str] = field(default_factory=dict)
@@ -206,7 +209,8 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
         target_name=request.target, provider=request.provider,
         provider_options=dict(request.provider_options), iterations=request.iterations,
         fix_rounds=request.fix_rounds, seed=request.seed, tune_budget=request.tune_budget,
-        hint=request.hint, knowledge_cutoff_ts=request.knowledge_cutoff_ts or now)
+        hint=request.hint, knowledge_cutoff_ts=request.knowledge_cutoff_ts or now,
+        price_margin=request.price_margin)
     budget: dict[str, Any] = {"iterations": request.iterations, "fix_rounds": request.fix_rounds,
                               "tune_budget": request.tune_budget}
     start: StartRun
@@ -223,7 +227,8 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
         event_id=request_id, run_id=run_id, ts=now, producer="kernelgraph-client@1",
         node_id=root, task_name=task.name, task_sha256=task_sha, policy=request.policy,
         target=request.target, provider=request.provider, budget=budget, seed=request.seed,
-        policy_params=params, start_command=msgspec.to_builtins(start))
+        policy_params=params, start_command=msgspec.to_builtins(start),
+        price_margin=request.price_margin)
     await js.publish(subjects.event_subject(run_id, requested.type_name), encode(requested),
                      headers={subjects.MSG_ID_HEADER: requested.event_id})
     await send_start(js, start)

@@ -24,6 +24,9 @@ reads it first, so one broken artifact is not reported once per check.
   nothing but audits follows it.
 - `origin`: every figure, the baseline's too, carries its target's label (`sim-*`:
   simulated, else real); simulated and real never mix.
+- `citations` (`projections.auditcitations`): an iteration that judged nothing itself cites
+  an earlier judgment of the same code that says what it says, or a compile check whose
+  estimate did not beat the node's parent by the run's margin.
 - `nodes`: a node is evaluated once, only when requested; a valid one has code (in the
   log), latency and speedup; nothing happens to it afterwards but the winner's
   verification and audits; no trajectory event for a node not yet requested.
@@ -237,10 +240,12 @@ def _claims(a: Audit) -> Iterator[Finding]:
             continue
         yield from _cites_a_pass(a, it)
         proof = a.events[a.position[it.proof_event_id]] if it.proof_event_id in a.position else None
+        cited = a.events[a.position[it.cites_event_id]] if it.cites_event_id in a.position else None
+        owner = cited if isinstance(cited, IterationFinished) else it  # `citations` checks it
         if it.proof_event_id is None:
             yield _find("claims", it, "IterationFinished names no proof event for its speedup")
-        elif (not isinstance(proof, TestsRun | TuningSwept) or proof.node_id != it.node_id
-              or a.index(proof) > a.index(it) or proof.verdict_sha256 != it.verdict_sha256):
+        elif (not isinstance(proof, TestsRun | TuningSwept) or proof.node_id != owner.node_id
+              or a.index(proof) > a.index(owner) or proof.verdict_sha256 != it.verdict_sha256):
             yield _find("claims", it, f"IterationFinished's proof {it.proof_event_id} is not an "
                         "earlier test run or tuning sweep of the node that reported its verdict")
     for node in a.of(NodeEvaluated):
@@ -475,5 +480,7 @@ def _expansions(a: Audit) -> Iterator[Finding]:
                 yield _find("expansions", decided, f"decision {decided.decision} announced "
                             f"node {node}, never requested")
 
+
+from projections import auditcitations  # noqa: E402, F401 (registers `citations`)
 
 __all__ = ["AFTER_EVALUATION", "CHECKS", "LATE_COMMANDS", "NODE_PHASE_EVENTS", "NO_POLICY", "check"]

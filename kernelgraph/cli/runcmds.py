@@ -105,6 +105,20 @@ def _replay_cutoff(log_path: Path | None, run_id: str | None) -> float | None:
     return None
 
 
+def lever_line(strategy: str, width: int = 100) -> str:
+    """A strategy hint as a progress line shows it: the lever(s) by name, then the hint's text
+    cut at a word boundary."""
+    from searchpolicies.levers import parse_strategy
+
+    parsed = parse_strategy(strategy)
+    text = " ".join(parsed.text.split())
+    if len(text) > width:
+        text = text[:width].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+    if not parsed.levers:
+        return f"hint: {text}"
+    return f"lever {'+'.join(parsed.levers)}" + (f": {text}" if text else "")
+
+
 class Progress:
     """One line per phase result on stderr: iteration, phase, outcome, best so far."""
 
@@ -137,7 +151,7 @@ class Progress:
             if not self.search:
                 return None
             parent = self.labels.get(e.parent_id, "root")
-            hint = f", hint: {e.strategy[:80]}" if e.strategy else ""
+            hint = f", {lever_line(e.strategy)}" if e.strategy.strip() else ""
             return f"{self.labels[e.node_id or '']} requested under {parent} ({e.iterations} it{hint})"
         if kind == "NodeEvaluated" and self.search:
             node = self.labels.get(e.node_id or "", "?")
@@ -174,7 +188,11 @@ class Progress:
                 self.best = max(self.best or 0.0, e.speedup)
             best = f"best so far {self.best:.2f}x" if self.best else "no valid kernel yet"
             outcome = f"valid, {e.speedup:.2f}x" if e.valid and e.speedup else (
+                f"not faster ({e.estimate_speedup:.2f}x priced), not tested"
+                if e.failed_phase == "price" and e.estimate_speedup is not None else
                 f"failed in {e.failed_phase}" if e.failed_phase else "ended")
+            if e.cites_event_id and e.failed_phase != "price":
+                outcome += " (judged before: verdict cited, not run again)"
             return f"{it} done: {outcome}; {best}"
         if kind == "WinnerVerified":
             return f"winner re-verified: {e.verdict}" + (f", {e.speedup:.2f}x ({e.measured_on})"

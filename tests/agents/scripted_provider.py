@@ -68,6 +68,12 @@ SCRIPTS: dict[str, dict[int, list[str]]] = {
     "fixed_once": {1: [BROKEN, GOOD_FAST], 2: [GOOD_SLOW]},
     "good": {i: [GOOD_FAST] for i in range(1, 10)},
     "malformed_then_good": {1: ["no code here, sorry", GOOD_FAST]},
+    "fast_then_slow_child": {i: [GOOD_FAST] for i in range(1, 10)},
+}
+
+CHILD_SCRIPTS: dict[str, dict[int, list[str]]] = {
+    # what a node grown from a kernel (its request has a parent) writes instead
+    "fast_then_slow_child": {1: [GOOD_SLOW], **{i: [GOOD_FAST] for i in range(2, 10)}},
 }
 
 
@@ -93,6 +99,7 @@ class ScriptedProvider(Provider):
 
     def __init__(self, *, script: str = "good", **_: Any) -> None:
         self.script = SCRIPTS[script]
+        self.child_script = CHILD_SCRIPTS.get(script, self.script)
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         iteration = int(request.context.get("iteration", 0))
@@ -101,7 +108,8 @@ class ScriptedProvider(Provider):
         elif request.purpose == "inputs":
             text = INPUT_MAKER
         else:
-            answers = self.script[iteration]  # a KeyError is a bug the agent base fails at once
+            script = self.child_script if request.context.get("parent") else self.script
+            answers = script[iteration]  # a KeyError is a bug the agent base fails at once
             index = int(request.context.get("round", 0)) if request.purpose == "fix" else 0
             if request.purpose == "implement":
                 index = request.attempt  # 1: the answer to the re-ask after a malformed one

@@ -268,6 +268,11 @@ def announced_but_never_requested(run: RunBuilder) -> Event:
                                               "iterations": 1}])
 
 
+def iteration_cites_another_kernel(run: RunBuilder) -> Event:
+    n3 = [e for e in run.events if isinstance(e, IterationFinished) and e.node_id == "n3"]
+    return replace(run, n3[1], cites_event_id=first(run, IterationFinished, "n1").event_id)
+
+
 CASES: list[tuple[str, Tamper]] = [
     ("suite", second_suite), ("suite", recipe_of_another_suite), ("suite", no_suite),
     ("judged_on_suite", suite_of_a_test_run_changed),
@@ -288,6 +293,7 @@ CASES: list[tuple[str, Tamper]] = [
     ("nodes", node_code_dropped), ("nodes", work_for_an_unrequested_node),
     ("expansions", expanding_an_invalid_node), ("expansions", expansion_not_announced),
     ("expansions", node_requested_twice), ("expansions", announced_but_never_requested),
+    ("citations", iteration_cites_another_kernel),
 ]
 
 

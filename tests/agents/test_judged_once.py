@@ -1,0 +1,100 @@
+"""Nothing judged twice, nothing hopeless tested: a real small search (nats-server, DuckDB,
+the evaluator in interpret mode) whose scripted author repeats itself.
+
+Node 1 writes the fast kernel twice; node 2, grown from it, first writes a slower kernel
+(priced by its compile check, not faster than its parent: never tested) and then the fast
+kernel again. The fast kernel is compiled, tested and tuned once; every other iteration
+cites a verdict already in the log, and the final audit checks each citation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from eventstore.events import (
+    CompileChecked,
+    IterationFinished,
+    NodeEvaluated,
+    RunFinished,
+    RunRequested,
+    TestsRun,
+    TuningSwept,
+)
+from eventstore.log import EventLog
+from kernelgraph.client import KernelRequest, SearchLimits, submit, wait
+from kernelgraph.runtime import Runtime, RuntimeConfig
+
+TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
+SCRIPTED = "scripted_provider:ScriptedProvider"
+
+
+async def run(db: Path, request: KernelRequest) -> str:
+    config = RuntimeConfig(db_path=db, concurrency={"executor": 2})
+    async with Runtime(config) as runtime:
+        assert runtime.client is not None
+        submitted = await submit(runtime.client.nc, request)
+        await wait(runtime.client.nc, submitted.run_id, timeout=900)
+    return submitted.run_id
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> list:
+    tmp = tmp_path_factory.mktemp("judged")
+    db = tmp / "runs.duckdb"
+    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1,
+                            tune_budget=1, policy="greedy",
+                            policy_params={"iterations": "2"},
+                            provider_options={"script": "fast_then_slow_child"},
+                            limits=SearchLimits(max_nodes=2, concurrency=1))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KG_WORKSPACE", str(tmp / "work"))
+        env.setenv("KG_KNOWLEDGE_PATH", str(tmp / "knowledge"))
+        run_id = asyncio.run(run(db, request))
+    with EventLog(db, read_only=True) as log:
+        assert log.verify().ok
+        return list(log.events(run_id=run_id))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_kernel_written_again_cites_its_verdict_and_is_tested_once(search: list) -> None:
+    events = search
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.status == "completed", finished.reason  # the final audit was clean
+    iterations = [e for e in events if isinstance(e, IterationFinished)]
+    fast = [i for i in iterations if i.valid]
+    assert len(fast) >= 2 and len({i.code_sha256 for i in fast}) == 1
+    # across the whole run, the fast kernel was compiled, tested and tuned once
+    tests = [e for e in events if isinstance(e, TestsRun)]
+    assert [t.code_sha256 for t in tests] == [fast[0].code_sha256]
+    assert len([e for e in events if isinstance(e, TuningSwept)]) == 1
+    original = [i for i in fast if i.cites_event_id is None]
+    assert len(original) == 1, [(i.node_id, i.iteration, i.cites_event_id) for i in iterations]
+    (judged,) = original
+    citing = [i for i in fast if i.cites_event_id is not None]
+    assert citing and all(i.cites_event_id == judged.event_id for i in citing)
+    assert all(i.code_sha256 == judged.code_sha256 and i.speedup == judged.speedup
+               and i.verdict_sha256 == judged.verdict_sha256 for i in citing)
+    checks = [e for e in events if isinstance(e, CompileChecked)]
+    assert len([c for c in checks if c.code_sha256 == judged.code_sha256]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_kernel_priced_no_faster_than_its_parent_is_not_tested(search: list) -> None:
+    events = search
+    (requested,) = [e for e in events if isinstance(e, RunRequested)]
+    assert requested.price_margin == 0.0
+    priced = [i for i in events if isinstance(i, IterationFinished) and i.failed_phase == "price"]
+    assert len(priced) == 1, [(i.node_id, i.iteration, i.failed_phase) for i in events
+                              if isinstance(i, IterationFinished)]
+    (slow,) = priced
+    check = next(e for e in events if e.event_id == slow.cites_event_id)
+    assert isinstance(check, CompileChecked) and check.ok and check.code_sha256 == slow.code_sha256
+    parent = next(e for e in events if isinstance(e, NodeEvaluated) and e.valid)
+    assert slow.estimate_speedup == check.estimate_speedup < parent.speedup
+    assert "not faster" in slow.error and "was not tested" in slow.error
+    assert not any(isinstance(e, TestsRun) and e.code_sha256 == slow.code_sha256 for e in events)
