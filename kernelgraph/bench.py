@@ -19,7 +19,7 @@ from nats.aio.client import Client as NATS
 
 from eventstore.events import Event, IterationFinished, RunFinished, RunRequested
 from kernelgraph.client import KernelRequest, RequestError, check_request, submit, wait
-from projections.metrics import FAST_P, Metrics, fast_p, geomean_floored
+from projections.metrics import FAST_P, Metrics, efficiency_of, fast_p, geomean_floored
 
 VACUOUS_MARK = "VacuousSuite: "  # how the test synthesiser names a vacuous suite
 
@@ -155,17 +155,10 @@ async def run_bench(nc: NATS, plan: BenchPlan, *,
 
 
 def candidates_to_best(events: Sequence[Event]) -> int | None:
-    """How many candidate kernels (iterations, in log order) the run wrote before its first
-    one as fast as its best; None without a valid one."""
-    finished = [e for e in events if isinstance(e, IterationFinished)]
-    speeds = [e.speedup for e in finished if e.valid and e.speedup is not None]
-    if not speeds:
-        return None
-    best = max(speeds)
-    for count, e in enumerate(finished, start=1):
-        if e.valid and e.speedup is not None and e.speedup >= best * (1 - 1e-9):
-            return count
-    return None
+    """How many candidates (iterations, in log order) the run wrote until its first one as
+    fast as its best; None without a valid one (`projections.metrics.Efficiency`)."""
+    runs = Metrics().apply_all(events).state.runs
+    return next((r.efficiency.best_at for r in runs.values()), None)
 
 
 def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
@@ -182,7 +175,7 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         entry = per_policy.setdefault(requested.policy, {
             "runs": 0, "tasks": set(), "kernels": 0, "compiled": 0, "correct_kernels": 0,
             "results": [], "labels": set(), "candidates": 0, "wall_s": 0.0, "tokens": 0,
-            "candidates_to_best": []})
+            "efficiency": []})
         entry["runs"] += 1
         entry["tasks"].add(requested.task_name)
         kernels = [e for e in events if isinstance(e, IterationFinished)]
@@ -198,12 +191,13 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         if finished is not None:
             entry["wall_s"] += max(0.0, finished.ts - requested.ts)
         entry["tokens"] += metrics.summary().get("tokens", {}).get("total", 0) or 0
-        to_best = candidates_to_best(events)
-        if to_best is not None:
-            entry["candidates_to_best"].append(to_best)
+        if stats is not None:
+            entry["efficiency"].append(stats.efficiency)
     out: dict[str, Any] = {}
     for policy, e in sorted(per_policy.items()):
         results = e["results"]
+        efficiency = {k: round(v, 4) if isinstance(v, float) else v
+                      for k, v in efficiency_of(e["efficiency"]).items()}
         correct = [r for r in results if r is not None]
         out[policy] = {
             "runs": e["runs"],
@@ -216,8 +210,8 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
             "best_speedup": round(max(correct), 4) if correct else None,
             "fast_p": {f"{p:g}": round(fast_p(results, p), 4) for p in FAST_P},
             "candidates": e["candidates"],
-            "mean_candidates_to_best": (round(sum(e["candidates_to_best"]) / len(e["candidates_to_best"]), 2)
-                                        if e["candidates_to_best"] else None),
+            "mean_candidates_to_best": efficiency["mean_candidates_to_best"],
+            "efficiency": efficiency,
             "wall_s": round(e["wall_s"], 1),
             "tokens": e["tokens"],
         }

@@ -19,7 +19,17 @@ are never averaged together):
   tokens belong to the phase of the first phase event its command caused after it; a
   call whose command ended no phase (its agent gave up) counts under the agent's name.
 - by_policy repeats the run figures (runs, correct runs, best and floored geometric-mean
-  speedup, fast_p) per search policy and label.
+  speedup, fast_p) per search policy and label, with the search's efficiency:
+  - candidates: the run's iterations (what a candidate budget counts);
+  - judged: the kernels among them the run judged itself (tested, or priced and refused), not citing an
+    earlier judgment of the same kernel;
+  - distinct_kernels: distinct code among the candidates (distinct_per_candidate, their
+    ratio: 1.0 when no candidate repeats another);
+  - tested_twice: test runs of a kernel the run had already tested (waste; goal 0);
+  - candidates_to_best: the candidate (1-based, in log order) that first reached the run's
+    best valid speedup (the mean over runs);
+  - best_over_first: the run's best valid speedup over its first valid candidate's (the
+    geometric mean over runs), and climbed: runs whose ratio is at least CLIMBED (1.10).
 
 `eventstore/views.py` computes the same figures in SQL; a test holds the two to agreement.
 """
@@ -40,16 +50,43 @@ from eventstore.events import (
     NodeEvaluated,
     RunFinished,
     RunRequested,
+    TestsRun,
 )
 from projections.base import Projection, handles
 
 FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+CLIMBED = 1.10
+"""A run climbed when its best is at least this many times its first valid candidate."""
 
 
 class Counts(msgspec.Struct, kw_only=True):
     kernels: int = 0
     compiled: int = 0
     correct: int = 0
+
+
+class Efficiency(msgspec.Struct, kw_only=True):
+    """How a run spent its candidates (see the module docstring)."""
+
+    candidates: int = 0
+    judged: int = 0
+    codes: set[str] = msgspec.field(default_factory=set)
+    tested: set[str] = msgspec.field(default_factory=set)
+    tested_twice: int = 0
+    first_valid: float | None = None
+    best_valid: float | None = None
+    best_at: int | None = None
+
+    @property
+    def best_over_first(self) -> float | None:
+        if self.first_valid is None or self.best_valid is None or self.first_valid <= 0:
+            return None
+        return self.best_valid / self.first_valid
+
+    def figures(self) -> dict[str, Any]:
+        return {"candidates": self.candidates, "judged": self.judged,
+                "distinct_kernels": len(self.codes), "tested_twice": self.tested_twice,
+                "candidates_to_best": self.best_at, "best_over_first": self.best_over_first}
 
 
 class RunStats(msgspec.Struct, kw_only=True):
@@ -61,6 +98,7 @@ class RunStats(msgspec.Struct, kw_only=True):
     best_speedup: float | None = None
     finished: bool = False
     final_speedup: float | None = None
+    efficiency: Efficiency = msgspec.field(default_factory=Efficiency)
 
     @property
     def result(self) -> float | None:
@@ -114,6 +152,10 @@ class Metrics(Projection[MetricsState]):
             wall = self.state.phases[phase] = PhaseWall()
         wall.total_s += e.wall_s  # type: ignore[attr-defined]
         wall.count += 1
+        if isinstance(e, TestsRun) and e.n_cases:  # a refused test run judged nothing
+            eff = self._run(e.run_id).efficiency
+            eff.tested_twice += e.code_sha256 in eff.tested
+            eff.tested.add(e.code_sha256)
         if e.causation_id is not None:
             waiting = self.state.unattributed.pop(f"{e.run_id}/{e.causation_id}", None)
             if waiting is not None:
@@ -143,6 +185,17 @@ class Metrics(Projection[MetricsState]):
         counts.kernels += 1
         counts.compiled += e.compiled
         counts.correct += e.valid
+        eff = self._run(e.run_id).efficiency
+        eff.candidates += 1  # what a candidate budget counts, a plan that gave up too
+        if e.code_sha256 is None:
+            return
+        eff.judged += e.cites_event_id is None or e.failed_phase == "price"
+        eff.codes.add(e.code_sha256)
+        if e.valid and e.speedup is not None:
+            if eff.first_valid is None:
+                eff.first_valid = e.speedup
+            if eff.best_valid is None or e.speedup > eff.best_valid:
+                eff.best_valid, eff.best_at = e.speedup, eff.candidates
 
     @handles(NodeEvaluated)
     def _evaluated(self, e: NodeEvaluated) -> None:
@@ -214,16 +267,18 @@ class Metrics(Projection[MetricsState]):
         return {k: {"llm_calls": v.llm_calls, "tokens": v.tokens} for k, v in sorted(totals.items())}
 
     def by_policy(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """{policy: {label: {runs, correct_runs, best_speedup, geomean_speedup, fast_p}}}."""
-        groups: dict[str, dict[str, list[float | None]]] = {}
+        """{policy: {label: {runs, correct_runs, best_speedup, geomean_speedup, fast_p,
+        efficiency}}}."""
+        groups: dict[str, dict[str, list[RunStats]]] = {}
         for run in self.state.runs.values():
             if run.counted:
                 groups.setdefault(run.policy or "unknown", {}).setdefault(
-                    run.label, []).append(run.result)  # type: ignore[arg-type]
+                    run.label, []).append(run)  # type: ignore[arg-type]
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for policy, labels in sorted(groups.items()):
             out[policy] = {}
-            for label, results in sorted(labels.items()):
+            for label, runs in sorted(labels.items()):
+                results = [r.result for r in runs]
                 correct = [s for s in results if s is not None]
                 out[policy][label] = {
                     "runs": len(results),
@@ -231,6 +286,7 @@ class Metrics(Projection[MetricsState]):
                     "best_speedup": max(correct) if correct else None,
                     "geomean_speedup": geomean_floored(results),
                     "fast_p": {_p_key(p): fast_p(results, p) for p in FAST_P},
+                    "efficiency": efficiency_of([r.efficiency for r in runs]),
                 }
         return out
 
@@ -258,6 +314,25 @@ class Metrics(Projection[MetricsState]):
             "geomean_speedup": geomean_floored(results) if runs else None,
             "fast_p": {_p_key(p): fast_p(results, p) if runs else None for p in FAST_P},
         }
+
+
+def efficiency_of(runs: list[Efficiency]) -> dict[str, Any]:
+    """The search-efficiency figures over runs (see the module docstring)."""
+    candidates = sum(r.candidates for r in runs)
+    distinct = sum(len(r.codes) for r in runs)
+    to_best = [r.best_at for r in runs if r.best_at is not None]
+    ratios = [r.best_over_first for r in runs if r.best_over_first is not None]
+    return {
+        "candidates": candidates,
+        "judged": sum(r.judged for r in runs),
+        "distinct_kernels": distinct,
+        "distinct_per_candidate": _ratio(distinct, candidates),
+        "tested_twice": sum(r.tested_twice for r in runs),
+        "mean_candidates_to_best": sum(to_best) / len(to_best) if to_best else None,
+        "best_over_first": (math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                            if ratios else None),
+        "climbed": sum(1 for x in ratios if x >= CLIMBED * (1 - 1e-9)),
+    }
 
 
 def _add_tokens(totals: dict[str, PhaseTokens], key: str, calls: int, tokens: int) -> None:

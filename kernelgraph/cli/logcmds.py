@@ -209,7 +209,9 @@ def replay(
         return
     for graph in view.graphs.values():
         console.print(_graph_tree(graph))
-    console.print(_metrics_table(view.metrics.summary()))
+    summary = view.metrics.summary()
+    console.print(_metrics_table(summary))
+    console.print(_efficiency_table(summary))
 
 
 def _graph_tree(graph: Any) -> Tree:
@@ -242,6 +244,20 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _efficiency_table(summary: dict[str, Any]) -> Table:
+    """Per policy and label: how the search spent its candidates (`projections.metrics`)."""
+    table = Table(title="search efficiency per policy")
+    heads = ["candidates", "judged", "distinct_kernels", "distinct_per_candidate",
+             "tested_twice", "mean_candidates_to_best", "best_over_first", "climbed"]
+    for head in ["policy", "label", *heads]:
+        table.add_column(head.replace("_", " "))
+    for policy, per_label in summary["by_policy"].items():
+        for label, figures in per_label.items():
+            e = figures["efficiency"]
+            table.add_row(policy, label, *(_fmt(e[h]) for h in heads))
+    return table
 
 
 def _metrics_table(summary: dict[str, Any]) -> Table:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -102,9 +103,28 @@ def _fast_p_section(data: ReportData, images: dict[str, str]) -> str:
                              f"Share of tasks whose verified kernel is correct and more than p times "
                              f"faster than XLA, for every threshold p; {badge(label)} speedups."))
         parts.append(_table(head, rows, "num"))
+        parts.append(_efficiency_table(by_policy, label))
     if not labels:
         parts.append('<p class="muted">No run has a result to count yet.</p>')
     return "".join(parts)
+
+
+def _efficiency_table(by_policy: dict[str, dict[str, dict[str, Any]]], label: str) -> str:
+    """How each policy spent its candidates (`projections.metrics`: one definition)."""
+    rows = []
+    for policy, per_label in by_policy.items():
+        e = per_label.get(label, {}).get("efficiency")
+        if e is None:
+            continue
+        rows.append([escape(policy), str(e["candidates"]), str(e["judged"]),
+                     str(e["distinct_kernels"]), _num(e["distinct_per_candidate"], 2),
+                     str(e["tested_twice"]), _num(e["mean_candidates_to_best"], 1),
+                     _x(e["best_over_first"]), str(e["climbed"])])
+    head = ["policy", "candidates", "judged", "distinct kernels", "distinct / candidate",
+            "tested twice", "candidates to best", "best / first", "runs climbed &ge;1.10x"]
+    return ('<p class="muted">Search efficiency: a candidate judged before is cited, not '
+            'tested again; best / first is the best valid speedup over the first valid '
+            'candidate\'s.</p>' + _table(head, rows, "num"))
 
 
 def _task_rows(data: ReportData) -> Iterable[list[str]]:
@@ -229,6 +249,18 @@ def _receipt_facts(w: Winner) -> list[list[str]]:
     return facts
 
 
+def _weak_sandbox_note(runs: Sequence[RunReport]) -> str:
+    """A warning above everything when some run's candidates ran without the full sandbox."""
+    weak = [r.run_id for r in runs if r.weak_sandbox]
+    if not weak:
+        return ""
+    return ('<p class="note"><b class="bad">Weak sandbox:</b> the candidates of '
+            + ", ".join(f"<code>{escape(r)}</code>" for r in weak)
+            + " ran without the full sandbox (own namespaces, uid 65534, read-only filesystem, "
+            "private /tmp), because the user passed --allow-weak-sandbox "
+            "(KG_ALLOW_WEAK_SANDBOX=1).</p>\n")
+
+
 def render(data: ReportData, images: dict[str, str]) -> str:
     runs = data.runs
     labels = sorted({r.label for r in runs if r.label})
@@ -257,7 +289,7 @@ def render(data: ReportData, images: dict[str, str]) -> str:
  · {escape(_when(min(r.first_ts for r in runs)))} to {escape(_when(max(r.last_ts for r in runs)))}</p>
 <nav>{nav}</nav></div></header>
 <main class="wrap">
-<p class="note">{sim_note}</p>
+{_weak_sandbox_note(runs)}<p class="note">{sim_note}</p>
 {_tiles(data)}
 <section id="fast-p"><h2>fast_p</h2>{_fast_p_section(data, images)}</section>
 <section id="tasks"><h2>Tasks</h2>
