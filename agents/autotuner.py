@@ -4,13 +4,16 @@ The grid is narrowed by the profile of the default configuration's test run (man
 grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
 as large). The default itself is left out: the test run already measured it on the same
 suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
-other configurations, in the grid's order. Each configuration is one
+other configurations, in the grid's order; of those, one whose lowered program (hashed) is
+the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
+has the same price. Each configuration is one
 `MeasureConfig` command, so every executor process on the bus takes part; the commands'
 ids derive from this command's, so a restarted sweep does not measure anything twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -21,10 +24,12 @@ from agents.base import Agent, AgentContext
 from agents.calls import RunHistory, step_id
 from agents.commands import MeasureConfig, TuneKernel
 from bus.registry import register
-from eventstore.events import ConfigMeasured, Event, TuningSwept
+from eventstore.events import ConfigMeasured, Event, Json, TuningSwept
 from tools import api
 
 VMEM_NARROW_FRACTION = 0.5
+LOWERINGS_AT_ONCE = 2
+"""Sandboxed lowerings run at once to find configurations with the same program."""
 
 
 def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str]:
@@ -56,6 +61,20 @@ def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tup
     return kept or configs[:1], why
 
 
+def repeats(default_key: str | None, keys: list[str | None]) -> dict[int, int]:
+    """{index in `keys`: -1 (the default's program) or the earlier index it repeats}."""
+    seen: dict[str, int] = {default_key: -1} if default_key else {}
+    found: dict[int, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if key in seen:
+            found[index] = seen[key]
+        else:
+            seen[key] = index
+    return found
+
+
 @register
 class AutotunerAgent(Agent[TuneKernel]):
     agent: ClassVar[str] = "autotuner"
@@ -80,6 +99,7 @@ class AutotunerAgent(Agent[TuneKernel]):
         planned = [c for c in planned if c != grid[0]]
         if cmd.budget is not None:
             planned = planned[:max(cmd.budget, 1)]
+        planned, skipped = await self.distinct(ctx, grid[0], planned)
         commands = [
             MeasureConfig(
                 command_id=step_id(cmd, f"config/{i}"), run_id=cmd.run_id, ts=cmd.ts,
@@ -89,17 +109,43 @@ class AutotunerAgent(Agent[TuneKernel]):
             for i, config in enumerate(planned)]
         async with RunHistory(self.nc, cmd.run_id) as history:
             results = await history.gather(commands, ConfigMeasured, agent="executor")
+
         rows = [msgspec.to_builtins(r) for r in results]
         measured = [r for r in results if isinstance(r, ConfigMeasured)]
         passing = [r for r in measured if r.passed and r.latency_s]
         best = min(passing, key=lambda r: r.latency_s or float("inf")) if passing else None
-        table = {"grid_size": len(grid), "planned": len(planned), "narrowing": why, "rows": rows}
+        table = {"grid_size": len(grid), "planned": len(planned), "narrowing": why, "rows": rows,
+                 "skipped": skipped}
         table_sha = await ctx.put_text(msgspec.json.encode(table).decode(), "tuning-table")
         yield self.event(
             TuningSwept, cmd, code_sha256=cmd.code_sha256, configs_tried=len(measured),
+            configs_skipped=len(skipped),
             best_config=dict(best.config) if best else {},
             best_latency_s=best.latency_s if best else None,
             measured_on=(best.measured_on if best and best.measured_on else "simulated"),
             table_sha256=table_sha, best_speedup=best.speedup if best else None,
             verdict_sha256=best.verdict_sha256 if best else None, iteration=cmd.iteration,
             wall_s=time.perf_counter() - started)
+
+    async def distinct(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
+                       planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Json]]:
+        """The planned configurations whose lowered program is new (not the default's, which
+        the test run priced, nor an earlier one's), and those skipped with the one they repeat.
+        Each lowering is sandboxed and runs nothing: far cheaper than a measurement."""
+        if not planned:
+            return planned, []
+        cmd = ctx.cmd
+        task = await ctx.task_path()
+        code = await ctx.code_path(cmd.code_sha256)
+        gate = asyncio.Semaphore(LOWERINGS_AT_ONCE)
+
+        async def key(config: dict[str, Any]) -> str | None:
+            async with gate:
+                return await ctx.run_tool(api.program_sha256, str(task), str(code), config,
+                                          cmd.target_name)
+
+        keys = await asyncio.gather(*(key(config) for config in [default, *planned]))
+        found = repeats(keys[0], list(keys[1:]))
+        skipped: list[Json] = [{"config": planned[i], "same_program_as":
+                                default if j < 0 else planned[j]} for i, j in found.items()]
+        return [c for i, c in enumerate(planned) if i not in found], skipped

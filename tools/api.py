@@ -14,6 +14,8 @@ them in a thread (`AgentContext.run_tool`).
 - `measure_baseline`: the XLA reference on a target (simulated roofline, or the device).
 - `profile`: the profile summary of a passing verdict's measurement.
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
+- `program_sha256`: the hash of a configuration's lowered program at the tuning point (a
+  sandboxed lowering, no run): configurations with the same program have the same price.
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
 - `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`).
@@ -41,7 +43,7 @@ from tools.correctness.testsuite import (
 from tools.inputs.candidate import CandidateError, read_candidate
 from tools.inputs.files import FileProblem
 from tools.inputs.tasks import Task, TaskError, load_task
-from tools.performance.autotune import TuneResult, TuneRow
+from tools.performance.autotune import TuneResult, TuneRow, program_sha256
 from tools.performance.autotune import autotune as _autotune
 from tools.performance.executors import (
     DEFAULT_TARGET,
@@ -365,6 +367,7 @@ __all__ = [
     "measure_baseline",
     "profile",
     "profile_of",
+    "program_sha256",
     "read_tunables",
     "receipt_json",
     "receipt_problems",

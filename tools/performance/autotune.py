@@ -6,7 +6,10 @@ evaluation, so all configurations face the same cases. Each configuration goes t
 full evaluator (`tools.verification.verify.evaluate`: sandboxed build, TPU lowering and compile check,
 correctness under interpret mode, then the target's timing) in a pool of worker processes.
 A budget caps the number of configurations and/or the seconds spent; configurations not
-started within it are listed as skipped. The best configuration is the fastest one that
+started within it are listed as skipped. Before any is evaluated, every planned configuration
+is lowered at the tuning point (`program_sha256`: the sandboxed lowering `estimate` uses, no
+run) and one whose lowered program equals an earlier one's (a block the kernel clamps to the
+same size) is skipped, saying which it repeats: the same program has the same price. The best configuration is the fastest one that
 passed; figures from simulated and real targets are never mixed (one target per sweep).
 """
 
@@ -49,6 +52,51 @@ class TuneResult(msgspec.Struct, frozen=True):
     budget_exhausted: bool
     wall_s: float
     workers: int
+    configs_skipped: int = 0
+    """Configurations not evaluated because they lower to a program already planned."""
+
+
+SAME_PROGRAM = "lowers to the same program as"
+
+
+def program_sha256(task_path: str, candidate_path: str, config: dict[str, Any],
+                   target: str) -> str | None:
+    """The sha256 of the candidate's lowered program at the tuning point under `config`;
+    None when it does not lower (its evaluation will say why). Runs the sandboxed children."""
+    import hashlib
+
+    from kernelgraph.errors import KernelgraphError
+    from tools.inputs.candidate import read_candidate
+    from tools.performance.estimate import (
+        load_task_quickly,
+        lower_in_sandbox,
+        task_arguments,
+    )
+    from tools.performance.executors import chip_for_target
+
+    task = load_task_quickly(task_path)
+    abstract, _ = task_arguments(task, 0)
+    try:
+        full = read_candidate(candidate_path).check_config(dict(config))
+        text = lower_in_sandbox(Path(candidate_path), full, abstract, chip_for_target(target),
+                                0, None, task.statics_at(0))
+    except (KernelgraphError, ValueError):  # the evaluation reports why, as it always has
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def distinct_programs(keys: list[str | None]) -> dict[int, int]:
+    """{index: the earlier index whose program it repeats} for every repeated program."""
+    first: dict[str, int] = {}
+    repeats: dict[int, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if key in first:
+            repeats[index] = first[key]
+        else:
+            first[key] = index
+    return repeats
 
 
 def _evaluate_config(
@@ -118,10 +166,18 @@ def autotune(
 
     rows: dict[int, TuneRow] = {}
     pending: dict[cf.Future[TuneRow], int] = {}
-    queue = list(enumerate(planned))
     budget_exhausted = len(planned) < total
     context = multiprocessing.get_context("spawn")  # a clean interpreter per worker
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        keys = list(pool.map(program_sha256, *zip(*[
+            (str(task_path), str(candidate_path), c, target) for c in planned], strict=True))
+        ) if len(planned) > 1 else [None] * len(planned)
+        repeats = distinct_programs(keys)
+        for index, earlier in repeats.items():
+            rows[index] = TuneRow(planned[index], "skipped",
+                                  reasons=[f"{SAME_PROGRAM} {planned[earlier]}"])
+        queue = [(i, c) for i, c in enumerate(planned) if i not in repeats]
+
         def submit_next() -> None:
             nonlocal budget_exhausted
             while queue and len(pending) < workers:
@@ -149,8 +205,9 @@ def autotune(
             submit_next()
     for index, config in queue:
         rows[index] = TuneRow(config, "skipped", reasons=["budget exhausted before it started"])
-    for config in configs[len(planned):]:
-        rows[len(rows)] = TuneRow(config, "skipped", reasons=["over the configuration budget"])
+    for offset, config in enumerate(configs[len(planned):]):
+        rows[len(planned) + offset] = TuneRow(config, "skipped",
+                                              reasons=["over the configuration budget"])
     table = [rows[i] for i in sorted(rows)]
     passed = [r for r in table if r.status == "pass" and r.speedup is not None]
     best = max(passed, key=lambda r: r.speedup or 0.0) if passed else None
@@ -168,7 +225,9 @@ def autotune(
         budget_exhausted=budget_exhausted,
         wall_s=time.monotonic() - started,
         workers=workers,
+        configs_skipped=len(repeats),
     )
 
 
-__all__ = ["TuneResult", "TuneRow", "autotune"]
+__all__ = ["SAME_PROGRAM", "TuneResult", "TuneRow", "autotune", "distinct_programs",
+           "program_sha256"]
