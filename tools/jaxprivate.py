@@ -50,6 +50,14 @@ def jax_mlir() -> ModuleType:
     return module
 
 
+def compiler() -> ModuleType:
+    """`jax._src.compiler`: the compile options JAX itself would pass to XLA (the TPU
+    compiler run ahead of time, tools/lowered/tpu_compiler.py)."""
+    from jax._src import compiler as module
+
+    return module
+
+
 def tpu_dialect() -> ModuleType:
     """`jax._src.lib.tpu`: registers the Mosaic TPU dialect on an MLIR context."""
     from jax._src.lib import tpu as module

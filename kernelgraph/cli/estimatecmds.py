@@ -64,5 +64,6 @@ def estimate(
                       f"latency {result.latency_s:.3e} s vs XLA baseline {result.baseline_s:.3e} s")
         if not result.sound:
             console.print("[bold red]unsound[/]: " + escape("; ".join(result.reasons)))
+        console.print(f"[dim]compile check: {escape(result.compile_check)}[/]")
         console.print(f"[dim]{escape(result.note)}[/]")
     raise typer.Exit(0 if result.sound else 1)

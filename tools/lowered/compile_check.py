@@ -79,6 +79,11 @@ class CompileReport(msgspec.Struct, frozen=True):
     vmem_limit_bytes: int
     chip: str
     kernels: list[KernelVmem] = msgspec.field(default_factory=list)
+    # Who judged: "emulated compile check", or the TPU compiler (tools/lowered/tpu_compiler.py),
+    # which then wins; `emulated_ok` keeps the emulated check's own answer beside it.
+    checker: str = "emulated compile check"
+    emulated_ok: bool | None = None
+    compile_seconds: float | None = None  # the compiler's wall seconds (cached: the first's)
 
 
 # ----------------------------------------------------------------------------- child side

@@ -64,6 +64,7 @@ class Estimate(msgspec.Struct, frozen=True):
     reasons: list[str]  # why the estimate is unsound, when it is
     note: str = NOTE
     wall_s: float = 0.0
+    compile_check: str = "emulated compile check"  # or the TPU compiler that judged it
 
 
 def load_task_quickly(path: str | Path) -> Any:
@@ -173,7 +174,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
              shape_index: int = 0, limits: Any = None) -> Estimate:
     """Simulated latency and speedup of one configuration at one shape; unverified."""
     from tools.inputs.candidate import read_candidate
-    from tools.lowered.compile_check import check_lowered
+    from tools.lowered import tpu_compiler
     from tools.lowered.mosaic import parse_lowered
     from tools.performance.baseline import estimate_baseline, reference_cost
     from tools.performance.chips import get_chip
@@ -192,7 +193,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
                             limits, task.statics_at(shape_index))
     lowered = parse_lowered(text)
-    check = check_lowered(text, chip=chip, program=lowered)  # the verifier's compile check
+    check = tpu_compiler.check(text, chip=chip, program=lowered)  # the verifier's compile check
     if not check.ok:  # a kernel the chip cannot compile has no price
         raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
@@ -212,7 +213,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         target=target, task=str(task_path), candidate=str(candidate_path), config=full_config,
         shape_index=shape_index, shape=task.describe_shape(shape_index),
         outside_ops_s=program.outside_ops_s, reasons=reasons,
-        wall_s=time.perf_counter() - started,
+        wall_s=time.perf_counter() - started, compile_check=check.checker,
     )
 
 

@@ -66,6 +66,8 @@ class Verdict(msgspec.Struct):
                        "problems": [*c.problems, *(p for o in c.outputs for p in o.problems)],
                        "error": c.error} for c in self.cases],
             "diagnostics": [msgspec.to_builtins(d) for d in self.diagnostics],
+            # who judged the compile: "emulated compile check" or the TPU compiler
+            "compile_check": getattr(self.compile_report, "checker", None),
             "timings": self.timings,
         }
 

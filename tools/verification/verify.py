@@ -37,6 +37,7 @@ from tools.correctness.compare import FLOOR_FACTOR, CaseCheck, compare_case, fai
 from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, build_suite
 from tools.inputs.candidate import CandidateError, CandidateSource, read_candidate
 from tools.inputs.tasks import Task, load_task
+from tools.lowered import tpu_compiler
 from tools.lowered.audit import AuditReport, audit_text
 from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
@@ -159,6 +160,7 @@ class _Context:
         self.cases: dict[str, CaseCheck] = {}
         self.audits: dict[int, AuditReport] = {}
         self.compile_reports: dict[int, Any] = {}
+        self.compiled = tpu_compiler.Compiled([], chip)  # the TPU compiler's, when installed
         self.candidate_loaded = False
         self.sandbox_ok = False
         self.tampering: tuple[str, ...] = ()
@@ -210,6 +212,7 @@ class _Context:
             return
         self.candidate_loaded = True
         groups = {g.shape_index: g for g in response.groups}
+        self.compiled = tpu_compiler.Compiled([g.stablehlo for g in response.groups], self.chip)
         for case in self.suite.cases:
             group = groups.get(case.shape_index)
             if group is None:
@@ -259,7 +262,8 @@ class _Context:
         from tools.lowered.compile_check import check_lowered
 
         try:
-            report = check_lowered(group.stablehlo, chip=self.chip, program=program)
+            report = self.compiled.judge(
+                check_lowered(group.stablehlo, chip=self.chip, program=program), group.stablehlo)
         except Exception as exc:
             problem = (f"compile check could not read the lowered program: "
                        f"{type(exc).__name__}: {exc}")

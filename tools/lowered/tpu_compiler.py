@@ -1,0 +1,399 @@
+"""The real TPU compiler, run ahead of time for the target's chip on a machine with no TPU.
+
+With the ``tpu-compiler`` extra installed (``jax[tpu]``: libtpu), XLA:TPU and the Mosaic
+compiler run here for a chip's topology (``jax.experimental.topologies``, a compile-only
+client): the lowered program the runner produced (StableHLO text with the Mosaic kernels
+inside, lowered with the target chip's ``tpu_info``) is compiled for one TensorCore of
+that chip, and the compiler's own errors ("Ran out of memory in memory space vmem. Used
+139.82M of 127.94M vmem", "Scoped allocation with size 32.02M and limit 32.00M") are the
+compile check's verdict, with its numbers. The emulated check
+(:func:`tools.lowered.compile_check.check_lowered`) still runs first and is kept in the
+report; where the two disagree the compiler wins.
+
+Where it runs: the compile reads a program derived from candidate code, so it runs in a
+sandboxed child (:mod:`tools.child.tpucompile`) under a time limit per program; a compile
+over its limit is a verdict naming the limit, never a hang. Results are cached by
+(sha256 of the program text, chip, libtpu version), in memory and on disk.
+
+Without libtpu nothing changes: every report says "emulated compile check".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kernelgraph.errors import KernelgraphError
+
+EMULATED = "emulated compile check"
+# One TensorCore of a small slice is the compile target; the slice's name is libtpu's.
+TOPOLOGIES: dict[str, str] = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v7": "tpu7x:2x2x1"}
+LIMIT_ENV = "KG_TPU_COMPILE_LIMIT_S"
+CACHE_ENV = "KG_TPU_COMPILE_CACHE"
+DEFAULT_LIMIT_S = 120.0
+_MESSAGE_CHARS = 2000
+
+
+class TpuCompilerError(KernelgraphError, RuntimeError):
+    """The compiler could not be asked at all (no libtpu, an unknown chip, a child that died)."""
+
+
+class RealCompile(msgspec.Struct, frozen=True):
+    """What the TPU compiler said about one lowered program on one chip."""
+
+    chip: str
+    ok: bool
+    program_sha256: str
+    compiler: str  # "libtpu 0.0.42.1"
+    message: str = ""  # the compiler's error, trimmed
+    kind: str = ""  # "" | "vmem" | "smem" | "compile" | "timeout" | "crash"
+    seconds: float = 0.0  # wall seconds of the compile (the cached one's, when cached)
+    optimal_seconds: float | None = None  # XLA's cost analysis of the compiled program
+    cached: bool = False
+
+
+# ------------------------------------------------------------------------------ availability
+
+
+@functools.cache
+def libtpu_version() -> str | None:
+    """The installed libtpu's version, or None where the extra is not installed."""
+    if importlib.util.find_spec("libtpu") is None:
+        return None
+    try:
+        return importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def available() -> bool:
+    return libtpu_version() is not None
+
+
+def compiler_name() -> str:
+    """What a report names as its compile check."""
+    version = libtpu_version()
+    return EMULATED if version is None else f"TPU compiler (libtpu {version}, ahead of time)"
+
+
+def topology_name(chip: str) -> str:
+    try:
+        return TOPOLOGIES[chip]
+    except KeyError:
+        raise TpuCompilerError(f"no TPU topology for chip {chip!r}; known: "
+                               f"{', '.join(TOPOLOGIES)}") from None
+
+
+def limit_s() -> float:
+    """The time limit of one program's compile (``KG_TPU_COMPILE_LIMIT_S``)."""
+    try:
+        value = float(os.environ.get(LIMIT_ENV, DEFAULT_LIMIT_S))
+    except ValueError:
+        return DEFAULT_LIMIT_S
+    return value if value > 0 else DEFAULT_LIMIT_S
+
+
+def program_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------- compiling (child side)
+
+
+def prepare_process() -> None:
+    """Settings libtpu reads when it starts: no lockfile (several compiles, and the parent,
+    may hold libtpu at once) and no metadata-server queries (there is no TPU VM)."""
+    os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    os.environ["TPU_SKIP_MDS_QUERY"] = "1"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@functools.cache
+def _device(chip: str) -> Any:
+    from jax.experimental import topologies
+
+    prepare_process()
+    return topologies.get_topology_desc(topology_name=topology_name(chip),
+                                        platform="tpu").devices[0]
+
+
+def classify(message: str) -> str:
+    if re.search(r"memory space vmem|[Ss]coped allocation|vmem", message):
+        return "vmem"
+    if re.search(r"memory space smem|\bsmem\b", message, re.IGNORECASE):
+        return "smem"
+    return "compile"
+
+
+_HEADLINES = (
+    r"Ran out of memory in memory space \w+\. Used [\d.]+\w? of [\d.]+\w? \w+",
+    r"Scoped allocation with size [\d.]+\w? and limit [\d.]+\w?",
+)
+
+
+def trim(message: str) -> str:
+    """The compiler's message without the stack trace JAX appends, its one-line figure (what
+    was used of what limit) first."""
+    text = message.split("\n\nSee ")[0].strip()
+    for pattern in _HEADLINES:
+        m = re.search(pattern, text)
+        if m:
+            text = f"{m.group(0)} ({text})"
+            break
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + " ..."
+
+
+def compile_text(text: str, chip: str) -> RealCompile:
+    """Compile one lowered program (StableHLO text) for one TensorCore of ``chip``, in this
+    process. The compiler's refusal is a result; only a compiler that cannot start raises."""
+    from jaxlib import xla_client as xc
+
+    from tools import jaxprivate
+
+    compiler, mlir = jaxprivate.compiler(), jaxprivate.jax_mlir()
+
+    version = libtpu_version()
+    if version is None:
+        raise TpuCompilerError("libtpu is not installed (pip install -e '.[tpu-compiler]')")
+    device = _device(chip)
+    digest = program_sha256(text)
+    started = time.perf_counter()
+    try:
+        with mlir.make_ir_context():
+            module = mlir.ir.Module.parse(text)
+            options = compiler.get_compile_options(1, 1, device_assignment=[device],
+                                                   backend=device.client)
+            executable = device.client.compile(module, executable_devices=xc.DeviceList(
+                (device,)), compile_options=options)
+    except Exception as exc:  # the compiler's refusal (XlaRuntimeError) is the verdict
+        message = trim(f"{type(exc).__name__}: {exc}")
+        return RealCompile(chip, False, digest, f"libtpu {version}", message,
+                           classify(message), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    optimal = None
+    try:
+        cost = executable.cost_analysis()
+        found = cost.get("optimal_seconds") if isinstance(cost, dict) else None
+        optimal = float(found) if found is not None and float(found) > 0 else None
+    except Exception:  # a figure, never the verdict: a program without one has none
+        optimal = None
+    return RealCompile(chip, True, digest, f"libtpu {version}", seconds=seconds,
+                       optimal_seconds=optimal)
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+class _Cache:
+    """Compiled results by (program sha256, chip, libtpu version): in memory and on disk.
+    A timeout or crash is not kept (a later, less loaded try may finish)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._memory: dict[tuple[str, str], RealCompile] = {}
+
+    def _path(self, digest: str, chip: str) -> Path:
+        root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kernelgraph"
+                    / "tpu-compile")
+        return root / f"{digest}-{chip}-{libtpu_version()}.json"
+
+    def get(self, digest: str, chip: str) -> RealCompile | None:
+        with self._lock:
+            found = self._memory.get((digest, chip))
+        if found is not None:
+            return msgspec.structs.replace(found, cached=True)
+        path = self._path(digest, chip)
+        try:
+            found = msgspec.json.decode(path.read_bytes(), type=RealCompile)
+        except (OSError, msgspec.DecodeError):
+            return None
+        if found.program_sha256 != digest or found.chip != chip:
+            return None
+        with self._lock:
+            self._memory[(digest, chip)] = found
+        return msgspec.structs.replace(found, cached=True)
+
+    def put(self, result: RealCompile) -> None:
+        if result.kind in ("timeout", "crash"):
+            return
+        with self._lock:
+            self._memory[(result.program_sha256, result.chip)] = result
+        path = self._path(result.program_sha256, result.chip)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + f".{os.getpid()}.partial")
+            partial.write_bytes(msgspec.json.encode(result))
+            os.replace(partial, path)
+        except OSError:  # a cache that cannot be written only costs a recompile
+            pass
+
+
+CACHE = _Cache()
+
+
+class CompileRequest(msgspec.Struct, frozen=True):
+    chip: str
+    texts: list[str]
+    limit_s: float
+
+
+class CompileResponse(msgspec.Struct, frozen=True):
+    results: list[RealCompile]
+    error: str = ""
+
+
+def compile_all(texts: Sequence[str], chip: str, *,
+                limit: float | None = None) -> list[RealCompile]:
+    """Every text's compile on ``chip``: cached ones from the cache, the rest in sandboxed
+    children (one for all of them; after a compile over its limit, a fresh one for the rest)."""
+    if not available():
+        raise TpuCompilerError("libtpu is not installed (pip install -e '.[tpu-compiler]')")
+    topology_name(chip)
+    limit = limit_s() if limit is None else limit
+    found: dict[str, RealCompile] = {}
+    for text in texts:
+        digest = program_sha256(text)
+        hit = found.get(digest) or CACHE.get(digest, chip)
+        if hit is not None:
+            found[digest] = hit
+    todo = list(dict.fromkeys(t for t in texts if program_sha256(t) not in found))
+    while todo:
+        done = _compile_in_child(todo, chip, limit)
+        for result in done:
+            found[result.program_sha256] = result
+            CACHE.put(result)
+        todo = [t for t in todo if program_sha256(t) not in found]
+    return [found[program_sha256(t)] for t in texts]
+
+
+_STARTUP_S = 60.0  # importing JAX and starting libtpu in the child, on a loaded machine
+
+
+def _compile_in_child(texts: list[str], chip: str, limit: float) -> list[RealCompile]:
+    """Compile ``texts`` in one sandboxed child; what it did not answer for gets a verdict
+    here (the first unanswered one: over its limit or the child died), so each call makes
+    progress."""
+    from tools.sandbox.launcher import Limits, run_sandboxed
+
+    request = msgspec.msgpack.encode(CompileRequest(chip, texts, limit))
+    limits = Limits(wall_s=_STARTUP_S + limit * len(texts), memory_bytes=16 << 30)
+    box = run_sandboxed("tools.child.tpucompile", request, limits=limits)
+    results: list[RealCompile] = []
+    error = ""
+    if box.result is not None:
+        try:
+            response = msgspec.msgpack.decode(box.result, type=CompileResponse)
+            results, error = list(response.results), response.error
+        except msgspec.DecodeError as exc:
+            error = f"the compile child's answer could not be read: {exc}"
+    answered = {r.program_sha256 for r in results}
+    missing = [t for t in texts if program_sha256(t) not in answered]
+    if missing and error:
+        raise TpuCompilerError(f"the TPU compiler could not be started for {chip}: {error}")
+    if missing and any(r.kind == "timeout" for r in results):
+        return results  # the child stopped at one program's limit; the rest go to a fresh one
+    if missing:
+        digest = program_sha256(missing[0])
+        version = f"libtpu {libtpu_version()}"
+        if box.timed_out:  # killed at the wall limit: the compile under way was too slow
+            results.append(RealCompile(
+                chip, False, digest, version,
+                f"the TPU compiler did not finish compiling for {chip} within its limit of "
+                f"{limit:g} s ({LIMIT_ENV})", "timeout", limit))
+        else:
+            tail = (box.stderr_tail or "").strip().splitlines()[-3:]
+            results.append(RealCompile(
+                chip, False, digest, version,
+                f"the TPU compiler's process ended without an answer ({box.failure()}): "
+                + " | ".join(tail), "crash"))
+    return results
+
+
+
+
+# ------------------------------------------------------------------------ the compile check
+
+
+def decide(emulated: Any, real: RealCompile | None, *, unavailable: str = "") -> Any:
+    """The compile check's report (a :class:`~tools.lowered.compile_check.CompileReport`):
+    the compiler's verdict when there is one (the emulated check's answer kept beside it),
+    else the emulated check's, saying why the compiler did not judge."""
+    from tools.lowered.compile_check import Diagnostic, _hint_for
+
+    if real is None:
+        checker = EMULATED if not unavailable else f"{EMULATED} ({unavailable})"
+        return msgspec.structs.replace(emulated, checker=checker)
+    diagnostics = [] if real.ok else [Diagnostic(
+        f"TPU compiler ({real.chip}): {real.message}", None, None, _hint_for(real.message),
+        None, real.kind)]
+    return msgspec.structs.replace(
+        emulated, ok=real.ok, diagnostics=diagnostics, checker=compiler_name(),
+        emulated_ok=emulated.ok, compile_seconds=real.seconds)
+
+
+def check(text: str, *, chip: Any, program: Any = None) -> Any:
+    """The compile check of one lowered program: the emulated check, then (with libtpu) the
+    TPU compiler, which wins."""
+    from tools.lowered.compile_check import check_lowered
+    from tools.performance.chips import get_chip
+
+    emulated = check_lowered(text, chip=chip, program=program)
+    name = get_chip(chip).name if isinstance(chip, str) else chip.name
+    if not available():
+        return decide(emulated, None)
+    try:
+        return decide(emulated, compile_all([text], name)[0])
+    except TpuCompilerError as exc:
+        return decide(emulated, None, unavailable=str(exc))
+
+
+class Compiled:
+    """One evaluation's programs compiled together (one child for all shapes), then judged
+    one by one with :meth:`judge`."""
+
+    def __init__(self, texts: Sequence[str], chip: str) -> None:
+        from tools.performance.chips import get_chip
+
+        self.results: dict[str, RealCompile] = {}
+        self.unavailable = ""
+        texts = [t for t in texts if t]
+        if not texts or not available():
+            return
+        try:
+            for result in compile_all(texts, get_chip(chip).name):
+                self.results[result.program_sha256] = result
+        except TpuCompilerError as exc:
+            self.unavailable = str(exc)
+
+    def judge(self, emulated: Any, text: str) -> Any:
+        return decide(emulated, self.results.get(program_sha256(text)),
+                      unavailable=self.unavailable)
+
+
+__all__ = [
+    "EMULATED",
+    "TOPOLOGIES",
+    "CompileRequest",
+    "CompileResponse",
+    "Compiled",
+    "RealCompile",
+    "TpuCompilerError",
+    "available",
+    "check",
+    "compile_all",
+    "compile_text",
+    "compiler_name",
+    "decide",
+    "libtpu_version",
+]
