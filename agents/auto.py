@@ -175,7 +175,8 @@ class _AutoRun:
             return
         evaluated = self.evaluated(state)
         yield evaluated
-        await self.record_lessons(state)
+        async for event in self.record_lessons(state):
+            yield event
         no_kernel = state.failures[-1]["error"] if state.failures else "no valid kernel"
         async for event in self.finish(evaluated if evaluated.valid else None, (
                 f"no valid kernel in {evaluated.iterations} iteration(s); last failure: {no_kernel}")):
@@ -194,7 +195,8 @@ class _AutoRun:
         except RunAborted as exc:
             raise PermanentError(exc.reason) from exc
         yield self.evaluated(state)
-        await self.record_lessons(state)
+        async for event in self.record_lessons(state):
+            yield event  # last: no event of this command follows it
 
     async def iterations(self, state: Trajectory) -> AsyncIterator[IterationFinished]:
         for iteration in range(1, self.cmd.iterations + 1):
@@ -398,8 +400,10 @@ class _AutoRun:
             return f"no audit: {_reason(exc)}"
         return audit_problem(audited)
 
-    async def record_lessons(self, state: Trajectory) -> None:
-        """What each valid iteration's plan did to the speedup, for later runs' planners."""
+    async def record_lessons(self, state: Trajectory) -> AsyncIterator[Event]:
+        """What each valid iteration's plan did to the speedup, for later runs' planners;
+        lessons that could not be kept are a `KnowledgeUnavailable` event (never a failure
+        of this run)."""
         lessons, previous = [], None
         for finished in state.finished:
             if not finished.valid or finished.speedup is None:
@@ -417,10 +421,12 @@ class _AutoRun:
                             "event_id": state.proofs.get(finished.iteration, ""),
                             "text": f"{self.cmd.task_name}: {summary} -> {effect}"})
             previous = finished.speedup
-        try:
-            await asyncio.to_thread(knowledge.record_lessons, lessons)
-        except Exception as exc:  # lessons are an aid to later runs; never fail this one
-            log.warning("could not record lessons for run %s: %s", self.cmd.run_id, exc)
+        if not lessons:
+            return
+        written, problem = await asyncio.to_thread(knowledge.record_lessons, lessons)
+        if problem is not None:
+            yield self.event(knowledge.KnowledgeUnavailable, **knowledge.unavailable_fields(
+                "lessons", problem, lost=len(lessons) - written))
 
     async def plan_decisions(self, plan_sha256: str | None) -> dict[str, Any]:
         """The machine-readable decisions a plan may carry in a ```json block."""

@@ -2,7 +2,9 @@
 
 `Agent.handle` is final. For each command it builds an `AgentContext` and runs the
 subclass's `_run(ctx)`, an async generator of events in causal order; every LLM call made
-through `ctx.ask` becomes an `LlmCalled` event yielded just before the event it led to.
+through `ctx.ask` becomes an `LlmCalled` event yielded just before the event it led to, and
+so does whatever else a step reports on the way (`ctx.note`: a knowledge store that could
+not be used).
 Ids, acks, retries and dead letters are the `Service` base's; artifacts, files and LLM
 accounting are this module's:
 
@@ -134,7 +136,7 @@ class AgentContext(Generic[C]):
         self.agent = agent
         self.cmd = cmd
         self.workspace = agent.workspace
-        self._llm_events: list[LlmCalled] = []
+        self._pending: list[Event] = []
 
     # --- blocking work ------------------------------------------------------------------
 
@@ -205,14 +207,20 @@ class AgentContext(Generic[C]):
         prompt_sha, response_sha = await self.agent.put_artifacts(
             [(request.prompt.encode(), "prompt"), (response.text.encode(), "response")])
         latency_ms = response.latency_ms or (time.perf_counter() - started) * 1000
-        self._llm_events.append(self.agent.event(
+        self._pending.append(self.agent.event(
             LlmCalled, self.cmd, agent=self.agent.agent, provider=provider.name,
             model=response.model, prompt_sha256=prompt_sha, response_sha256=response_sha,
             tokens_in=response.tokens_in, tokens_out=response.tokens_out,
             latency_ms=float(latency_ms), iteration=iteration))
 
-    def take_llm_events(self) -> list[LlmCalled]:
-        events, self._llm_events = self._llm_events, []
+    def note(self, cls: type[Event], **payload: Any) -> None:
+        """Record an event of this command that happened along the way (safe from a tool's
+        thread); it is yielded before the handler's next event."""
+        self._pending.append(self.agent.event(cls, self.cmd, **payload))
+
+    def take_pending(self) -> list[Event]:
+        """The `LlmCalled` and noted events since the last call, in order."""
+        events, self._pending = self._pending, []
         return events
 
 
@@ -233,7 +241,7 @@ class Agent(Service, Generic[C]):
         ctx = AgentContext(self, cmd)
         try:
             async for event in self._run(ctx):
-                for call in ctx.take_llm_events():
+                for call in ctx.take_pending():
                     yield call
                 yield event
         except TRANSIENT_ERRORS:
@@ -242,7 +250,7 @@ class Agent(Service, Generic[C]):
             raise
         except Exception as exc:  # a bug fails the command now, with its cause, not after minutes of retries
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
-        for call in ctx.take_llm_events():
+        for call in ctx.take_pending():
             yield call
 
     @abstractmethod

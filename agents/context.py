@@ -78,5 +78,11 @@ def render_failures(failures: list[dict[str, Any]]) -> str:
 
 
 def retrieve(ctx: AgentContext[Any], query: str, limit: int = 4) -> list[str]:
+    """Snippets for a prompt; a store that cannot be searched is noted as a
+    `KnowledgeUnavailable` event (the prompt then says nothing was retrieved)."""
     cmd: Any = ctx.cmd
-    return knowledge.retrieve(query, limit=limit, cutoff_ts=cmd.knowledge_cutoff_ts)
+    snippets, problem = knowledge.retrieve(query, limit=limit, cutoff_ts=cmd.knowledge_cutoff_ts)
+    if problem is not None:
+        ctx.note(knowledge.KnowledgeUnavailable,
+                 **knowledge.unavailable_fields("retrieve", problem))
+    return snippets

@@ -437,6 +437,18 @@ class LlmCalled(Event, frozen=True, kw_only=True, tag="LlmCalled"):
     iteration: int | None = None
 
 
+class KnowledgeUnavailable(Event, frozen=True, kw_only=True, tag="KnowledgeUnavailable"):
+    """The knowledge store could not be used: a prompt went without retrieval, or lessons
+    were not kept. Knowledge is an aid, so the run goes on, but never without this record."""
+
+    operation: Literal["retrieve", "lessons"]
+    reason: str
+    store: str = ""
+    """The folder or server URL that could not be used."""
+    lost: int = 0
+    """For "lessons": how many were not written."""
+
+
 class PingAnswered(Event, frozen=True, kw_only=True, tag="PingAnswered"):
     """The echo agent answered a Ping: the bus's health check and load generator."""
 
@@ -470,6 +482,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MessageDeadLettered,
     HumanFeedbackGiven,
     LlmCalled,
+    KnowledgeUnavailable,
     PingAnswered,
 )
 

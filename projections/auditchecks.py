@@ -65,8 +65,9 @@ NODE_PHASE_EVENTS = frozenset({
     "PlanProposed", "KernelWritten", "CompileChecked", "FixAttempted", "TestsRun",
     "TuningSwept", "ConfigMeasured", "ProfileCaptured", "IterationFinished"})
 """What happens inside a node's trajectory: only after the node was requested."""
-AFTER_EVALUATION = frozenset({"WinnerVerified", "RunAudited"})
-"""What may still concern a node once it is evaluated: the winner's re-check, audits."""
+AFTER_EVALUATION = frozenset({"WinnerVerified", "RunAudited", "KnowledgeUnavailable"})
+"""What may still concern a node once it is evaluated: the winner's re-check, audits, and
+lessons (recorded after the evaluation) that the knowledge store could not keep."""
 LATE_COMMANDS = frozenset({"VerifyWinner", "AuditRun"})
 """Commands whose failure (AgentFailed) may follow a node's evaluation."""
 NO_POLICY = frozenset({"auto", "hitl"})

@@ -197,6 +197,10 @@ class Progress:
         if kind == "WinnerVerified":
             return f"winner re-verified: {e.verdict}" + (f", {e.speedup:.2f}x ({e.measured_on})"
                                                          if e.speedup else "")
+        if kind == "KnowledgeUnavailable":
+            what = ("a prompt went without retrieved knowledge" if e.operation == "retrieve"
+                    else f"{e.lost} lesson(s) not kept")
+            return f"[yellow]knowledge store unavailable:[/] {what}: {e.reason[:200]}"
         if kind == "AgentFailed":
             return f"[red]{e.agent} gave up on {e.command_type}:[/] {e.error[:160]}"
         if kind == "RunFinished":

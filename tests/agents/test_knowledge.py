@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 from tools.knowledge import (
-    KnowledgeError,
     KnowledgeStore,
     close_shared_stores,
     shared_store,
@@ -137,18 +136,19 @@ def test_filters(store: KnowledgeStore) -> None:
                                        kinds=["lesson"], before_ts=150.0)] == ["lesson:E1"]
 
 
-def test_shared_store_is_one_client_per_folder(built: Path, tmp_path: Path) -> None:
+def test_shared_store_is_one_store_per_folder_and_others_may_open_it(built: Path,
+                                                                     tmp_path: Path) -> None:
     folder = tmp_path / "shared"
     shutil.copytree(built, folder)
     try:
         first = shared_store(folder)
         assert shared_store(str(folder)) is first
         assert first.counts()["note"] > 0
-        with pytest.raises(KnowledgeError, match="shared_store"):
-            KnowledgeStore.open(path=folder)
+        with KnowledgeStore.open(path=folder) as other:  # the folder is open only per operation
+            other.add_lesson("run-x", "matmul", "grid_order", "1.1x", "EX", "wombat lesson")
+        assert [h.id for h in first.search("wombat", limit=3)] == ["lesson:EX"]
     finally:
         close_shared_stores()
-    KnowledgeStore.open(path=folder).close()  # released
 
 
 def test_cli_search_and_index_json(built: Path, tmp_path: Path,

@@ -11,26 +11,39 @@ fingerprint changes (another JAX, edited notes, another tokenizer): documents wh
 changed are rewritten, documents that are gone are deleted, the rest stay as they are.
 Lessons are never touched by a refresh.
 
-Local mode locks its folder to one client, in this process and against others. Within a
-process, use `shared_store()`: one store per location, opened and indexed on first use and
-safe to call from several threads. Several processes that need the store at once should
-share a Qdrant server (`KG_QDRANT_URL`).
+Local mode (qdrant-client's `QdrantLocal`) locks its folder to one client at a time. So
+that any number of processes (two searches, `knowledge search` beside a run) share one
+folder, no process keeps it open: each operation (a search, a lesson, a refresh) takes
+`kernelgraph.lock` in the folder (an exclusive `flock`, waited for up to
+`$KG_KNOWLEDGE_WAIT_S`, default 30 s), opens the folder, works and closes it again. Opening
+costs milliseconds (the store holds a few hundred documents); every operation sees every
+lesson written before it, by any process. A client outside kernelgraph that holds the
+folder (qdrant-client's own lock) is waited for just as long; when the wait is over the
+operation fails with `KnowledgeError`, which callers report (`agents.knowledge`), never
+swallow. Within a process, `shared_store()` gives one store per location, indexed on first
+use and safe to call from several threads. A Qdrant server (`KG_QDRANT_URL`) is kept open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgraph.errors import KernelgraphError
+from tools.knowledge.folder import (
+    KnowledgeError,
+    folder_lock,
+    open_local,
+    wait_s,
+)
 from tools.knowledge.sources import Document, corpus_fingerprint, static_documents
 from tools.knowledge.text import TOKENIZER_VERSION, bm25_weights, document_terms, query_weights
 
@@ -47,10 +60,6 @@ so that adding or changing one document never re-weights the others."""
 
 _META_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "kernelgraph:knowledge:meta"))
 _BATCH = 256
-
-
-class KnowledgeError(KernelgraphError):
-    """The store cannot be opened or used (a locked folder, an unreachable server)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +97,45 @@ def _point_id(doc_id: str) -> str:
 
 
 class KnowledgeStore:
-    """One open store. See the module docstring for locations and sharing."""
+    """One store: a server's client, or a local folder opened per operation. See the module
+    docstring for locations and sharing."""
 
-    def __init__(self, client: Any, *, location: str) -> None:
+    def __init__(self, client: Any = None, *, location: str, folder: Path | None = None) -> None:
         from qdrant_client import models
 
-        self._client = client
+        if (client is None) == (folder is None):
+            raise ValueError("a KnowledgeStore is a server's client or a local folder")
+        self._remote = client
+        self._folder = folder
+        self._active: Any = None  # the local client of the operation in progress
         self._models = models
         self.location = location
         self._lock = threading.RLock()
-        self._ensure_collection()
+        with self._session():
+            pass  # creates the collection, and fails now if the store cannot be used
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Any]:
+        """The client for one operation; a local folder is locked and open only inside it
+        (nested calls in the same operation reuse it)."""
+        with self._lock:
+            if self._remote is not None:
+                yield self._remote
+                return
+            if self._active is not None:
+                yield self._active
+                return
+            assert self._folder is not None
+            deadline = time.monotonic() + wait_s()
+            with folder_lock(self._folder, deadline):
+                client = open_local(self._folder, deadline)
+                self._active = client
+                try:
+                    self._ensure_collection(client)
+                    yield client
+                finally:
+                    self._active = None
+                    client.close()
 
     # --- opening --------------------------------------------------------------------------
 
@@ -116,41 +154,34 @@ class KnowledgeStore:
         folder = Path(path).expanduser() if path is not None else default_path()
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            client = QdrantClient(path=str(folder))
-        except RuntimeError as exc:
-            if "already accessed" not in str(exc):
-                raise
-            raise KnowledgeError(
-                f"the knowledge store {folder} is open in another client (local mode allows "
-                f"one); use shared_store() within a process, or set {ENV_URL} to share a "
-                "Qdrant server between processes") from None
         except OSError as exc:
             raise KnowledgeError(f"cannot open the knowledge store {folder}: {exc}") from None
-        return cls(client, location=str(folder))
+        return cls(location=str(folder), folder=folder)
 
-    def _ensure_collection(self) -> None:
+    def _ensure_collection(self, client: Any) -> None:
         models = self._models
-        with self._lock:
-            if self._client.collection_exists(COLLECTION):
-                return
-            self._client.create_collection(
-                COLLECTION,
-                vectors_config={},
-                sparse_vectors_config={VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            )
-            if not self.is_local:
-                for key, schema in (("kind", models.PayloadSchemaType.KEYWORD),
-                                    ("kernel_classes", models.PayloadSchemaType.KEYWORD),
-                                    ("created_ts", models.PayloadSchemaType.FLOAT)):
-                    self._client.create_payload_index(COLLECTION, key, field_schema=schema)
+        if client.collection_exists(COLLECTION):
+            return
+        client.create_collection(
+            COLLECTION,
+            vectors_config={},
+            sparse_vectors_config={VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
+        if not self.is_local:
+            for key, schema in (("kind", models.PayloadSchemaType.KEYWORD),
+                                ("kernel_classes", models.PayloadSchemaType.KEYWORD),
+                                ("created_ts", models.PayloadSchemaType.FLOAT)):
+                client.create_payload_index(COLLECTION, key, field_schema=schema)
 
     @property
     def is_local(self) -> bool:
         return not self.location.startswith(("http://", "https://"))
 
     def close(self) -> None:
+        """Close a server's client (a local folder is open only during an operation)."""
         with self._lock:
-            self._client.close()
+            if self._remote is not None:
+                self._remote.close()
 
     def __enter__(self) -> KnowledgeStore:
         return self
@@ -160,8 +191,8 @@ class KnowledgeStore:
 
     # --- indexing -------------------------------------------------------------------------
 
-    def _meta(self) -> dict[str, Any]:
-        points = self._client.retrieve(COLLECTION, [_META_ID], with_payload=True)
+    def _meta(self, client: Any) -> dict[str, Any]:
+        points = client.retrieve(COLLECTION, [_META_ID], with_payload=True)
         return dict(points[0].payload or {}) if points else {}
 
     def _kind_filter(self, kinds: Sequence[str]) -> Any:
@@ -171,46 +202,47 @@ class KnowledgeStore:
 
     def counts(self) -> dict[str, int]:
         """Documents per kind."""
-        with self._lock:
-            return {kind: self._client.count(COLLECTION, count_filter=self._kind_filter([kind]),
-                                             exact=True).count for kind in KINDS}
+        with self._session() as client:
+            return {kind: client.count(COLLECTION, count_filter=self._kind_filter([kind]),
+                                       exact=True).count for kind in KINDS}
 
     def ensure_indexed(self, *, force: bool = False) -> IndexReport:
         """Refresh the static part if its fingerprint changed (or `force`); lessons stay."""
         start = time.perf_counter()
         fingerprint = corpus_fingerprint()
-        with self._lock:
-            if not force and self._meta().get("fingerprint") == fingerprint:
+        with self._session() as client:
+            if not force and self._meta(client).get("fingerprint") == fingerprint:
                 return IndexReport(False, self.counts(), time.perf_counter() - start, fingerprint)
             points = [self._point(doc) for doc in static_documents()]
             stored = {str(p.id): (p.payload or {}).get("content_sha256") for p in self._scroll(
-                self._kind_filter(STATIC_KINDS), payload=["content_sha256"])}
+                client, self._kind_filter(STATIC_KINDS), payload=["content_sha256"])}
             fresh = {p.id for p in points}
             stale = [point_id for point_id in stored if point_id not in fresh]
             if stale:
-                self._client.delete(COLLECTION,
-                                    points_selector=self._models.PointIdsList(points=stale))
+                client.delete(COLLECTION, points_selector=self._models.PointIdsList(points=stale))
             changed = [p for p in points if stored.get(p.id) != p.payload["content_sha256"]]
-            self._upsert(changed)
-            self._client.upsert(COLLECTION, points=[self._models.PointStruct(
+            self._upsert(client, changed)
+            client.upsert(COLLECTION, points=[self._models.PointStruct(
                 id=_META_ID, vector={}, payload={
                     "kind": "meta", "fingerprint": fingerprint, "built_ts": time.time(),
                     "documents": len(points)})])
             return IndexReport(True, self.counts(), time.perf_counter() - start, fingerprint,
                                written=len(changed), deleted=len(stale))
 
-    def _scroll(self, scroll_filter: Any, *, payload: bool | list[str] = True) -> list[Any]:
+    @staticmethod
+    def _scroll(client: Any, scroll_filter: Any, *, payload: bool | list[str] = True) -> list[Any]:
         points, offset = [], None
         while True:
-            batch, offset = self._client.scroll(COLLECTION, scroll_filter=scroll_filter,
-                                                limit=_BATCH, offset=offset, with_payload=payload)
+            batch, offset = client.scroll(COLLECTION, scroll_filter=scroll_filter,
+                                          limit=_BATCH, offset=offset, with_payload=payload)
             points.extend(batch)
             if offset is None:
                 return points
 
-    def _upsert(self, points: list[Any]) -> None:
+    @staticmethod
+    def _upsert(client: Any, points: list[Any]) -> None:
         for i in range(0, len(points), _BATCH):
-            self._client.upsert(COLLECTION, points=points[i:i + _BATCH])
+            client.upsert(COLLECTION, points=points[i:i + _BATCH])
 
     def _point(self, doc: Document) -> Any:
         weights = bm25_weights(document_terms(doc.title, doc.text), AVG_DOC_LEN)
@@ -252,8 +284,8 @@ class KnowledgeStore:
             kernel_classes=(kernel_class,), levers=(lever,),
             extra={"run_id": run_id, "event_id": event_id, "effect": effect,
                    "created_ts": time.time() if created_ts is None else created_ts})
-        with self._lock:
-            self._client.upsert(COLLECTION, points=[self._point(doc)])
+        with self._session() as client:
+            client.upsert(COLLECTION, points=[self._point(doc)])
         return doc.doc_id
 
     # --- retrieval ------------------------------------------------------------------------
@@ -291,8 +323,8 @@ class KnowledgeStore:
                 models.FieldCondition(key="created_ts", range=models.Range(lte=before_ts)),
             ]))
         indices = sorted(weights)
-        with self._lock:
-            result = self._client.query_points(
+        with self._session() as client:
+            result = client.query_points(
                 COLLECTION,
                 query=models.SparseVector(indices=indices, values=[weights[i] for i in indices]),
                 using=VECTOR, query_filter=models.Filter(must=must), limit=limit,
@@ -316,10 +348,8 @@ _shared_lock = threading.Lock()
 
 
 def shared_store(path: str | os.PathLike[str] | None = None, url: str | None = None) -> KnowledgeStore:
-    """This process's one store for a location, opened and indexed on first use.
-
-    Local mode allows one client per folder, so every caller in the process must go through
-    here rather than `KnowledgeStore.open`."""
+    """This process's one store for a location, opened and indexed on first use (the index
+    is checked once per process; other processes share the folder, see the module docstring)."""
     url = url or os.environ.get(ENV_URL, "").strip() or None
     if url and path is None:
         key = url
