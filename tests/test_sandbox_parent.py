@@ -18,6 +18,7 @@ import pytest
 
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, read_regular_file, run_sandboxed
+from tools.sandbox.policy import SandboxUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = ROOT / "tests" / "candidates"
@@ -144,11 +145,18 @@ raise RuntimeError(f"devices: ptmx={os.path.exists('/dev/ptmx')} uid={os.getuid(
 
 
 @pytest.mark.parametrize(("device", "drops_uid"), [("/dev/ptmx", True), ("/dev/hwrng", False)])
-def test_devices_a_timing_child_needs_are_passed_through(device: str, drops_uid: bool) -> None:
-    """An accelerator's nodes appear in the private /dev; a node others cannot use keeps the
-    child at uid 0 (without capabilities), and the isolation list then does not claim 65534."""
+def test_devices_a_timing_child_needs_are_passed_through(device: str, drops_uid: bool,
+                                                         monkeypatch) -> None:
+    """An accelerator's nodes appear in the private /dev; a node others cannot use would keep
+    the child at uid 0 (without capabilities): not the full sandbox, so it runs only with the
+    user's opt-in, and the isolation list then does not claim 65534 but names the opt-in."""
     if not Path(device).exists():
         pytest.skip(f"{device} is absent here")
+    if not drops_uid and os.geteuid() == 0:
+        with pytest.raises(SandboxUnavailable, match="usable by root only"):
+            run_sandboxed("tools.child.worker", wire.encode(_EMPTY),
+                          files={"candidate.py": _DEVICE_REPORT}, devices=[device])
+        monkeypatch.setenv("KG_ALLOW_WEAK_SANDBOX", "1")
     box = run_sandboxed("tools.child.worker", wire.encode(_EMPTY),
                         files={"candidate.py": _DEVICE_REPORT}, limits=Limits(wall_s=60.0),
                         devices=[device])
@@ -160,6 +168,7 @@ def test_devices_a_timing_child_needs_are_passed_through(device: str, drops_uid:
         assert "ptmx=True" in error, error
     if os.geteuid() == 0:
         assert ("uid-65534" in box.isolation) == drops_uid
+        assert ("weak-sandbox-allowed" in box.isolation) == (not drops_uid)
         assert (f"uid={65534 if drops_uid else 0}") in error, error
 
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.sandbox import cgroups, namespaces
+from tools.sandbox import cgroups, namespaces, policy
 from tools.sandbox.namespaces import (  # noqa: F401  (part of this module's interface)
     SANDBOX_UID,
     accelerator_devices,
@@ -254,9 +254,14 @@ def run_sandboxed(
     """Run ``python -I -m module BOXDIR`` on ``request`` and return what it wrote back.
 
     ``request=None`` with a ``mailbox``: the request comes later, through the mailbox.
-    ``devices``: host device nodes the child also sees in its private /dev."""
+    ``devices``: host device nodes the child also sees in its private /dev.
+
+    Fails closed: without the full sandbox (``isolate=False`` included) it raises
+    :class:`~tools.sandbox.policy.SandboxUnavailable` before anything is written or started,
+    unless the user opted in (:func:`tools.sandbox.policy.weak_allowed`)."""
     limits = limits or Limits()
-    box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))
+    full = policy.require(devices) if isolate else _weak_only()
+    box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))  # 0700, its owner's alone
     group = cgroups.TreeGroup()
     try:
         if request is not None:
@@ -271,6 +276,8 @@ def run_sandboxed(
         command = [sys.executable, "-I", "-m", module, str(box)]
         isolation = ["env-scrubbed", "rlimits", "own-session"]
         namespaced = isolate and namespaces.namespaces_available()
+        if not full:
+            isolation.append(policy.WEAK_LABEL)
         # In namespaces the launcher seals the cgroup filesystems read-only; a group the
         # child could write to (namespaces there but unsealable) would be no limit.
         if not namespaced or namespaces.cgroups_sealable():
@@ -279,10 +286,12 @@ def run_sandboxed(
         if namespaced:
             command = namespaces.prefix(str(box), group.procs_files, devices) + command
             isolation += ["pid-namespace", "private-proc", "no-network", "read-only-fs",
-                          "private-dev", "read-only-sys", "no-capabilities"]
+                          "private-dev", "read-only-sys", "no-capabilities", "private-tmp"]
             if namespaces.drops_uid(devices):
                 os.chown(box, SANDBOX_UID, SANDBOX_UID)
                 isolation.append(f"uid-{SANDBOX_UID}")
+                if namespaces.user_namespace_available():
+                    isolation.append("user-namespace")
         elif group.procs_files:
             command = ["/bin/sh", "-c", _JOINER, "kg-join", *group.procs_files, "--", *command]
         isolation += group.isolation
@@ -360,6 +369,13 @@ def run_sandboxed(
     finally:
         group.close()
         shutil.rmtree(box, ignore_errors=True)
+
+
+def _weak_only() -> bool:
+    """A caller that asked for no namespaces runs only with the user's opt-in."""
+    if not policy.weak_allowed():
+        raise policy.SandboxUnavailable(policy.refusal("the caller asked for no namespaces"))
+    return False
 
 
 def _cpu_seconds(limits: Limits) -> int:

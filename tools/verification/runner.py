@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from tools.correctness.suitedata import FrozenSuite
-from tools.sandbox import wire
+from tools.sandbox import policy, wire
 from tools.sandbox.launcher import Limits, Mailbox, SandboxResult, run_sandboxed
 from tools.verification.deadlines import PhaseLimits
 
@@ -71,6 +71,7 @@ PendingRunner = PendingChild
 
 
 def _start(module: str, limits: Limits, files: dict[str, bytes] | None = None) -> PendingChild:
+    policy.require()  # refuses here, in the caller's thread, without the full sandbox
     mailbox = Mailbox()
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"kg-{module.rsplit('.', 1)[-1]}")
     result = pool.submit(run_sandboxed, module, None, files=files, limits=limits,

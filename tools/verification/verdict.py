@@ -47,6 +47,11 @@ class Verdict(msgspec.Struct):
     def receipt_sha256(self) -> str:
         return str(self.receipt["sha256"])
 
+    @property
+    def weak_sandbox(self) -> bool:
+        """Whether the candidate ran without the full sandbox (the user opted in)."""
+        return bool(self.receipt.get("environment", {}).get("weak_sandbox", False))
+
     def summary(self) -> dict[str, Any]:
         """The JSON object `kernelgraph verify --json` prints."""
         return {
@@ -69,6 +74,7 @@ class Verdict(msgspec.Struct):
             # who judged the compile: "emulated compile check" or the TPU compiler
             "compile_check": getattr(self.compile_report, "checker", None),
             "timings": self.timings,
+            "weak_sandbox": self.weak_sandbox,
         }
 
 

@@ -42,6 +42,7 @@ from tools.lowered.audit import AuditReport, audit_text
 from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult
+from tools.sandbox.policy import WEAK_LABEL
 from tools.verification.deadlines import PhaseLimits, suite_limits
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
 from tools.verification.runner import Children, run_programs, worker_request
@@ -486,6 +487,8 @@ class _Context:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "isolation": list(self.sandbox.isolation) if self.sandbox else [],
+            # the user's opt-in ran the candidate without the full sandbox
+            "weak_sandbox": bool(self.sandbox) and WEAK_LABEL in self.sandbox.isolation,
             "limits": self.limits.describe(),
             "phase_limits": self.deadlines,
             "interpret": {**{name: getattr(_DEFAULT_REQUEST, name) for name in (
