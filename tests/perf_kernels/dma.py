@@ -57,3 +57,58 @@ def scale_tanh(x: jax.Array, *, pipelined: bool) -> jax.Array:
         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
         scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
     )(x)
+
+
+def _cross_step_kernel(x_hbm, o_ref, buf, sem):
+    """One chunk per grid step: step i starts chunk i + 1's copy, then waits for its own
+    (started by step i - 1, or by step 0 itself for chunk 0)."""
+    i, n = pl.program_id(0), pl.num_programs(0)
+
+    def copy(c, slot):
+        return pltpu.make_async_copy(x_hbm.at[pl.ds(c * CHUNK, CHUNK)], buf.at[slot], sem.at[slot])
+
+    @pl.when(i == 0)
+    def _first():
+        copy(0, 0).start()
+
+    @pl.when(i + 1 < n)
+    def _next():
+        copy(i + 1, (i + 1) % 2).start()
+
+    copy(i, i % 2).wait()
+    o_ref[...] = jnp.tanh(buf[i % 2]) * 2.0
+
+
+def _twice_kernel(x_hbm, o_ref, buf, sem):
+    """The same copy started twice on one semaphore, then waited for twice: which wait
+    takes which start cannot be told."""
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(0, CHUNK)], buf.at[0], sem.at[0])
+    copy.start()
+    copy.start()
+    copy.wait()
+    o_ref[...] = jnp.tanh(buf[0]) * 2.0
+    copy.wait()
+
+
+@jax.jit
+def cross_step(x: jax.Array) -> jax.Array:
+    return pl.pallas_call(
+        _cross_step_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // CHUNK,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec((CHUNK, x.shape[1]), lambda i: (i, 0)),
+        scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+    )(x)
+
+
+@jax.jit
+def started_twice(x: jax.Array) -> jax.Array:
+    return pl.pallas_call(
+        _twice_kernel,
+        out_shape=jax.ShapeDtypeStruct((CHUNK, x.shape[1]), x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
+    )(x)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tools.lowered.kernel import BodyOp, Branch, Loop, VectorValue
+from tools.lowered.kernel import BodyOp, Branch, DmaKey, Loop, VectorValue
 from tools.lowered.ops import Slots, attr_str, constant_value, instr, op_name
 from tools.lowered.scalar import INDEX_MAP_OPS, UNKNOWN, Instr
 from tools.lowered.types import (
@@ -70,6 +70,26 @@ _FREE = frozenset({
     "tpu.unpack_subelements", "tpu.relayout", "tpu.fptosi", "tpu.sitofp",
     "memref.alloca",  # scratch of a `pl.run_scoped` region: an allocation, no work
 })
+# Views of a ref: a DMA's source, destination or semaphore is its root through these.
+_VIEWS = frozenset({
+    "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
+    "tpu.erase_memref_layout", "memref.subview", "memref.reinterpret_cast",
+})
+_EXTRACTS = frozenset({"vector.extract", "vector.extractelement"})
+
+
+def _segments(op: Any) -> list[list[Any]] | None:
+    """The op's operands grouped by `operandSegmentSizes` (None when it has none)."""
+    text = attr_str(op, "operandSegmentSizes") or ""
+    sizes = [int(x) for x in re.findall(r"\d+", text.split(":", 1)[-1])] if text else []
+    operands = list(op.operation.operands)
+    if not sizes or sum(sizes) != len(operands):
+        return None
+    groups, at = [], 0
+    for size in sizes:
+        groups.append(operands[at:at + size])
+        at += size
+    return groups
 
 
 class BodyReader:
@@ -120,7 +140,11 @@ class BodyReader:
         )
         if name in INDEX_MAP_OPS and name != "func.return" and scalar_int:
             self.program.append(instr(op, name, self.slot))
-            return None
+            if name == "arith.constant":
+                return None  # an immediate
+            if name == "memref.load":
+                return BodyOp(name, (), "", smem_loads=1)
+            return BodyOp(name, (), "", scalar_ops=1)
         if name == "scf.if":
             regions = op.operation.regions
             cond = self.slot(op.operation.operands[0])
@@ -135,7 +159,9 @@ class BodyReader:
             if lb is not None and ub is not None and step is not None and step > 0 and not unsigned_cmp:
                 trips = max(0, -(-(ub - lb) // step))
             bounds = None if unsigned_cmp else tuple(self.slot(v) for v in operands)
-            return Loop(trips, self._blocks(op.operation.regions[0]), bounds)  # type: ignore[arg-type]
+            region = op.operation.regions[0]
+            iv = self.slot(region.blocks[0].arguments[0]) if region.blocks[0].arguments else None
+            return Loop(trips, self._blocks(region), bounds, iv)  # type: ignore[arg-type]
         if name == "scf.while":
             body: list[Any] = []
             for region in op.operation.regions:
@@ -144,13 +170,13 @@ class BodyReader:
         if name in {"scf.yield", "scf.condition", "func.return", "tpu.yield"}:
             return None
         if name == "tpu.region":  # `pl.run_scoped`: its body runs once, in place
-            return Loop(1, self._blocks(op.operation.regions[0]))
+            return Loop(1, self._blocks(op.operation.regions[0]), iterates=False)
         if op.operation.regions and name not in {"vector.multi_reduction", "vector.contract"}:
             nested: list[Any] = []
             for region in op.operation.regions:
                 nested.extend(self._blocks(region))
             self.unmodelled.add(name)
-            return Loop(1, tuple(nested)) if nested else None
+            return Loop(1, tuple(nested), iterates=False) if nested else None
         return self._cost(op, name)
 
     def _note_value(self, name: str, type_text: str) -> None:
@@ -187,6 +213,15 @@ class BodyReader:
         elems = math.prod(shape) if shape else 1
         if name in {"tpu.matmul", "vector.contract"}:
             return self._matmul(op, name, shape, etype)
+        scalar = bool(results) and split_shaped(str(results[0].type))[0] == "scalar"
+        if scalar and (name in _FLOAT_ARITH or name in _VPU_OTHER):
+            return BodyOp(name, (), etype, flops=int(name in _FLOAT_ARITH), scalar_ops=1)
+        if name == "memref.load":
+            return BodyOp(name, (), etype, smem_loads=1)
+        if name == "memref.store":
+            return BodyOp(name, (), "", smem_stores=1)
+        if name in _EXTRACTS and scalar:
+            return BodyOp(name, (), etype, lane_extracts=1)
         if name in _FLOAT_ARITH:
             per = 2 if name == "math.fma" else 1
             return BodyOp(name, shape, etype, flops=per * elems, vpu_ops=per * elems)
@@ -202,13 +237,57 @@ class BodyReader:
         if name == "tpu.enqueue_dma":
             src = split_shaped(str(op.operation.operands[0].type))
             moved = nbytes(src[1], src[2]) if not src[2].startswith("!") else 0
-            return BodyOp(name, src[1], src[2], dma_bytes=moved)
+            return BodyOp(name, src[1], src[2], dma_bytes=moved, dma_key=self._dma_key(op, name))
         if name in {"tpu.wait_dma", "tpu.wait_dma2"}:
-            return BodyOp(name, (), "", dma_wait=True)  # costs nothing; orders the DMAs
+            # No work of its own: it orders the DMAs (priced by tools.performance.dmapair).
+            ref = split_shaped(str(op.operation.operands[-1 if name == "tpu.wait_dma" else 1].type))
+            size = nbytes(ref[1], ref[2]) if not ref[2].startswith("!") else 0
+            return BodyOp(name, (), "", dma_wait=True, dma_key=self._dma_key(op, name),
+                          wait_bytes=size)
         if name in _FREE:
             return None
         self.unmodelled.add(name)
         return None
+
+    def _dma_key(self, op: Any, name: str) -> DmaKey | None:
+        """(semaphore, source, destination) of a start or a `wait_dma2`; None when the op
+        does not name all three (the old `tpu.wait_dma`, an unreadable segment layout)."""
+        groups = _segments(op)
+        if groups is None:
+            return None
+        if name == "tpu.enqueue_dma" and len(groups) >= 4 and all(len(groups[i]) == 1
+                                                                  for i in (0, 2, 3)):
+            refs = [groups[3][0], groups[0][0], groups[2][0]]
+            extra = [v for g in groups[4:] for v in g]
+        elif name == "tpu.wait_dma2" and len(groups) >= 3 and all(len(g) == 1 for g in groups[:3]):
+            refs = [groups[0][0], groups[1][0], groups[2][0]]
+            extra = [v for g in groups[3:] for v in g]
+        else:
+            return None
+        shape: list[Any] = []
+        slots: list[int] = []
+        for ref in refs:
+            shape.append(self._view_chain(ref, slots))
+        shape.append(len(extra))
+        slots.extend(self.slot(v) for v in extra)  # device and core ids, when remote
+        return DmaKey(tuple(shape), tuple(slots))
+
+    def _view_chain(self, value: Any, slots: list[int]) -> tuple[Any, ...]:
+        """The ref's root slot and the views taken of it (index operands go to `slots`)."""
+        chain: list[Any] = []
+        for _ in range(64):
+            owner = value.owner
+            try:
+                view = op_name(owner) if hasattr(owner, "operation") else ""
+            except AttributeError:
+                view = ""
+            if view not in _VIEWS:
+                break
+            operands = list(owner.operation.operands)
+            chain.append((view, str(value.type), len(operands) - 1))
+            slots.extend(self.slot(v) for v in reversed(operands[1:]))
+            value = operands[0]
+        return ("root", self.slot(value), str(value.type), tuple(chain))
 
     def _matmul(self, op: Any, name: str, shape: tuple[int, ...], etype: str) -> BodyOp:
         lhs = split_shaped(str(op.operation.operands[0].type))

@@ -49,6 +49,21 @@ class Scratch:
 
 
 @dataclass(frozen=True)
+class DmaKey:
+    """What a manual DMA start or wait names: its semaphore, source and destination refs.
+
+    Each ref is its root buffer (a kernel argument or a `run_scoped` allocation) and the
+    chain of views taken of it (`tpu.memref_slice` with its index operands, squeezes,
+    reshapes). `shape` is everything but the index values: roots, view ops, their types;
+    `slots` the index operands' slots in the body's scalar program, compared by value at
+    the point each op runs (:mod:`tools.performance.dmapair`).
+    """
+
+    shape: tuple[Any, ...]
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class BodyOp:
     """One op of the kernel body, with the work it does each time it runs."""
 
@@ -62,6 +77,13 @@ class BodyOp:
     matmul_dtype: str = ""
     dma_bytes: int = 0  # bytes a manual `tpu.enqueue_dma` moves
     dma_wait: bool = False  # a `tpu.wait_dma`: the kernel stops until a DMA lands
+    dma_key: DmaKey | None = None  # a start's or wait's (semaphore, src, dst); None: unread
+    wait_bytes: int = 0  # bytes the wait's own refs describe (what it waits for, unpaired)
+    # Scalar-core work (assumption 4b of tools.performance.roofline).
+    scalar_ops: int = 0  # scalar ALU ops (integer and float arithmetic on scalars)
+    smem_loads: int = 0  # scalar loads (`memref.load`: SMEM)
+    smem_stores: int = 0  # scalar stores (`memref.store`)
+    lane_extracts: int = 0  # vector -> scalar moves (`vector.extract` of one element)
 
 
 @dataclass(frozen=True)
@@ -92,6 +114,10 @@ class Loop:
     trip_count: int | None
     body: tuple[Any, ...]
     bounds: tuple[int, int, int] | None = None
+    iv: int | None = None  # slot of an `scf.for` induction variable
+    # False for a region that runs once in place (`pl.run_scoped`, an unmodelled op's
+    # regions): no iteration of its own, no loop overhead.
+    iterates: bool = True
 
     def trips(self, env: dict[int, Any], n: int) -> np.ndarray | None:
         """Trip count at each of `n` steps, or None when it depends on data."""

@@ -21,6 +21,16 @@ What JAX does not publish is an assumption, stated here once:
   matmul guide's 128^3-block rows on v5e (0.35 us per step measured, less the MXU time;
   `tools/performance/calibration.py`), and used for every generation (unmeasured there).
 - SMEM: 1 MiB per core (JAX's table), holding scalar-prefetch operands in 4-byte words.
+- the scalar core issues one VLIW bundle per cycle at the clock below, with two scalar ALU
+  slots per bundle (the TensorCore bundle of Norrie et al., "The Design Process for
+  Google's Training Chips: TPUv2 and TPUv3", IEEE Micro 41(2), 2021: two scalar slots
+  beside the vector, matrix and load/store slots), used for every generation. What is not
+  published, assumed: an SMEM load costs 4 cycles (its load-use latency: scalar code is a
+  dependent chain, as in a loop over SMEM values), a store 1; a vector -> scalar extract
+  (one element of a vreg into a scalar register) 64 cycles (no bundle slot moves a vreg
+  lane to the scalar unit: the value goes through a slow cross-unit path, about a vector
+  pipeline's depth); each `scf.for`/`scf.while` trip 8 cycles (induction variable update,
+  compare, and the taken branch's bubble in the bundle pipeline).
 """
 
 from __future__ import annotations
@@ -55,6 +65,14 @@ class Chip(msgspec.Struct, frozen=True):
     transcendentals_per_s: float
     source: str
 
+    def scalar_seconds(self, alu_ops: float, smem_loads: float = 0, smem_stores: float = 0,
+                       lane_extracts: float = 0, loop_trips: float = 0) -> float:
+        """Scalar-unit time of this work (the figures in the module doc)."""
+        cycles = (alu_ops / SCALAR_ALU_SLOTS + smem_loads * SMEM_LOAD_CYCLES
+                  + smem_stores * SMEM_STORE_CYCLES + lane_extracts * LANE_EXTRACT_CYCLES
+                  + loop_trips * LOOP_TRIP_CYCLES)
+        return cycles / self.clock_hz
+
     def matmul_peak(self, dtype: str) -> float:
         """Peak MXU flops/s for operands of `dtype` (f32 emulated in three bf16 passes)."""
         return self.peak_f32_flops if dtype in {"float32", "float64"} else self.peak_bf16_flops
@@ -85,6 +103,12 @@ PER_STEP_OVERHEAD_S = 0.33e-6
 F32_MATMUL_PASSES = 3
 VPU_ALUS = 4
 EUP_FRACTION_OF_VPU = 0.25
+# The scalar core (module doc): ALU slots per bundle, then cycles per op (assumed).
+SCALAR_ALU_SLOTS = 2
+SMEM_LOAD_CYCLES = 4
+SMEM_STORE_CYCLES = 1
+LANE_EXTRACT_CYCLES = 64
+LOOP_TRIP_CYCLES = 8
 
 
 class UnknownChip(KernelgraphError, ValueError):

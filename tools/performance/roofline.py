@@ -21,16 +21,29 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
    outputs; the step takes max(compute + the per-step overhead, those DMAs at HBM
    bandwidth) - the fit of the published 128^3-block matmul times (the overhead is issue
    and bookkeeping work the core does while the DMAs fly). Operands with `pl.Buffered(1)`
-   are not overlapped: their transfers add to their step. A manual DMA whose wait comes
-   later in the same region overlaps only the compute issued between its start and its
-   wait; the rest of its transfer is exposed (a serial `start(); wait()` gains nothing).
-   A DMA waited elsewhere (a later step or iteration) overlaps the step's compute.
+   are not overlapped: their transfers add to their step. A manual DMA's wait is paired
+   with its start by what both name (semaphore ref and index, source and destination refs
+   and slices, evaluated where each runs), across `pl.when`, loops and `run_scoped`
+   (:mod:`tools.performance.dmapair`). A wait paired with a start earlier in the same
+   iteration overlaps only the compute issued between the two on the wait's path; the
+   rest of its transfer is exposed (a serial `start(); wait()` gains nothing, whatever
+   region the wait sits in). A wait paired with a start of an earlier iteration or step
+   (or before its loop) overlaps the step's compute. A wait that matches no start or
+   several (values the model cannot evaluate) is exposed in full: its bytes, serially.
 4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
    the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
    third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
-   op per input element) and EUP time (transcendentals); the three units overlap, so the
-   step's compute is the largest of the three. Data movement ops inside VMEM (loads, stores,
-   broadcasts, reshapes, transposes) are free.
+   op per input element), EUP time (transcendentals) and scalar-unit time (4b); the units
+   overlap, so the step's compute is the largest of the four. Data movement ops inside
+   VMEM (loads, stores, broadcasts, reshapes, transposes) are free.
+4b. The scalar unit: scalar ALU ops (integer and float arithmetic on scalars, index casts,
+   compares, selects) issue two per cycle; an SMEM load costs its load-use latency, a
+   store one cycle; a vector -> scalar extract (one element of a vreg) goes through a slow
+   cross-unit path of many cycles; each trip of an `scf.for`/`scf.while` costs a loop
+   overhead. The cycle counts are in :mod:`tools.performance.chips` (assumed where not
+   published). It overlaps the vector units like they overlap each other (one VLIW bundle
+   carries both), so scalar work costs time only where it outlasts them: a loop over SMEM
+   values is never free, a few index computations per step change nothing.
 5. `pl.when` branches run on the steps their condition holds (conditions on program ids, and
    on known scalar-prefetch values, are evaluated per step with exact integer semantics,
    :mod:`tools.lowered.scalar`); a condition that cannot be evaluated counts both branches.
@@ -60,6 +73,7 @@ import numpy as np
 
 from tools.lowered.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel
 from tools.performance.chips import Chip
+from tools.performance.dmapair import price_dma_waits
 
 KERNEL_LAUNCH_S = 1.0e-6
 FREE_OUTSIDE_OPS = frozenset({
@@ -84,7 +98,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     grid: list[int]
     grid_steps: int
     latency_s: float
-    compute_s: float  # sum over steps of max(MXU, VPU, EUP)
+    compute_s: float  # sum over steps of max(MXU, VPU, EUP, scalar unit)
     memory_s: float  # all HBM traffic at peak bandwidth
     overhead_s: float  # per-step overhead x steps + launch
     exposed_dma_s: float  # prologue + epilogue + unoverlapped transfers
@@ -106,6 +120,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     # Per `scf.if` in pre-order: [steps the then side ran, steps the else side ran, 1 if
     # both were evaluated (this condition and every enclosing one and loop known), else 0].
     branch_runs: list[list[int]] = []
+    scalar_s: float = 0.0  # scalar-unit seconds over all steps (assumption 4b)
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -141,6 +156,7 @@ class _StepWork:
     dma_bytes: np.ndarray  # all manual DMA bytes
     serial_s: np.ndarray  # exposed time of manual DMAs the kernel waits for in place
     dma_starts: np.ndarray  # manual DMAs started
+    scalar_s: np.ndarray  # scalar-unit time: scalar ALU, SMEM, extracts, loop trips
     branches: list[list[Any]] = field(default_factory=list)  # see KernelEstimate.branch_runs
 
 
@@ -151,29 +167,7 @@ def _op_seconds(op: BodyOp, chip: Chip) -> float:
         b, m, n, k = op.matmul
         mxu = padded_matmul_flops(b, m, n, k, chip.mxu_dim) / chip.matmul_peak(op.matmul_dtype)
     return max(mxu, op.vpu_ops / chip.vpu_ops_per_s,
-               op.transcendentals / chip.transcendentals_per_s)
-
-
-def _serialised(items: Sequence[Any], chip: Chip) -> dict[int, float]:
-    """Manual DMAs waited for later in the same region: index -> exposed seconds.
-
-    Starts and waits pair first-in first-out. A DMA hides only behind the ops issued
-    between its start and its wait (a branch or loop in between earns no credit).
-    """
-    pending: list[tuple[int, float]] = []  # (index of the start, compute seen since)
-    exposed: dict[int, float] = {}
-    for index, item in enumerate(items):
-        if isinstance(item, BodyOp) and item.dma_bytes:
-            pending.append((index, 0.0))
-        elif isinstance(item, BodyOp) and item.dma_wait:
-            if pending:
-                start, hidden = pending.pop(0)
-                dma = items[start]
-                exposed[start] = max(0.0, dma.dma_bytes / chip.hbm_bytes_per_s - hidden)
-        elif isinstance(item, BodyOp):
-            seconds = _op_seconds(item, chip)
-            pending = [(start, hidden + seconds) for start, hidden in pending]
-    return exposed
+               op.transcendentals / chip.transcendentals_per_s, _scalar_seconds(op, chip))
 
 
 def _accumulate(
@@ -183,10 +177,9 @@ def _accumulate(
     """Add `items`' work at `weight` runs per step; `known`: every enclosing condition and
     trip count was evaluated (the weights are exact, not an over-count)."""
     n = weight.shape[0]
-    serial = _serialised(items, chip)
-    for index, item in enumerate(items):
+    for item in items:
         if isinstance(item, BodyOp):
-            _add_op(item, weight, work, chip, serial.get(index))
+            _add_op(item, weight, work, chip)
         elif isinstance(item, Branch):
             value = env.get(item.cond) if item.cond is not None else None
             runs = [0.0, 0.0, int(known and value is not None)]
@@ -211,11 +204,16 @@ def _accumulate(
                                 "or an undefined result): its work cannot be counted; bound "
                                 "the loop by constants or program ids, or make it a grid axis")
                 trips = np.ones(n, dtype=np.int64)
+            if item.iterates:  # each trip costs the scalar unit its loop overhead
+                work.scalar_s += weight * trips * chip.scalar_seconds(0, loop_trips=1)
             _accumulate(item.body, weight * trips, env, work, chip, caveats, unsound, exact)
 
 
-def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip,
-            exposed_s: float | None = None) -> None:
+def _scalar_seconds(op: BodyOp, chip: Chip) -> float:
+    return chip.scalar_seconds(op.scalar_ops, op.smem_loads, op.smem_stores, op.lane_extracts)
+
+
+def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
     if op.matmul is not None:
         b, m, n, k = op.matmul
         padded = padded_matmul_flops(b, m, n, k, chip.mxu_dim)
@@ -226,12 +224,10 @@ def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip,
     work.vpu += weight * op.vpu_ops
     work.trans += weight * op.transcendentals
     work.dma_bytes += weight * op.dma_bytes
+    work.scalar_s += weight * _scalar_seconds(op, chip)
     if op.name == "tpu.enqueue_dma":
         work.dma_starts += weight
-    if exposed_s is None:
-        work.dma += weight * op.dma_bytes
-    else:
-        work.serial_s += weight * exposed_s
+    work.dma += weight * op.dma_bytes  # overlapped, unless its wait is in place (dmapair)
 
 
 def changed_steps(index: list[np.ndarray | None], n: int) -> np.ndarray:
@@ -302,14 +298,20 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
             out_pipe += bytes_per
     prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
 
-    work = _StepWork(*(np.zeros(n) for _ in range(10)))
+    work = _StepWork(*(np.zeros(n) for _ in range(11)))
     env = kernel.scalar_env(steps, memory_values)
     _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
+    waits = price_dma_waits(kernel, steps, env, kernel.prefetch_memory(memory_values), chip,
+                            lambda op: _op_seconds(op, chip))
+    work.serial_s += waits.serial_s
+    work.dma = np.maximum(work.dma - waits.refund_bytes, 0.0)
+    caveats |= waits.caveats
     if kernel.unmodelled_ops:
         unsound.add(f"ops with no cost rule: {', '.join(kernel.unmodelled_ops)}")
 
     compute = np.maximum.reduce([
         work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
+        work.scalar_s,
     ])
     overlapped = np.zeros(n)
     overlapped[:-1] += in_pipe[1:]
@@ -362,6 +364,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         prefetch_bytes=prefetch_bytes,
         dma_starts=round(float(work.dma_starts.sum())),
         branch_runs=[[round(t), round(e), k] for t, e, k in work.branches],
+        scalar_s=float(work.scalar_s.sum()),
     )
 
 

@@ -1,0 +1,245 @@
+"""Manual DMA waits paired with their starts by what they name, never by order.
+
+A `.wait()` blocks until the DMA on its semaphore with its source and destination lands, so
+each time a wait runs the model looks for the start that names the same semaphore (ref and
+index) and the same source and destination (refs and slices), with their index values
+evaluated at that point (:class:`tools.lowered.kernel.DmaKey`, :mod:`tools.lowered.scalar`).
+A wait runs at a point: a grid step, or one iteration of its innermost `scf.for` at a step
+(the loop's induction variable bound to each trip's value). Its start is one of
+
+- in place: a start earlier in the same iteration (or step), whatever regions (`pl.when`,
+  `run_scoped`) either sits in; the transfer hides only behind the ops issued between the
+  two on the wait's own path (a branch or loop in between earns no credit), the rest is
+  exposed (assumption 3 of :mod:`tools.performance.roofline`);
+- ahead: a start in the previous iteration of the same loop (the previous step, for a wait
+  in no loop), or before the loop (at the step, or in an earlier loop of it): the transfer
+  overlaps compute like the pipeline's own DMAs (the start already counted its bytes there).
+
+Exactly one start must match. A wait that matches none or several (two starts naming the
+same buffers, a value the model cannot evaluate: a loop-carried value, an index read from
+data, an outer loop's induction variable) is unpaired and counts fully exposed: the bytes
+its own refs describe, serially, every time it runs. Conditions are evaluated at each
+point; one that cannot be counts as holding (the wait runs; a start may have run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tools.lowered.kernel import BodyOp, Branch, DmaKey, Loop, MosaicKernel
+from tools.lowered.scalar import UNKNOWN, run_with_memory
+from tools.performance.chips import Chip
+
+# Points (grid steps x trips) a loop's values are evaluated over at most; past it, its
+# waits are unpaired (exposed): never cheaper for being large.
+MAX_POINTS = 1 << 20
+UNPAIRED = ("a manual DMA wait that matches no single start by semaphore and buffers is "
+            "counted fully exposed")
+
+
+@dataclass(frozen=True)
+class _Site:
+    op: BodyOp
+    pos: int  # pre-order position in the body
+    path: tuple[int, ...]  # enclosing containers (branch sides, loop and region bodies)
+    loops: tuple[Loop, ...]  # enclosing iterating loops, outermost first
+    conds: tuple[tuple[int | None, bool], ...]  # enclosing branches: (condition slot, side)
+
+    @property
+    def scope(self) -> Loop | None:
+        return self.loops[-1] if self.loops else None
+
+
+@dataclass
+class DmaPricing:
+    """Per grid step: exposed seconds of waits, and bytes of starts paired in place (the
+    start counted them as overlapped; they are exposed instead)."""
+
+    serial_s: np.ndarray
+    refund_bytes: np.ndarray
+    caveats: set[str] = field(default_factory=set)
+
+
+def _sites(items: Sequence[Any], path: tuple[int, ...], loops: tuple[Loop, ...],
+           conds: tuple[tuple[int | None, bool], ...], out: list[_Site], ids: list[int]) -> None:
+    for item in items:
+        ids[0] += 1
+        here = ids[0]
+        if isinstance(item, BodyOp):
+            out.append(_Site(item, here, path, loops, conds))
+        elif isinstance(item, Branch):
+            _sites(item.then, (*path, here * 2), loops, (*conds, (item.cond, True)), out, ids)
+            _sites(item.otherwise, (*path, here * 2 + 1), loops, (*conds, (item.cond, False)),
+                   out, ids)
+        elif isinstance(item, Loop):
+            inner = (*loops, item) if item.iterates else loops
+            _sites(item.body, (*path, here * 2), inner, conds, out, ids)
+
+
+class _Points:
+    """The body's scalar values at every point of one scope: (n steps, T trips) arrays."""
+
+    def __init__(self, kernel: MosaicKernel, steps: np.ndarray, memory: dict[int, Any],
+                 env0: dict[int, Any]) -> None:
+        self.kernel, self.steps, self.memory, self.env0 = kernel, steps, memory, env0
+        self.n = steps.shape[1]
+        self._cache: dict[int, tuple[dict[int, Any], np.ndarray] | None] = {}
+
+    def grid_slots(self, extra: int) -> dict[int, Any]:
+        k = min(self.kernel.n_grid_slots, self.steps.shape[0])
+        return {i: self.steps[i].reshape(self.n, *([1] * extra)) for i in range(k)}
+
+    def of(self, scope: Loop | None) -> tuple[dict[int, Any], np.ndarray] | None:
+        """(env, valid points) of a scope; None when its trips cannot be evaluated."""
+        key = id(scope)
+        if key not in self._cache:
+            self._cache[key] = self._make(scope)
+        return self._cache[key]
+
+    def _make(self, scope: Loop | None) -> tuple[dict[int, Any], np.ndarray] | None:
+        if scope is None:
+            env = run_with_memory(self.kernel.scalar_program, self.grid_slots(1), self.memory)
+            return env, np.ones((self.n, 1), dtype=bool)
+        trips = scope.trips(self.env0, self.n)
+        if trips is None or scope.iv is None or scope.bounds is None:
+            return None
+        lb, step = (self.env0.get(s, UNKNOWN) for s in (scope.bounds[0], scope.bounds[2]))
+        if lb is UNKNOWN or step is UNKNOWN:
+            return None
+        t = max(int(trips.max(initial=0)), 1)
+        if self.n * t > MAX_POINTS:
+            return None
+        lb = np.broadcast_to(np.asarray(lb, np.int64), (self.n,))[:, None]
+        step = np.broadcast_to(np.asarray(step, np.int64), (self.n,))[:, None]
+        iv = lb + step * np.arange(t, dtype=np.int64)[None, :]
+        slots = {**self.grid_slots(1), scope.iv: iv}
+        env = run_with_memory(self.kernel.scalar_program, slots, self.memory)
+        return env, np.arange(t)[None, :] < trips[:, None]
+
+
+def _values(env: dict[int, Any], slots: Sequence[int], shape: tuple[int, int]) -> list[np.ndarray] | None:
+    out = []
+    for slot in slots:
+        v = env.get(slot, UNKNOWN)
+        if v is UNKNOWN:
+            return None
+        out.append(np.broadcast_to(np.asarray(v, np.int64), shape))
+    return out
+
+
+def _runs(site: _Site, env: dict[int, Any], valid: np.ndarray) -> np.ndarray:
+    mask = valid.copy()
+    for slot, side in site.conds:
+        v = env.get(slot, UNKNOWN) if slot is not None else UNKNOWN
+        if v is UNKNOWN:
+            continue  # unknown: may hold
+        v = np.broadcast_to(np.asarray(v, bool), valid.shape)
+        mask &= v if side else ~v
+    return mask
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
+    out = np.ones(a[0].shape if a else b[0].shape if b else (1, 1), dtype=bool)
+    for x, y in zip(a, b, strict=True):
+        out &= x == y
+    return out
+
+
+def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any],
+                    memory: dict[int, Any], chip: Chip,
+                    op_seconds: Any) -> DmaPricing:
+    """Exposed time of every manual DMA wait, paired by identity (module doc)."""
+    n = steps.shape[1]
+    pricing = DmaPricing(np.zeros(n), np.zeros(n))
+    sites: list[_Site] = []
+    _sites(kernel.body, (), (), (), sites, [0])
+    waits = [s for s in sites if s.op.dma_wait]
+    if not waits:
+        return pricing
+    starts = [s for s in sites if s.op.name == "tpu.enqueue_dma"]
+    points = _Points(kernel, steps, memory, env0)
+    bw = chip.hbm_bytes_per_s
+    for wait in waits:
+        outer = np.ones(n)
+        for loop in wait.loops[:-1]:
+            trips = loop.trips(env0, n)
+            outer = outer * (trips if trips is not None else 1)
+        scope = points.of(wait.scope)
+        fallback = max([wait.op.wait_bytes, *(s.op.dma_bytes for s in starts)])
+        exposed_bytes = wait.op.wait_bytes or fallback
+        if scope is None:  # the wait's points cannot be evaluated: exposed at every run
+            trips = wait.scope.trips(env0, n) if wait.scope is not None else None
+            runs = outer * (trips if trips is not None else 1)
+            pricing.serial_s += runs * exposed_bytes / bw
+            pricing.caveats.add(UNPAIRED)
+            continue
+        env, valid = scope
+        runs = _runs(wait, env, valid)
+        shape = valid.shape
+        total = np.zeros(shape, dtype=np.int64)
+        in_place: list[tuple[_Site, np.ndarray]] = []
+        wv = _values(env, wait.op.dma_key.slots, shape) if wait.op.dma_key else None
+        for start in starts if wv is not None else ():
+            key: DmaKey | None = start.op.dma_key
+            if key is None or wait.op.dma_key is None or key.shape != wait.op.dma_key.shape:
+                continue
+            total += _matches(start, wait, wv, env, valid, points, in_place)
+        unpaired = runs & (total != 1)
+        if unpaired.any():
+            pricing.caveats.add(UNPAIRED)
+        pricing.serial_s += outer * unpaired.sum(axis=1) * exposed_bytes / bw
+        for start, hit in in_place:
+            count = outer * (runs & (total == 1) & hit).sum(axis=1)
+            hidden = sum(op_seconds(s.op) for s in sites
+                         if start.pos < s.pos < wait.pos and wait.path[:len(s.path)] == s.path)
+            pricing.serial_s += count * max(0.0, start.op.dma_bytes / bw - hidden)
+            pricing.refund_bytes += count * start.op.dma_bytes
+    return pricing
+
+
+def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any],
+             valid: np.ndarray, points: _Points,
+             in_place: list[tuple[_Site, np.ndarray]]) -> np.ndarray:
+    """How many runs of `start` the wait could be waiting for, at each of its points."""
+    assert start.op.dma_key is not None
+    shape = valid.shape
+    count = np.zeros(shape, dtype=np.int64)
+    if start.scope is wait.scope:
+        sv = _values(env, start.op.dma_key.slots, shape)
+        if sv is None:
+            return count
+        ran = _runs(start, env, valid)
+        if start.pos < wait.pos:  # earlier in the same iteration
+            hit = ran & _same(sv, wv)
+            in_place.append((start, hit))
+            count += hit
+        prev = np.zeros(shape, dtype=bool)  # the previous iteration (step, outside loops)
+        axis = 1 if wait.scope is not None else 0
+        if shape[axis] > 1:
+            cut = (slice(None), slice(None, -1)) if axis else (slice(None, -1), slice(None))
+            late = (slice(None), slice(1, None)) if axis else (slice(1, None), slice(None))
+            prev[late] = ran[cut] & _same([v[cut] for v in sv], [v[late] for v in wv])
+        return count + prev
+    if start.pos > wait.pos or any(loop is start.scope for loop in wait.loops):
+        return count  # later in the body, or in a loop around the wait's (not evaluated)
+    made = points.of(start.scope)
+    if made is None:
+        return count
+    senv, svalid = made
+    sv = _values(senv, start.op.dma_key.slots, svalid.shape)
+    if sv is None:
+        return count
+    ran = _runs(start, senv, svalid)  # (n, Ts): any of the start's earlier runs this step
+    if ran.shape[1] * shape[1] * shape[0] > MAX_POINTS:
+        return count + 2  # too many to compare: ambiguous, so unpaired
+    eq = np.broadcast_to(ran[:, None, :], (shape[0], shape[1], ran.shape[1])).copy()
+    for s, w in zip(sv, wv, strict=True):
+        eq &= s[:, None, :] == w[:, :, None]
+    return count + eq.sum(axis=2)
+
+
+__all__ = ["MAX_POINTS", "UNPAIRED", "DmaPricing", "price_dma_waits"]
