@@ -60,3 +60,10 @@ def upcast(type_name: str, body: Body, *, to_version: int) -> Body:
         version += 1
         body["v"] = version
     return body
+
+
+@upcaster("RunRequested", from_version=1)
+def _run_requested_v2(body: Body) -> Body:
+    """v2 records the weak-sandbox opt-in; a v1 run never had it."""
+    body.setdefault("weak_sandbox", False)
+    return body

@@ -190,6 +190,14 @@ def _literal_name(source: str) -> str | None:
     return value.value if is_text else None  # type: ignore[union-attr]
 
 
+def _weak_sandbox() -> bool:
+    """Whether this process runs candidates in the weaker sandbox (the user opted in where
+    the full one cannot be built): recorded on the run's RunRequested."""
+    from tools.sandbox.policy import weak_in_effect
+
+    return weak_in_effect()
+
+
 async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None) -> SubmittedRun:
     """Publish the request (task artifact, RunRequested, StartRun); returns its run id."""
     task = await asyncio.to_thread(check_request, request)
@@ -228,7 +236,7 @@ async def submit(nc: NATS, request: KernelRequest, *, run_id: str | None = None)
         node_id=root, task_name=task.name, task_sha256=task_sha, policy=request.policy,
         target=request.target, provider=request.provider, budget=budget, seed=request.seed,
         policy_params=params, start_command=msgspec.to_builtins(start),
-        price_margin=request.price_margin)
+        price_margin=request.price_margin, weak_sandbox=_weak_sandbox())
     await js.publish(subjects.event_subject(run_id, requested.type_name), encode(requested),
                      headers={subjects.MSG_ID_HEADER: requested.event_id})
     await send_start(js, start)

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "kernelgraph.cli.reportcmds",
     "kernelgraph.cli.taskcmds",
     "kernelgraph.cli.policycmds",
+    "kernelgraph.cli.doctorcmds",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import msgspec
 import typer
@@ -39,6 +39,31 @@ def fail(message: str, *, code: int = 2) -> NoReturn:
     """Stop with a one-line error a user can act on, never a traceback."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+WeakSandboxOpt = Annotated[bool, typer.Option(
+    "--allow-weak-sandbox", help="Run candidate code even where the full sandbox (namespaces "
+    "of its own, uid 65534, read-only filesystem, private /tmp) cannot be built; also "
+    "KG_ALLOW_WEAK_SANDBOX=1. Every verdict, receipt, run event and report records it. "
+    "`kernelgraph doctor` shows what this machine offers.")]
+
+
+def sandbox_gate(allow_weak: bool) -> None:
+    """Refuse up front, in one line, to run candidate code without the full sandbox, unless
+    the user opted in (then say, once, that the weaker one runs)."""
+    from tools.sandbox import policy
+
+    if allow_weak:
+        policy.allow_weak()
+    try:
+        full = policy.require()
+    except policy.SandboxUnavailable as exc:
+        fail(str(exc))
+    if not full:
+        err_console.print(f"[bold yellow]warning:[/] {escape(policy.problem())}; candidates run "
+                          f"in a weaker sandbox, as you asked ({policy.ALLOW_FLAG} or "
+                          f"{policy.ALLOW_ENV}), and every verdict records it",
+                          highlight=False, soft_wrap=True)
 
 
 def task_arg(value: Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail
+from kernelgraph.cli.app import WeakSandboxOpt, app, emit_json, err_console, fail, sandbox_gate
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
 from kernelgraph.cli.runcmds import (
     FixOpt,
@@ -47,6 +47,7 @@ def bench(
     db: Annotated[Path, typer.Option("--db", help="The event log of the bench.")] = DEFAULT_DB,
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run every task under every policy and report, per policy: compile rate, correctness
@@ -81,7 +82,8 @@ def bench(
         tasks = [resolve_task(t) for t in tasks]
     except UnknownTask as exc:
         fail(str(exc))
-    if nats is None:
+    if nats is None:  # candidates run in this process (else in the services', which refuse)
+        sandbox_gate(allow_weak_sandbox)
         from agents.executor import unserved_problem
 
         if problem := unserved_problem(target):

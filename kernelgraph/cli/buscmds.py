@@ -16,7 +16,15 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from kernelgraph.cli.app import app, console, emit_json, err_console, fail
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    sandbox_gate,
+)
 
 T = TypeVar("T")
 
@@ -116,6 +124,7 @@ def up(
                      show_default=False),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Run everything in one process: nats-server (unless --nats), the recorder and every agent.
@@ -127,7 +136,10 @@ def up(
     from bus.streams import BusSettings
     from kernelgraph.errors import KernelgraphError
     from kernelgraph.runtime import Runtime, RuntimeConfig, parse_concurrency
+    from tools.sandbox.policy import CANDIDATE_AGENTS
 
+    if agent is None or CANDIDATE_AGENTS & set(agent):
+        sandbox_gate(allow_weak_sandbox)
     try:
         per_agent = parse_concurrency(concurrency or [])
     except ValueError as exc:  # a malformed --concurrency AGENT=N
@@ -177,6 +189,7 @@ def serve(
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Commands handled at once.")] = 4,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Run one service against an external NATS server (one process per service, as in compose.yaml).
@@ -193,6 +206,10 @@ def serve(
         fail("serve recorder needs --db PATH: the log it writes")
     if agent != RECORDER and db is not None:
         fail(f"--db is for the recorder; agent {agent!r} never writes the log")
+    from tools.sandbox.policy import CANDIDATE_AGENTS
+
+    if agent in CANDIDATE_AGENTS:
+        sandbox_gate(allow_weak_sandbox)
     _setup_logging(verbose)
     log = logging.getLogger("kernelgraph.serve")
 

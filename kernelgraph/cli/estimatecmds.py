@@ -10,7 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, fail, parse_config, task_arg
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    console,
+    emit_json,
+    fail,
+    parse_config,
+    sandbox_gate,
+    task_arg,
+)
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 
@@ -22,6 +31,7 @@ def estimate(
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
     shape_index: Annotated[int, typer.Option("--shape-index", min=0, help="Which of the task's shapes (0 = the tuning point).")] = 0,
     scale: ScaleOpt = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
 ) -> None:
     """Estimate a configuration's speed from its lowering and the cost model alone.
@@ -33,6 +43,7 @@ def estimate(
     task = task_arg(task)
     if not candidate.is_file():
         fail(f"{candidate}: no such candidate file")
+    sandbox_gate(allow_weak_sandbox)
     from kernelgraph.errors import KernelgraphError
     from tools.performance.estimate import estimate as run_estimate
 

@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail, task_arg
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    emit_json,
+    err_console,
+    fail,
+    sandbox_gate,
+    task_arg,
+)
 from kernelgraph.cli.buscmds import DEFAULT_DB
 from kernelgraph.cli.runcmds import ModelOpt, ProviderOpt, SeedOpt, TargetOpt, TuneOpt
 
@@ -156,6 +164,7 @@ def start(
     tune_budget: TuneOpt = 8,
     hint: Annotated[str, typer.Option("--hint", help="A strategy hint for the planner.")] = "",
     model: ModelOpt = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Record a kernel request as a HITL session; nothing runs until `hitl next`."""
@@ -164,8 +173,10 @@ def start(
     from bus import artifacts
     from eventstore.events import ExpansionRequested, RunRequested, new_event_id
     from kernelgraph.client import KernelRequest, check_request
+    from tools.sandbox.policy import weak_in_effect
 
     task = task_arg(task)
+    sandbox_gate(allow_weak_sandbox)
     request = KernelRequest(task=task, target=target, provider=provider, seed=seed,
                             tune_budget=tune_budget, hint=hint,
                             provider_options={"model": model} if model else {})
@@ -182,7 +193,8 @@ def start(
             requested = RunRequested.create(
                 run_id=run_id, producer=PRODUCER, node_id=new_event_id(), task_name=loaded.name,
                 task_sha256=task_sha, policy="hitl", target=target, provider=provider, seed=seed,
-                policy_params=params, budget={"tune_budget": tune_budget})
+                policy_params=params, budget={"tune_budget": tune_budget},
+                weak_sandbox=weak_in_effect())
             node = session_node(requested)
             expansion = ExpansionRequested.create(
                 run_id=run_id, producer=PRODUCER, node_id=node, parent_id=requested.node_id or "",
@@ -222,6 +234,7 @@ def next_phase(
     feedback: Annotated[str | None, typer.Option(
         "--feedback", help="Text for the agent of this phase (a plan or kernel to write).",
         show_default=False)] = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the next phase's agent once, show its result, and stop. `verify` ends the
@@ -232,6 +245,7 @@ def next_phase(
     from agents.hitlend import close_iterations, evaluate
     from bus import artifacts
 
+    sandbox_gate(allow_weak_sandbox)
     try:
         state, stored = _load(db, run)
         human = [_human(state, state.next_phase, "feedback", feedback)] if feedback else []

@@ -12,7 +12,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelgraph.cli.app import app, console, emit_json, err_console, fail, parse_config, task_arg
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    parse_config,
+    sandbox_gate,
+    task_arg,
+)
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 TaskArg = Annotated[Path, typer.Argument(help="Task file (kernelgraph task or JAXBench task folder or its baseline.py), or a shipped task's name.", show_default=False)]
@@ -49,6 +59,7 @@ def tune(
     budget_s: Annotated[float | None, typer.Option("--budget-s", min=1.0, help="Start no configuration after S seconds.")] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel worker processes.")] = 2,
     scale: ScaleOpt = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Sweep the candidate's TUNABLES and print the table and the best configuration.
@@ -58,6 +69,7 @@ def tune(
     when at least one configuration passed."""
     task = _check_paths(task, candidate)
     _check_target(target)
+    sandbox_gate(allow_weak_sandbox)
     task = apply_scale(task, scale)
     from kernelgraph.errors import KernelgraphError
     from tools.inputs.candidate import CandidateError, read_candidate
@@ -118,6 +130,7 @@ def profile(
     target: TargetOpt = "sim-tpu-v6e",
     config: Annotated[list[str] | None, typer.Option("--config", help="A tunable as NAME=VALUE; repeat for several.")] = None,
     scale: ScaleOpt = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Evaluate the candidate and summarise where its time goes.
@@ -127,6 +140,7 @@ def profile(
     0 only when the candidate passed verification."""
     task = _check_paths(task, candidate)
     _check_target(target)
+    sandbox_gate(allow_weak_sandbox)
     task = apply_scale(task, scale)
     from kernelgraph.errors import KernelgraphError
     from tools.performance.profile import render, summarize

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail
+from kernelgraph.cli.app import WeakSandboxOpt, app, emit_json, err_console, fail, sandbox_gate
 from kernelgraph.cli.buscmds import NatsOpt
 from kernelgraph.cli.runcmds import JsonOpt, Progress, _print_summary, _summary, _write_winner
 
@@ -22,6 +22,7 @@ def resume(
         show_default=False)] = None,
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Continue a run (a search or one trajectory) that was killed part way.
@@ -41,6 +42,8 @@ def resume(
     from kernelgraph.resume import resume as resume_run
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
+    if nats is None:  # the run continues in this process
+        sandbox_gate(allow_weak_sandbox)
     try:
         saved = load_run(db, run)
     except ResumeError as exc:

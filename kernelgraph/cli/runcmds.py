@@ -10,7 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelgraph.cli.app import app, emit_json, err_console, fail, task_arg
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    emit_json,
+    err_console,
+    fail,
+    sandbox_gate,
+    task_arg,
+)
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
@@ -295,6 +303,7 @@ def search(
     concurrency: ConcurrencyOpt = 2,
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Turn TASK's reference into a verified Pallas kernel.
@@ -318,6 +327,8 @@ def search(
     from kernelgraph.runtime import Runtime, RuntimeConfig
 
     task = apply_scale(task_arg(task), scale)
+    if nats is None:  # candidates run in this process (else in the services', which refuse)
+        sandbox_gate(allow_weak_sandbox)
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, replay_from, replay_run, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,

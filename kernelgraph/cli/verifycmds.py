@@ -12,7 +12,16 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kernelgraph.cli.app import app, console, emit_json, fail, parse_config, task_arg
+from kernelgraph.cli.app import (
+    WeakSandboxOpt,
+    app,
+    console,
+    emit_json,
+    fail,
+    parse_config,
+    sandbox_gate,
+    task_arg,
+)
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
 
 _TaskArg = Annotated[Path, typer.Argument(
@@ -42,6 +51,7 @@ def verify(
     memory_gb: Annotated[float, typer.Option(
         "--memory-gb", min=0.5, help="Address-space limit of the sandboxed candidate.")] = 4.0,
     scale: ScaleOpt = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     json: _JsonOpt = False,
 ) -> None:
     """Verify a candidate kernel against a task, independently of whoever wrote it.
@@ -53,6 +63,7 @@ def verify(
     task = task_arg(task)
     if not candidate.is_file():
         fail(f"{candidate}: no such candidate file")
+    sandbox_gate(allow_weak_sandbox)
     from kernelgraph.errors import KernelgraphError
     from tools.performance.executors import TARGETS
     from tools.sandbox.launcher import Limits
@@ -114,6 +125,9 @@ def _render(verdict: Any, receipt_out: Path | None) -> None:
                       f"XLA baseline {m.baseline_s:.3e} s")
     colour = "green" if verdict.passed else "red"
     console.print(f"verdict: [bold {colour}]{verdict.verdict}[/]")
+    if verdict.weak_sandbox:
+        console.print("[bold yellow]sandbox: weak[/] (the candidate ran without the full "
+                      "sandbox, by --allow-weak-sandbox; the receipt records it)")
     notes = [Text(reason) for reason in verdict.reasons]
     for d in verdict.diagnostics[:5]:
         where = f" (line {d.line})" if d.line else ""

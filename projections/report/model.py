@@ -79,6 +79,7 @@ class RunReport:
     tokens: int = 0
     kernels: list[KernelPoint] = field(default_factory=list)
     winner: Winner | None = None
+    weak_sandbox: bool = False  # its candidates ran without the full sandbox (opted in)
 
     @property
     def label(self) -> str | None:
@@ -160,6 +161,8 @@ def _run_report(log: EventLog, run_id: str, view: LogView, facts: _RunFacts) -> 
     report.kernels = list(_kernel_points(graph, facts.iterations))
     if facts.verified is not None:
         report.winner = _winner(log, graph, facts.verified)
+    environment = ((report.winner.receipt or {}).get("environment") or {}) if report.winner else {}
+    report.weak_sandbox = request.weak_sandbox or bool(environment.get("weak_sandbox"))
     return report
 
 
