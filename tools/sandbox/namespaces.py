@@ -125,7 +125,7 @@ UNSHARE = "unshare"
 _PROBE_CHILD = r"""
 import json, os, sys
 box = sys.argv[1]
-import tools.sandbox.wire  # the project's code and its dependencies are reachable
+import msgspec, tools.sandbox  # the project's code and its dependencies are reachable
 facts = {"pid": os.getpid(), "uid": os.getuid(), "tmp": sorted(os.listdir("/tmp")),
          "writable": []}
 for where in ("/", "/tmp", "/dev", os.path.dirname(box), os.path.dirname(sys.executable)):
@@ -296,6 +296,7 @@ def _device_access(devices: Sequence[str]) -> list[tuple[str, int | None]]:
     return found
 
 
+@functools.cache
 def _needed_paths() -> list[str]:
     """What the child must reach: the interpreter (each link on the way to it), its
     installation, the virtualenv, every directory on the import path (site-packages and
