@@ -134,3 +134,29 @@ def test_without_the_compiler_a_report_says_emulated() -> None:
     assert report.emulated_ok is None and report.compile_seconds is None
     why = tpu_compiler.decide(check_lowered(text, chip="v6e"), None, unavailable="no libtpu")
     assert why.checker == "emulated compile check (no libtpu)"
+
+
+@needs_libtpu
+def test_the_xla_baseline_is_priced_from_xla_tpus_program() -> None:
+    """RMSNorm's reference as XLA:TPU compiles it: its own fusions, each with the compiler's
+    estimated cycles; operands XLA keeps in VMEM (S(1)) cost no HBM bytes; the input is read
+    and the output written through HBM once each."""
+    from tools.performance.chips import get_chip
+    from tools.performance.xla_tpu import tpu_baseline
+
+    x = jax.ShapeDtypeStruct((2048, 512), jnp.float32)
+    w = jax.ShapeDtypeStruct((512,), jnp.float32)
+
+    def rmsnorm(x, w):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w
+
+    chip = get_chip("v6e")
+    found = tpu_baseline(rmsnorm, [x, w], chip)
+    fusions = [f for f in found.fusions if f.opcode == "fusion"]
+    assert fusions and all(f.cycles and f.cycles > 0 for f in fusions)
+    assert all(f.compute_s == pytest.approx(f.cycles / chip.clock_hz) for f in fusions)
+    assert any(f.hbm_bytes == 0 for f in fusions)  # a fusion between two VMEM buffers
+    # x read once from HBM (by a fusion or an async copy) and the output written once
+    assert sum(f.hbm_bytes for f in found.fusions) <= 3 * 2048 * 512 * 4 + 2 * 512 * 4
+    assert found.latency_s == pytest.approx(sum(f.latency_s for f in found.fusions))
+    assert found.optimal_seconds and found.optimal_seconds > 0

@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     for text in request.texts:
         with answer.lock:
             state.update(started=time.monotonic(), text=text)
-        result = tpu_compiler.compile_text(text, request.chip)
+        result = tpu_compiler.compile_text(text, request.chip, keep_hlo=request.keep_hlo)
         with answer.lock:
             state.clear()
             answer.results.append(result)

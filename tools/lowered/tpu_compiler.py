@@ -61,6 +61,7 @@ class RealCompile(msgspec.Struct, frozen=True):
     seconds: float = 0.0  # wall seconds of the compile (the cached one's, when cached)
     optimal_seconds: float | None = None  # XLA's cost analysis of the compiled program
     cached: bool = False
+    hlo: str = ""  # the optimised, scheduled program (kept when asked: the XLA baseline)
 
 
 # ------------------------------------------------------------------------------ availability
@@ -154,7 +155,7 @@ def trim(message: str) -> str:
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + " ..."
 
 
-def compile_text(text: str, chip: str) -> RealCompile:
+def compile_text(text: str, chip: str, *, keep_hlo: bool = False) -> RealCompile:
     """Compile one lowered program (StableHLO text) for one TensorCore of ``chip``, in this
     process. The compiler's refusal is a result; only a compiler that cannot start raises."""
     from jaxlib import xla_client as xc
@@ -188,8 +189,14 @@ def compile_text(text: str, chip: str) -> RealCompile:
         optimal = float(found) if found is not None and float(found) > 0 else None
     except Exception:  # a figure, never the verdict: a program without one has none
         optimal = None
+    hlo = ""
+    if keep_hlo:
+        try:
+            hlo = "\n".join(m.to_string() for m in executable.hlo_modules())
+        except Exception:  # a figure, never the verdict
+            hlo = ""
     return RealCompile(chip, True, digest, f"libtpu {version}", seconds=seconds,
-                       optimal_seconds=optimal)
+                       optimal_seconds=optimal, hlo=hlo)
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -246,6 +253,7 @@ class CompileRequest(msgspec.Struct, frozen=True):
     chip: str
     texts: list[str]
     limit_s: float
+    keep_hlo: bool = False
 
 
 class CompileResponse(msgspec.Struct, frozen=True):
@@ -253,8 +261,8 @@ class CompileResponse(msgspec.Struct, frozen=True):
     error: str = ""
 
 
-def compile_all(texts: Sequence[str], chip: str, *,
-                limit: float | None = None) -> list[RealCompile]:
+def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
+                keep_hlo: bool = False) -> list[RealCompile]:
     """Every text's compile on ``chip``: cached ones from the cache, the rest in sandboxed
     children (one for all of them; after a compile over its limit, a fresh one for the rest)."""
     if not available():
@@ -265,11 +273,11 @@ def compile_all(texts: Sequence[str], chip: str, *,
     for text in texts:
         digest = program_sha256(text)
         hit = found.get(digest) or CACHE.get(digest, chip)
-        if hit is not None:
+        if hit is not None and (not keep_hlo or hit.hlo or not hit.ok):
             found[digest] = hit
     todo = list(dict.fromkeys(t for t in texts if program_sha256(t) not in found))
     while todo:
-        done = _compile_in_child(todo, chip, limit)
+        done = _compile_in_child(todo, chip, limit, keep_hlo)
         for result in done:
             found[result.program_sha256] = result
             CACHE.put(result)
@@ -280,13 +288,14 @@ def compile_all(texts: Sequence[str], chip: str, *,
 _STARTUP_S = 60.0  # importing JAX and starting libtpu in the child, on a loaded machine
 
 
-def _compile_in_child(texts: list[str], chip: str, limit: float) -> list[RealCompile]:
+def _compile_in_child(texts: list[str], chip: str, limit: float,
+                      keep_hlo: bool = False) -> list[RealCompile]:
     """Compile ``texts`` in one sandboxed child; what it did not answer for gets a verdict
     here (the first unanswered one: over its limit or the child died), so each call makes
     progress."""
     from tools.sandbox.launcher import Limits, run_sandboxed
 
-    request = msgspec.msgpack.encode(CompileRequest(chip, texts, limit))
+    request = msgspec.msgpack.encode(CompileRequest(chip, texts, limit, keep_hlo))
     limits = Limits(wall_s=_STARTUP_S + limit * len(texts), memory_bytes=16 << 30)
     box = run_sandboxed("tools.child.tpucompile", request, limits=limits)
     results: list[RealCompile] = []

@@ -65,6 +65,9 @@ class Estimate(msgspec.Struct, frozen=True):
     note: str = NOTE
     wall_s: float = 0.0
     compile_check: str = "emulated compile check"  # or the TPU compiler that judged it
+    # the baseline priced from XLA:TPU's optimised program (tools/performance/xla_tpu.py),
+    # beside the model's; None without libtpu
+    baseline_xla_tpu: dict[str, Any] | None = None
 
 
 def load_task_quickly(path: str | Path) -> Any:
@@ -176,6 +179,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     from tools.inputs.candidate import read_candidate
     from tools.lowered import tpu_compiler
     from tools.lowered.mosaic import parse_lowered
+    from tools.performance import xla_tpu
     from tools.performance.baseline import estimate_baseline, reference_cost
     from tools.performance.chips import get_chip
     from tools.performance.roofline import estimate_program
@@ -199,6 +203,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
     program = estimate_program(lowered, chip, concrete)
     baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
+    beside = xla_tpu.beside_model(task.reference_at(shape_index), abstract, chip)
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
     if not program.kernels:
         reasons.append("no pallas_call in the lowered program: nothing to simulate")
@@ -214,6 +219,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         shape_index=shape_index, shape=task.describe_shape(shape_index),
         outside_ops_s=program.outside_ops_s, reasons=reasons,
         wall_s=time.perf_counter() - started, compile_check=check.checker,
+        baseline_xla_tpu=beside,
     )
 
 

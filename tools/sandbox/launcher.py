@@ -5,12 +5,13 @@ whole process tree is killed when it passes), an address-space limit (RLIMIT_AS)
 limit, a file-size limit, a limit on what its directory may hold (polled; the tree is
 killed when it passes, so it overshoots by at most one poll's worth of writing) and an
 environment rebuilt from an allowlist with every credential-looking variable removed.
-Where the host allows it (Linux with util-linux ``unshare``/``setpriv`` and the rights to
-use namespaces) the child also runs in its own PID namespace with a private ``/proc`` (so
-it cannot read another process's environment), without network, with every filesystem
-except its directory read-only, and with no capabilities
-(:mod:`tools.sandbox.namespaces`). Where a writable cgroup hierarchy offers it, the whole
-process tree also shares one memory limit and one limit on its tasks
+It also runs in the namespace sandbox (:mod:`tools.sandbox.namespaces`): its own PID
+namespace with a private ``/proc`` (so it cannot read another process's environment), no
+network, every filesystem except its directory read-only, a private ``/tmp`` holding that
+directory alone, no capabilities and uid 65534. That is not optional: where it cannot be
+built nothing runs (:mod:`tools.sandbox.policy`), unless the user opted in to the weaker
+rest, which the isolation list then names. Where a writable cgroup hierarchy offers it,
+the whole process tree also shares one memory limit and one limit on its tasks
 (:mod:`tools.sandbox.cgroups`): per-process limits alone let a candidate multiply them by
 forking. What was applied is reported in :attr:`SandboxResult.isolation`; it is probed,
 never assumed. A child may also be started before its request exists (:class:`Mailbox`).

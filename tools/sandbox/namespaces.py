@@ -1,10 +1,14 @@
-"""The namespace launcher: what isolates a sandboxed child where the host allows it.
+"""The namespace launcher: what isolates a sandboxed child.
 
 A PID namespace with a private ``/proc``, no network, a private IPC namespace, every
 filesystem but the child's directory read-only (cgroup filesystems, ``/sys`` and
-``/proc/sys`` included), a private minimal ``/dev``, no capabilities and, for a root
-verifier, an unprivileged uid. Probed once, never assumed (:func:`namespaces_available`);
-:mod:`tools.sandbox.launcher` puts :func:`prefix` before the child's command.
+``/proc/sys`` included), a private ``/tmp`` holding that directory alone, a private
+minimal ``/dev``, no capabilities, uid 65534 for a root verifier and, where the host
+allows an unprivileged one, a user namespace of its own. It reaches the interpreter, the
+virtualenv and the project wherever they are, under any number of directories others
+cannot enter. Probed once by starting the interpreter in it, never assumed
+(:func:`probe`); :mod:`tools.sandbox.launcher` puts :func:`prefix` before the child's
+command, and :mod:`tools.sandbox.policy` refuses to run candidates where it fails.
 """
 
 from __future__ import annotations
