@@ -158,5 +158,6 @@ def test_the_xla_baseline_is_priced_from_xla_tpus_program() -> None:
     assert any(f.hbm_bytes == 0 for f in fusions)  # a fusion between two VMEM buffers
     # x read once from HBM (by a fusion or an async copy) and the output written once
     assert sum(f.hbm_bytes for f in found.fusions) <= 3 * 2048 * 512 * 4 + 2 * 512 * 4
-    assert found.latency_s == pytest.approx(sum(f.latency_s for f in found.fusions))
+    # async copies overlap the fusions scheduled around them
+    assert found.latency_s == pytest.approx(sum(f.latency_s for f in fusions))
     assert found.optimal_seconds and found.optimal_seconds > 0
