@@ -62,12 +62,16 @@ TokensOpt = Annotated[int | None, typer.Option(
     show_default=False)]
 ConcurrencyOpt = Annotated[int, typer.Option(
     "--concurrency", min=1, help="Search: trajectories running at once.")]
+MarginOpt = Annotated[float, typer.Option(
+    "--price-margin", min=0.0, help="Simulated targets: test a compiled candidate only when "
+    "the compile check prices it faster than its node's parent by this fraction (0: strictly "
+    "faster); the others end 'not faster' with their estimate, never run in interpret mode.")]
 
 
 def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds: int, seed: int,
              tune_budget: int, hint: str, model: str | None, replay_from: Path | None,
              replay_run: str | None, policy: str = "auto", param: list[str] | None = None,
-             limits: Any = None) -> Any:
+             limits: Any = None, price_margin: float = 0.0) -> Any:
     from kernelgraph.client import KernelRequest, SearchLimits
     from searchpolicies.errors import PolicyError
     from searchpolicies.registry import parse_param_args
@@ -90,7 +94,8 @@ def _request(task: Path, provider: str, target: str, iterations: int, fix_rounds
     return KernelRequest(task=task, target=target, provider=provider, provider_options=options,
                          iterations=iterations, fix_rounds=fix_rounds, seed=seed,
                          tune_budget=tune_budget, hint=hint, knowledge_cutoff_ts=cutoff,
-                         policy=policy, policy_params=params, limits=limits or SearchLimits())
+                         policy=policy, policy_params=params, limits=limits or SearchLimits(),
+                         price_margin=price_margin)
 
 
 def _limits(*values: Any) -> Any:
@@ -301,6 +306,7 @@ def search(
     max_wall_s: WallOpt = None,
     max_tokens: TokensOpt = None,
     concurrency: ConcurrencyOpt = 2,
+    price_margin: MarginOpt = 0.0,
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
     allow_weak_sandbox: WeakSandboxOpt = False,
@@ -332,7 +338,7 @@ def search(
     request = _request(task, provider, target, iterations, fix_rounds, seed, tune_budget, hint,
                        model, replay_from, replay_run, policy, param, _limits(
                            max_nodes, budget_candidates, max_depth, target_speedup, max_wall_s,
-                           max_tokens, concurrency))
+                           max_tokens, concurrency), price_margin)
     progress = Progress(quiet=quiet)
 
     async def run_on(nc: Any, started: float) -> dict[str, Any]:
