@@ -112,3 +112,63 @@ def started_twice(x: jax.Array) -> jax.Array:
         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
         scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
     )(x)
+
+
+def _late_start_kernel(x_hbm, o_ref, buf, sem):
+    """Double-buffered in name only: chunk c + 1's copy starts after chunk c's compute, at
+    the end of the trip, and is waited for first thing in the next trip: nothing between."""
+    n = x_hbm.shape[0] // CHUNK
+
+    def copy(c, slot):
+        return pltpu.make_async_copy(x_hbm.at[pl.ds(c * CHUNK, CHUNK)], buf.at[slot], sem.at[slot])
+
+    copy(0, 0).start()
+
+    def body(c, carry):
+        slot = c % 2
+        copy(c, slot).wait()
+        o_ref[pl.ds(c * CHUNK, CHUNK), :] = jnp.tanh(buf[slot]) * 2.0
+
+        @pl.when(c + 1 < n)
+        def _next():
+            copy(c + 1, 1 - slot).start()
+
+        return carry
+
+    jax.lax.fori_loop(0, n, body, 0)
+
+
+def _scoped_kernel(x_hbm, o_ref, *, overlap: bool):
+    """The copy's buffer and semaphore live in a `pl.run_scoped` region; the wait sits in
+    a nested region, after the compute (`overlap`) or before it."""
+
+    def body(buf, sem):
+        copy = pltpu.make_async_copy(x_hbm.at[pl.ds(0, CHUNK)], buf, sem)
+        copy.start()
+        if overlap:
+            o_ref[...] = jnp.tanh(o_ref[...]) * 2.0
+        pl.run_scoped(lambda _: copy.wait(), pltpu.VMEM((8, 128), jnp.float32))
+        o_ref[...] = jnp.tanh(buf[...]) * 2.0 + o_ref[...]
+
+    pl.run_scoped(body, pltpu.VMEM((CHUNK, 1024), jnp.float32), pltpu.SemaphoreType.DMA(()))
+
+
+@jax.jit
+def late_start(x: jax.Array) -> jax.Array:
+    return pl.pallas_call(
+        _late_start_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
+    )(x)
+
+
+@functools.partial(jax.jit, static_argnames=("overlap",))
+def scoped(x: jax.Array, *, overlap: bool) -> jax.Array:
+    return pl.pallas_call(
+        functools.partial(_scoped_kernel, overlap=overlap),
+        out_shape=jax.ShapeDtypeStruct((CHUNK, 1024), x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+    )(x)

@@ -5,15 +5,14 @@ each time a wait runs the model looks for the start that names the same semaphor
 index) and the same source and destination (refs and slices), with their index values
 evaluated at that point (:class:`tools.lowered.kernel.DmaKey`, :mod:`tools.lowered.scalar`).
 A wait runs at a point: a grid step, or one iteration of its innermost `scf.for` at a step
-(the loop's induction variable bound to each trip's value). Its start is one of
-
-- in place: a start earlier in the same iteration (or step), whatever regions (`pl.when`,
-  `run_scoped`) either sits in; the transfer hides only behind the ops issued between the
-  two on the wait's own path (a branch or loop in between earns no credit), the rest is
-  exposed (assumption 3 of :mod:`tools.performance.roofline`);
-- ahead: a start in the previous iteration of the same loop (the previous step, for a wait
-  in no loop), or before the loop (at the step, or in an earlier loop of it): the transfer
-  overlaps compute like the pipeline's own DMAs (the start already counted its bytes there).
+(the loop's induction variable bound to each trip's value). Its start is one of: a start
+earlier in the same iteration (or step), whatever regions (`pl.when`, `run_scoped`) either
+sits in; a start in the previous iteration of the same loop (the previous step, for a
+wait in no loop); a start before the loop (at the step, or in an earlier loop of it).
+The transfer hides behind the work that surely runs between the two, from the start round
+to the wait (the rest of the previous iteration, and the step boundary's overhead between
+steps); ops inside a branch on the way earn nothing, a loop of constant trips its trips.
+The rest of the transfer is exposed (assumption 3 of :mod:`tools.performance.roofline`).
 
 Exactly one start must match. A wait that matches none or several (two starts naming the
 same buffers, a value the model cannot evaluate: a loop-carried value, an index read from
@@ -56,8 +55,9 @@ class _Site:
 
 @dataclass
 class DmaPricing:
-    """Per grid step: exposed seconds of waits, and bytes of starts paired in place (the
-    start counted them as overlapped; they are exposed instead)."""
+    """Per grid step: exposed seconds of waits (at the wait's step), and bytes of the
+    starts they paired with (at the start's step, where it counted them as overlapped;
+    its wait prices them instead)."""
 
     serial_s: np.ndarray
     refund_bytes: np.ndarray
@@ -65,19 +65,25 @@ class DmaPricing:
 
 
 def _sites(items: Sequence[Any], path: tuple[int, ...], loops: tuple[Loop, ...],
-           conds: tuple[tuple[int | None, bool], ...], out: list[_Site], ids: list[int]) -> None:
+           conds: tuple[tuple[int | None, bool], ...], out: list[_Site], ids: list[int],
+           runs: dict[int, float]) -> None:
+    """Every body op in pre-order; `runs`: container -> how often it surely runs each time
+    the op that holds it does (a branch side 0, a loop its constant trips, a region 1)."""
     for item in items:
         ids[0] += 1
         here = ids[0]
         if isinstance(item, BodyOp):
             out.append(_Site(item, here, path, loops, conds))
         elif isinstance(item, Branch):
-            _sites(item.then, (*path, here * 2), loops, (*conds, (item.cond, True)), out, ids)
+            runs[here * 2] = runs[here * 2 + 1] = 0.0
+            _sites(item.then, (*path, here * 2), loops, (*conds, (item.cond, True)), out, ids,
+                   runs)
             _sites(item.otherwise, (*path, here * 2 + 1), loops, (*conds, (item.cond, False)),
-                   out, ids)
+                   out, ids, runs)
         elif isinstance(item, Loop):
+            runs[here * 2] = float(item.trip_count or 0) if item.iterates else 1.0
             inner = (*loops, item) if item.iterates else loops
-            _sites(item.body, (*path, here * 2), inner, conds, out, ids)
+            _sites(item.body, (*path, here * 2), inner, conds, out, ids, runs)
 
 
 class _Points:
@@ -156,7 +162,8 @@ def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any
     n = steps.shape[1]
     pricing = DmaPricing(np.zeros(n), np.zeros(n))
     sites: list[_Site] = []
-    _sites(kernel.body, (), (), (), sites, [0])
+    runs_of: dict[int, float] = {}
+    _sites(kernel.body, (), (), (), sites, [0], runs_of)
     waits = [s for s in sites if s.op.dma_wait]
     if not waits:
         return pricing
@@ -181,29 +188,70 @@ def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any
         runs = _runs(wait, env, valid)
         shape = valid.shape
         total = np.zeros(shape, dtype=np.int64)
-        in_place: list[tuple[_Site, np.ndarray]] = []
+        found: list[tuple[_Site, np.ndarray, str]] = []
         wv = _values(env, wait.op.dma_key.slots, shape) if wait.op.dma_key else None
         for start in starts if wv is not None else ():
             key: DmaKey | None = start.op.dma_key
             if key is None or wait.op.dma_key is None or key.shape != wait.op.dma_key.shape:
                 continue
-            total += _matches(start, wait, wv, env, valid, points, in_place)
+            total += _matches(start, wait, wv, env, valid, points, found)
         unpaired = runs & (total != 1)
         if unpaired.any():
             pricing.caveats.add(UNPAIRED)
         pricing.serial_s += outer * unpaired.sum(axis=1) * exposed_bytes / bw
-        for start, hit in in_place:
+        for start, hit, kind in found:
             count = outer * (runs & (total == 1) & hit).sum(axis=1)
-            hidden = sum(op_seconds(s.op) for s in sites
-                         if start.pos < s.pos < wait.pos and wait.path[:len(s.path)] == s.path)
+            if not count.any():
+                continue
+            hidden = _hidden(kind, start, wait, sites, runs_of, op_seconds, chip)
             pricing.serial_s += count * max(0.0, start.op.dma_bytes / bw - hidden)
-            pricing.refund_bytes += count * start.op.dma_bytes
+            if kind == "prev" and wait.scope is None:  # started at the step before
+                pricing.refund_bytes[:-1] += count[1:] * start.op.dma_bytes
+            else:
+                pricing.refund_bytes += count * start.op.dma_bytes
     return pricing
+
+
+def _surely(site: _Site, start: _Site, wait: _Site, runs_of: dict[int, float]) -> float:
+    """How often `site` surely runs each time the start or the wait does: 1 on their own
+    paths, times the constant trips of loops it sits in beyond them, 0 inside a branch."""
+    common = 0
+    for path in (start.path, wait.path):
+        k = 0
+        while k < min(len(path), len(site.path)) and path[k] == site.path[k]:
+            k += 1
+        common = max(common, k)
+    factor = 1.0
+    for container in site.path[common:]:
+        factor *= runs_of.get(container, 0.0)
+    return factor
+
+
+def _hidden(kind: str, start: _Site, wait: _Site, sites: list[_Site],
+            runs_of: dict[int, float], op_seconds: Any, chip: Chip) -> float:
+    """Seconds of work that surely run between the start and the wait: what the transfer
+    can hide behind. `kind`: "same" iteration, "prev" (the wait's previous iteration or
+    step: the rest of that one after the start, then this one up to the wait) or "before"
+    (a start before the wait's loop: up to the wait's first trip)."""
+    scope = wait.scope
+    total = 0.0
+    for site in sites:
+        if kind == "prev":
+            if scope is not None and not any(loop is scope for loop in site.loops):
+                continue
+            times = (site.pos > start.pos) + (site.pos < wait.pos)
+        else:
+            times = int(start.pos < site.pos < wait.pos)
+        if times:
+            total += times * _surely(site, start, wait, runs_of) * op_seconds(site.op)
+    if kind == "prev" and scope is None:
+        total += chip.per_step_overhead_s  # the step boundary's own work
+    return total
 
 
 def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any],
              valid: np.ndarray, points: _Points,
-             in_place: list[tuple[_Site, np.ndarray]]) -> np.ndarray:
+             found: list[tuple[_Site, np.ndarray, str]]) -> np.ndarray:
     """How many runs of `start` the wait could be waiting for, at each of its points."""
     assert start.op.dma_key is not None
     shape = valid.shape
@@ -215,7 +263,7 @@ def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any
         ran = _runs(start, env, valid)
         if start.pos < wait.pos:  # earlier in the same iteration
             hit = ran & _same(sv, wv)
-            in_place.append((start, hit))
+            found.append((start, hit, "same"))
             count += hit
         prev = np.zeros(shape, dtype=bool)  # the previous iteration (step, outside loops)
         axis = 1 if wait.scope is not None else 0
@@ -223,6 +271,7 @@ def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any
             cut = (slice(None), slice(None, -1)) if axis else (slice(None, -1), slice(None))
             late = (slice(None), slice(1, None)) if axis else (slice(1, None), slice(None))
             prev[late] = ran[cut] & _same([v[cut] for v in sv], [v[late] for v in wv])
+        found.append((start, prev, "prev"))
         return count + prev
     if start.pos > wait.pos or any(loop is start.scope for loop in wait.loops):
         return count  # later in the body, or in a loop around the wait's (not evaluated)
@@ -239,7 +288,9 @@ def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any
     eq = np.broadcast_to(ran[:, None, :], (shape[0], shape[1], ran.shape[1])).copy()
     for s, w in zip(sv, wv, strict=True):
         eq &= s[:, None, :] == w[:, :, None]
-    return count + eq.sum(axis=2)
+    hits = eq.sum(axis=2)
+    found.append((start, hits == 1, "before"))
+    return count + hits
 
 
 __all__ = ["MAX_POINTS", "UNPAIRED", "DmaPricing", "price_dma_waits"]

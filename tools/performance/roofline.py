@@ -24,12 +24,15 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
    are not overlapped: their transfers add to their step. A manual DMA's wait is paired
    with its start by what both name (semaphore ref and index, source and destination refs
    and slices, evaluated where each runs), across `pl.when`, loops and `run_scoped`
-   (:mod:`tools.performance.dmapair`). A wait paired with a start earlier in the same
-   iteration overlaps only the compute issued between the two on the wait's path; the
-   rest of its transfer is exposed (a serial `start(); wait()` gains nothing, whatever
-   region the wait sits in). A wait paired with a start of an earlier iteration or step
-   (or before its loop) overlaps the step's compute. A wait that matches no start or
-   several (values the model cannot evaluate) is exposed in full: its bytes, serially.
+   (:mod:`tools.performance.dmapair`). The transfer overlaps only the work that surely
+   runs between the start and the wait (in the same iteration, or from the start in the
+   previous iteration or step round to the wait, with the step boundary's overhead; ops
+   in a branch between earn nothing, a loop of constant trips its trips); the rest is
+   exposed, added to the step (a serial `start(); wait()` gains nothing, whatever region
+   the wait sits in). A wait that matches no start or several (values the model cannot
+   evaluate) is exposed in full: its bytes, serially. A start no wait claims overlaps
+   its step's compute. A step never takes less than all its transfers (pipeline and
+   manual) at HBM bandwidth.
 4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
    the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
    third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
@@ -76,6 +79,8 @@ from tools.performance.chips import Chip
 from tools.performance.dmapair import price_dma_waits
 
 KERNEL_LAUNCH_S = 1.0e-6
+EXPOSED = ("manual DMAs: the part of a transfer the work between its start and its wait "
+           "does not hide is exposed")
 FREE_OUTSIDE_OPS = frozenset({
     "stablehlo.reshape", "stablehlo.bitcast_convert", "stablehlo.constant",
     "stablehlo.tuple", "stablehlo.get_tuple_element", "stablehlo.optimization_barrier",
@@ -304,6 +309,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
     waits = price_dma_waits(kernel, steps, env, kernel.prefetch_memory(memory_values), chip,
                             lambda op: _op_seconds(op, chip))
     work.serial_s += waits.serial_s
+    manual = work.dma.copy()  # every manual DMA started in the step, waited where it may be
     work.dma = np.maximum(work.dma - waits.refund_bytes, 0.0)
     caveats |= waits.caveats
     if kernel.unmodelled_ops:
@@ -320,6 +326,9 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
     sync = sync_in + sync_out
     busy = compute + chip.per_step_overhead_s
     step_s = np.maximum(busy, overlapped / bw) + sync / bw + work.serial_s
+    # However waits hide them, the step's transfers share one HBM: never faster than all
+    # of its bytes at full bandwidth.
+    step_s = np.maximum(step_s, (overlapped - work.dma + manual + sync) / bw)
     prologue = (in_pipe[0] + prefetch_bytes) / bw
     epilogue = out_pipe[-1] / bw
     latency = KERNEL_LAUNCH_S + prologue + float(step_s.sum()) + epilogue
@@ -334,7 +343,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         np.maximum(overlapped / bw - busy, 0).sum()
     )
     if work.serial_s.any():
-        caveats.add("manual DMAs waited for in place: their transfer time is exposed")
+        caveats.add(EXPOSED)
     bound = max(
         (("memory", memory_s), ("compute", compute_s), ("overhead", overhead_s)),
         key=lambda kv: kv[1],
@@ -401,6 +410,7 @@ def roofline_floor_s(flops: float, hbm_bytes: float, chip: Chip) -> float:
 
 
 __all__ = [
+    "EXPOSED",
     "KERNEL_LAUNCH_S",
     "KernelEstimate",
     "ProgramEstimate",
