@@ -1,0 +1,204 @@
+"""The real TPU compiler as the compile check: its cost and where it disagrees, as JSON.
+
+- `compile_s`: wall seconds of the compiler per program (no cache) at the shipped tuning
+  points: the shipped kernels at their tasks' tuning points (every TUNABLES value) and the
+  offline author's kernel per shipped task (default and largest knobs); median and worst,
+  and the worst programs by name. The compiles run one after another in one sandboxed
+  child (JAX and libtpu start once: `child_startup_s` is the rest of that child's time).
+- `edge`: the same for the tuning configurations at the VMEM edge (tests/tpu_corpus.py),
+  where a refused kernel may take the compiler much longer to refuse.
+- `disagreements`: every program the emulated check and the compiler judge differently
+  (shipped, offline, edge and, with `--adversarial`, the adversarial corpus lowered in
+  the sandbox); the compiler's verdict is the one the verifier uses.
+- `baselines` (`--baselines`): each shipped task's XLA baseline at its tuning point, the
+  model's (the host program) beside XLA:TPU's program priced per op
+  (tools/performance/xla_tpu.py) and XLA's own `optimal_seconds`; how many moved by more
+  than 10%.
+- `calibration_xla_v5e` (`--baselines`): the Pallas matmul guide's published v5e XLA rows
+  (bf16 jnp.matmul at 1024, 4096, 8192) against the model, the XLA:TPU-priced program and
+  `optimal_seconds`, each plus the timing method's dispatch constant.
+- `install`: the extra's pin and libtpu's installed size (the install's seconds are
+  measured outside: `time pip install -e '.[tpu-compiler]'`).
+
+The machine's load average is printed with the figures: on a shared 2-core machine the
+compile seconds scale with it.
+
+Usage: python benchmarks/tpu_compiler.py [--chip v6e] [--adversarial] [--skip-edge]
+       [--baselines] [--skip-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _seconds(programs: list) -> dict:
+    judged = [p for p in programs if p.real is not None]
+    seconds = sorted((p.real.seconds, p.name) for p in judged)
+    if not seconds:
+        return {"programs": 0}
+    return {
+        "programs": len(seconds),
+        "median_s": round(statistics.median(s for s, _ in seconds), 3),
+        "worst_s": round(seconds[-1][0], 3),
+        "worst": [{"program": n, "seconds": round(s, 3)} for s, n in seconds[-3:][::-1]],
+        "refused_by_compiler": sum(not p.real.ok for p in judged),
+        "timeouts": sum(p.real.kind == "timeout" for p in judged),
+    }
+
+
+def _priced(functions: list, chip_name: str) -> list:
+    """(XLA:TPU-priced seconds, optimal_seconds) per (fn, args), compiled in one child."""
+    import jax
+
+    from tools.lowered import tpu_compiler
+    from tools.performance.chips import get_chip
+    from tools.performance.xla_tpu import price_program
+
+    chip = get_chip(chip_name)
+    texts = [jax.jit(fn).trace(*fargs).lower(lowering_platforms=("tpu",)).as_text()
+             for fn, fargs in functions]
+    out = []
+    for compiled in tpu_compiler.compile_all(texts, chip.name, keep_hlo=True):
+        if not compiled.ok:
+            out.append((None, None, compiled.message[:200]))
+            continue
+        ops, _, _, _ = price_program(compiled.hlo, chip)
+        serial = sum(f.latency_s for f in ops if f.opcode != "copy-start")
+        copies = sum(f.latency_s for f in ops if f.opcode == "copy-start")
+        out.append((max(serial, copies), compiled.optimal_seconds, ""))
+    return out
+
+
+def baselines(chip_name: str) -> dict:
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from kernelgraph.tasknames import shipped_tasks
+    from tools.inputs.tasks import load_task
+    from tools.performance import calibration
+    from tools.performance.baseline import estimate_baseline, reference_cost
+    from tools.performance.chips import get_chip
+
+    chip = get_chip(chip_name)
+    names, functions, model = [], [], []
+    for name, path in sorted(shipped_tasks().items()):
+        task = load_task(path, validate=False)
+        fargs = list(jax.eval_shape(functools.partial(task.make_inputs, 0, 0)))
+        reference = task.reference_at(0)
+        names.append(name)
+        functions.append((reference, fargs))
+        model.append(estimate_baseline(reference_cost(reference, fargs), chip).latency_s)
+    rows = []
+    for name, m, (priced, optimal, error) in zip(names, model, _priced(functions, chip_name),
+                                                 strict=True):
+        rows.append({"task": name, "model_s": m, "xla_tpu_s": priced, "optimal_s": optimal,
+                     "xla_tpu_over_model": round(priced / m, 3) if priced else None,
+                     "error": error})
+    moved = [r["task"] for r in rows if r["xla_tpu_over_model"]
+             and abs(r["xla_tpu_over_model"] - 1) > 0.10]
+    data = calibration.published()
+    xla = [r for r in data["rows"] if r["variant"] == "xla"]
+    model_rows = {calibration.config_name(r): calibration.model_seconds(r) for r in xla}
+    dispatch = calibration.dispatch_seconds(xla, model_rows)
+    square = [(jnp.matmul, [jax.ShapeDtypeStruct((r["size"], r["size"]), jnp.bfloat16)] * 2)
+              for r in xla]
+    calib = []
+    for r, (priced, optimal, _) in zip(xla, _priced(square, "v5e"), strict=True):
+        published = float(r["seconds"])
+        m = model_rows[calibration.config_name(r)] + dispatch
+        calib.append({"size": r["size"], "published_s": published,
+                      "model_ratio": round(m / published, 3),
+                      "xla_tpu_ratio": round((priced + dispatch) / published, 3) if priced else None,
+                      "optimal_ratio": round((optimal + dispatch) / published, 3)
+                      if optimal else None})
+    return {"baselines": rows, "baselines_moved_over_10pct": moved,
+            "calibration_xla_v5e": {"dispatch_s": dispatch, "rows": calib}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chip", default="v6e")
+    parser.add_argument("--adversarial", action="store_true")
+    parser.add_argument("--skip-edge", action="store_true")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="no compile-check figures (with --baselines: baselines only)")
+    parser.add_argument("--baselines", action="store_true")
+    parser.add_argument("--json", action="store_true", help="(the output is always JSON)")
+    args = parser.parse_args()
+
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    from tests import tpu_corpus
+    from tools.lowered import tpu_compiler
+
+    if not tpu_compiler.available():
+        print(json.dumps({"error": "libtpu is not installed: pip install -e '.[tpu-compiler]'",
+                          "compile_check": tpu_compiler.compiler_name()}))
+        return 1
+    os.environ[tpu_compiler.CACHE_ENV] = tempfile.mkdtemp(prefix="kg-tpu-bench-")
+    import libtpu
+
+    figures: dict = {
+        "chip": args.chip,
+        "compiler": tpu_compiler.compiler_name(),
+        "load_average_at_start": os.getloadavg()[0],
+        "install": {"extra": "tpu-compiler = jax[tpu]==" + jax.__version__,
+                    "libtpu_bytes": _size(Path(libtpu.__file__).parent)},
+    }
+    if args.baselines:
+        figures.update(baselines(args.chip))
+    if args.skip_compile:
+        print(json.dumps(figures, indent=1))
+        return 0
+    started = time.perf_counter()
+    tuning = [*tpu_corpus.shipped(args.chip), *tpu_corpus.offline(args.chip)]
+    lower_s = time.perf_counter() - started
+    began = time.perf_counter()
+    tpu_corpus.judge(tuning, args.chip)
+    batch_s = time.perf_counter() - began
+    figures |= {
+        "compile_s": _seconds(tuning),
+        "lower_s": round(lower_s, 1),
+        "child_startup_s": round(batch_s - sum(p.real.seconds for p in tuning if p.real), 1),
+        "lowering_failures": [p.name for p in tuning if p.lower_error],
+    }
+    programs = list(tuning)
+    if not args.skip_edge:
+        edge = list(tpu_corpus.edge(args.chip))
+        tpu_corpus.judge(edge, args.chip)
+        figures["edge"] = _seconds(edge)
+        programs += edge
+    if args.adversarial:
+        adversarial = list(tpu_corpus.adversarial(args.chip))
+        tpu_corpus.judge(adversarial, args.chip)
+        figures["adversarial"] = {"lowered": sum(bool(p.text) for p in adversarial),
+                                  "refused_before_compile": [p.name for p in adversarial
+                                                             if not p.text]}
+        programs += adversarial
+    figures["programs_judged"] = sum(p.real is not None for p in programs)
+    figures["disagreements"] = tpu_corpus.disagreements(programs)
+    figures["load_average_at_end"] = os.getloadavg()[0]
+    print(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
