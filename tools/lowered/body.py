@@ -233,7 +233,9 @@ class BodyReader:
             src = split_shaped(str(op.operation.operands[0].type))
             n = math.prod(src[1]) if src[1] else 1
             is_float = src[2].startswith(("float", "bfloat"))
-            return BodyOp(name, shape, etype, flops=n if is_float else 0, vpu_ops=n)
+            # A reduction to a scalar ends in the scalar unit: a vector -> scalar move.
+            return BodyOp(name, shape, etype, flops=n if is_float else 0, vpu_ops=n,
+                          lane_extracts=int(scalar))
         if name == "tpu.enqueue_dma":
             src = split_shaped(str(op.operation.operands[0].type))
             moved = nbytes(src[1], src[2]) if not src[2].startswith("!") else 0
