@@ -13,7 +13,7 @@ import pytest
 from tests.perf_kernels import dma, lower
 from tools.lowered.mosaic import parse_lowered
 from tools.performance.chips import get_chip
-from tools.performance.dmapair import UNPAIRED, price_dma_waits
+from tools.performance.dmapair import NEVER_WAITED, UNPAIRED, price_dma_waits
 from tools.performance.roofline import EXPOSED, estimate_kernel, estimate_program
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -139,3 +139,13 @@ def test_a_wait_that_matches_two_starts_is_exposed() -> None:
     assert UNPAIRED in est.caveats
     chunk = dma.CHUNK * 1024 * 4
     assert est.exposed_dma_s >= 2 * chunk / chip.hbm_bytes_per_s
+
+
+def test_a_dma_never_waited_for_is_exposed() -> None:
+    """No wait names its semaphore: the kernel reads the buffer without waiting (right in
+    interpret mode, a race on the chip); it costs at least what start(); wait() does."""
+    chip = get_chip("v6e")
+    never = estimate_kernel(_kernel(lambda v: dma.unwaited(v, wait=False), X), chip)
+    waited = estimate_kernel(_kernel(lambda v: dma.unwaited(v, wait=True), X), chip)
+    assert NEVER_WAITED in never.caveats and NEVER_WAITED not in waited.caveats
+    assert never.latency_s >= waited.latency_s * 0.999

@@ -172,3 +172,24 @@ def scoped(x: jax.Array, *, overlap: bool) -> jax.Array:
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
     )(x)
+
+
+def _unwaited_kernel(x_hbm, o_ref, buf, sem, *, wait: bool):
+    """Start the copy and compute on its buffer; without `wait` nothing ever waits for it
+    (interpret mode copies at once, so the result is right there; the chip races)."""
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(0, CHUNK)], buf.at[0], sem.at[0])
+    copy.start()
+    if wait:
+        copy.wait()
+    o_ref[...] = jnp.tanh(buf[0]) * 2.0
+
+
+@functools.partial(jax.jit, static_argnames=("wait",))
+def unwaited(x: jax.Array, *, wait: bool) -> jax.Array:
+    return pl.pallas_call(
+        functools.partial(_unwaited_kernel, wait=wait),
+        out_shape=jax.ShapeDtypeStruct((CHUNK, x.shape[1]), x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((2, CHUNK, x.shape[1]), x.dtype), pltpu.SemaphoreType.DMA((2,))],
+    )(x)

@@ -18,7 +18,9 @@ Exactly one start must match. A wait that matches none or several (two starts na
 same buffers, a value the model cannot evaluate: a loop-carried value, an index read from
 data, an outer loop's induction variable) is unpaired and counts fully exposed: the bytes
 its own refs describe, serially, every time it runs. Conditions are evaluated at each
-point; one that cannot be counts as holding (the wait runs; a start may have run).
+point; one that cannot be counts as holding (the wait runs; a start may have run). A
+start on a semaphore no wait names is never waited for (the kernel races its own DMA;
+interpret mode copies at once): its transfer is charged in full, serially.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from tools.performance.chips import Chip
 MAX_POINTS = 1 << 20
 UNPAIRED = ("a manual DMA wait that matches no single start by semaphore and buffers is "
             "counted fully exposed")
+NEVER_WAITED = ("a manual DMA on a semaphore no wait names (never waited for) is counted "
+                "fully exposed")
 
 
 @dataclass(frozen=True)
@@ -165,16 +169,14 @@ def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any
     runs_of: dict[int, float] = {}
     _sites(kernel.body, (), (), (), sites, [0], runs_of)
     waits = [s for s in sites if s.op.dma_wait]
-    if not waits:
-        return pricing
     starts = [s for s in sites if s.op.name == "tpu.enqueue_dma"]
+    if not starts and not waits:
+        return pricing
     points = _Points(kernel, steps, memory, env0)
     bw = chip.hbm_bytes_per_s
+    _never_waited(starts, waits, points, env0, bw, pricing)
     for wait in waits:
-        outer = np.ones(n)
-        for loop in wait.loops[:-1]:
-            trips = loop.trips(env0, n)
-            outer = outer * (trips if trips is not None else 1)
+        outer = _outer(wait, env0, n)
         scope = points.of(wait.scope)
         fallback = max([wait.op.wait_bytes, *(s.op.dma_bytes for s in starts)])
         exposed_bytes = wait.op.wait_bytes or fallback
@@ -210,6 +212,39 @@ def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any
             else:
                 pricing.refund_bytes += count * start.op.dma_bytes
     return pricing
+
+
+def _outer(site: _Site, env0: dict[int, Any], n: int) -> np.ndarray:
+    """Runs per step of the loops around the site's own (its scope's points count the rest)."""
+    outer = np.ones(n)
+    for loop in site.loops[:-1]:
+        trips = loop.trips(env0, n)
+        outer = outer * (trips if trips is not None else 1)
+    return outer
+
+
+def _never_waited(starts: list[_Site], waits: list[_Site], points: _Points,
+                  env0: dict[int, Any], bw: float, pricing: DmaPricing) -> None:
+    """A start on a semaphore no wait names is never waited for: the kernel reads its
+    buffer whenever it likes (interpret mode copies at once; the chip races), so its
+    transfer is charged in full, serially, every time it runs."""
+    if any(w.op.dma_key is None for w in waits):
+        return  # a wait whose semaphore is not read may be any start's
+    named = {w.op.dma_key.shape[0][1] for w in waits if w.op.dma_key is not None}
+    n = points.n
+    for start in starts:
+        if start.op.dma_key is None or start.op.dma_key.shape[0][1] in named:
+            continue
+        made = points.of(start.scope)
+        if made is None:
+            trips = start.scope.trips(env0, n) if start.scope is not None else None
+            runs = _outer(start, env0, n) * (trips if trips is not None else 1)
+        else:
+            env, valid = made
+            runs = _outer(start, env0, n) * _runs(start, env, valid).sum(axis=1)
+        pricing.serial_s += runs * start.op.dma_bytes / bw
+        pricing.refund_bytes += runs * start.op.dma_bytes
+        pricing.caveats.add(NEVER_WAITED)
 
 
 def _surely(site: _Site, start: _Site, wait: _Site, runs_of: dict[int, float]) -> float:
@@ -293,4 +328,4 @@ def _matches(start: _Site, wait: _Site, wv: list[np.ndarray], env: dict[int, Any
     return count + hits
 
 
-__all__ = ["MAX_POINTS", "UNPAIRED", "DmaPricing", "price_dma_waits"]
+__all__ = ["MAX_POINTS", "NEVER_WAITED", "UNPAIRED", "DmaPricing", "price_dma_waits"]

@@ -30,9 +30,10 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
    in a branch between earn nothing, a loop of constant trips its trips); the rest is
    exposed, added to the step (a serial `start(); wait()` gains nothing, whatever region
    the wait sits in). A wait that matches no start or several (values the model cannot
-   evaluate) is exposed in full: its bytes, serially. A start no wait claims overlaps
-   its step's compute. A step never takes less than all its transfers (pipeline and
-   manual) at HBM bandwidth.
+   evaluate) is exposed in full: its bytes, serially; so is a start on a semaphore no
+   wait names (never waited for). Any other start no wait claims overlaps its step's
+   compute. A step never takes less than all its transfers (pipeline and manual) at HBM
+   bandwidth.
 4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
    the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
    third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
