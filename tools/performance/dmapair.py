@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tools.lowered.kernel import BodyOp, Branch, DmaKey, Loop, MosaicKernel
-from tools.lowered.scalar import UNKNOWN, run_with_memory
+from tools.lowered.scalar import UNKNOWN, Instr, run_with_memory
 from tools.performance.chips import Chip
 
 # Points (grid steps x trips) a loop's values are evaluated over at most; past it, its
@@ -94,10 +94,11 @@ class _Points:
     """The body's scalar values at every point of one scope: (n steps, T trips) arrays."""
 
     def __init__(self, kernel: MosaicKernel, steps: np.ndarray, memory: dict[int, Any],
-                 env0: dict[int, Any]) -> None:
+                 env0: dict[int, Any], wanted: set[int]) -> None:
         self.kernel, self.steps, self.memory, self.env0 = kernel, steps, memory, env0
         self.n = steps.shape[1]
         self._cache: dict[int, tuple[dict[int, Any], np.ndarray] | None] = {}
+        self.program = _slice(kernel.scalar_program, wanted)
 
     def grid_slots(self, extra: int) -> dict[int, Any]:
         k = min(self.kernel.n_grid_slots, self.steps.shape[0])
@@ -112,7 +113,7 @@ class _Points:
 
     def _make(self, scope: Loop | None) -> tuple[dict[int, Any], np.ndarray] | None:
         if scope is None:
-            env = run_with_memory(self.kernel.scalar_program, self.grid_slots(1), self.memory)
+            env = run_with_memory(self.program, self.grid_slots(1), self.memory)
             return env, np.ones((self.n, 1), dtype=bool)
         trips = scope.trips(self.env0, self.n)
         if trips is None or scope.iv is None or scope.bounds is None:
@@ -122,13 +123,25 @@ class _Points:
             return None
         t = max(int(trips.max(initial=0)), 1)
         if self.n * t > MAX_POINTS:
-            return None
+            return None  # (a grid alone is always evaluated: the body's env holds it too)
         lb = np.broadcast_to(np.asarray(lb, np.int64), (self.n,))[:, None]
         step = np.broadcast_to(np.asarray(step, np.int64), (self.n,))[:, None]
         iv = lb + step * np.arange(t, dtype=np.int64)[None, :]
         slots = {**self.grid_slots(1), scope.iv: iv}
-        env = run_with_memory(self.kernel.scalar_program, slots, self.memory)
+        env = run_with_memory(self.program, slots, self.memory)
         return env, np.arange(t)[None, :] < trips[:, None]
+
+
+def _slice(program: Sequence[Instr], wanted: set[int]) -> tuple[Instr, ...]:
+    """The instructions the `wanted` slots depend on (keys and conditions only: a loop's
+    points hold (steps x trips) values, so nothing else is evaluated over them)."""
+    need = set(wanted)
+    kept: list[Instr] = []
+    for ins in reversed(program):
+        if need.intersection(ins.results):
+            kept.append(ins)
+            need.update(ins.operands)
+    return tuple(reversed(kept))
 
 
 def _values(env: dict[int, Any], slots: Sequence[int], shape: tuple[int, int]) -> list[np.ndarray] | None:
@@ -172,7 +185,10 @@ def price_dma_waits(kernel: MosaicKernel, steps: np.ndarray, env0: dict[int, Any
     starts = [s for s in sites if s.op.name == "tpu.enqueue_dma"]
     if not starts and not waits:
         return pricing
-    points = _Points(kernel, steps, memory, env0)
+    wanted = {slot for site in (*starts, *waits) if site.op.dma_key is not None
+              for slot in site.op.dma_key.slots}
+    wanted |= {slot for site in (*starts, *waits) for slot, _ in site.conds if slot is not None}
+    points = _Points(kernel, steps, memory, env0, wanted)
     bw = chip.hbm_bytes_per_s
     _never_waited(starts, waits, points, env0, bw, pricing)
     for wait in waits:
