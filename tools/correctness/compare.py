@@ -9,6 +9,12 @@ oracle is, and is at least as accurate as the data allows:
   the slack any honest accumulation order needs (:mod:`tools.correctness.ceiling`);
   integer outputs exactly equal.
 
+Where the suite records a probe's conditioning (:mod:`tools.correctness.conditioning`: the
+oracle moves by more than the floor when the inputs move by one ulp, as softmax does at
+1000x where two scores nearly tie), each element may also differ by
+``conditioning_multiple`` x that movement: the floor rules judge the error beyond it, and
+the ceiling grows by it.
+
 ``eps_max``/``eps_mean`` are a few units in the last place of the output dtype at the
 output's largest/mean magnitude (4 and 1 ulp): the slack an exact operation (a copy, a
 transpose, whose floor is zero) needs when the candidate rounds once differently; and at
@@ -28,6 +34,7 @@ import msgspec
 import numpy as np
 
 from tools.correctness.ceiling import accumulation_eps, ceiling_limit, is_exact
+from tools.correctness.conditioning import CONDITIONING_MULTIPLE
 from tools.correctness.testsuite import SuiteCase
 from tools.sandbox.wire import numpy_dtype
 
@@ -43,6 +50,7 @@ class Thresholds:
     floor_factor: float = FLOOR_FACTOR
     eps_ulps_max: float = EPS_ULPS_MAX
     eps_ulps_mean: float = EPS_ULPS_MEAN
+    conditioning_multiple: float = CONDITIONING_MULTIPLE
 
 
 class OutputCheck(msgspec.Struct, frozen=True):
@@ -65,6 +73,12 @@ class OutputCheck(msgspec.Struct, frozen=True):
     ceiling_applies: bool  # False: the reference itself breaks TOLERANCE on this case
     elements: int
     problems: tuple[str, ...] = ()
+    # Where the suite records the case's conditioning: the multiple of the oracle's own
+    # movement each element may differ by (0: none recorded), and the max-abs and mean-abs
+    # errors beyond it, which the floor rules then judge instead of max_abs and mean_abs.
+    conditioning_multiple: float = 0.0
+    beyond_max_abs: float = 0.0
+    beyond_mean_abs: float = 0.0
 
     @property
     def max_threshold(self) -> float:
@@ -81,12 +95,14 @@ class OutputCheck(msgspec.Struct, frozen=True):
 
 def output_passes(c: OutputCheck) -> bool:
     """The rule, in one place: receipts are re-checked with this same function."""
+    judged_max, judged_mean = ((c.beyond_max_abs, c.beyond_mean_abs) if c.conditioning_multiple
+                               else (c.max_abs, c.mean_abs))
     return (
         c.shape_ok and c.dtype_ok and c.nonfinite == 0
         and (c.tolerance_violations == 0 or not c.ceiling_applies)
         and c.max_abs >= 0.0 and c.mean_abs >= 0.0
-        and c.max_abs <= c.floor_factor * c.floor_max_abs + c.eps_max
-        and c.mean_abs <= c.floor_factor * c.floor_mean_abs + c.eps_mean
+        and judged_max <= c.floor_factor * c.floor_max_abs + c.eps_max
+        and judged_mean <= c.floor_factor * c.floor_mean_abs + c.eps_mean
     )
 
 
@@ -181,6 +197,17 @@ def _compare_output(
         eps_mean = max(eps_mean, thresholds.eps_ulps_mean * acc * case.terms_mean_abs[index])
     slack = case.slack[index].numpy() if index < len(case.slack) else None
     limit = ceiling_limit(want_dtype, want, {"atol": atol, "rtol": rtol}, slack)
+    allowance = _conditioning_allowance(case, index, thresholds.conditioning_multiple)
+    judged_max, judged_mean, beyond = max_abs, mean_abs, ""
+    if allowance is not None:  # the error beyond what the problem's conditioning allows
+        limit = limit + allowance
+        with np.errstate(invalid="ignore"):
+            excess = np.maximum(np.abs(got - want) - allowance, 0.0)[mask]
+        judged_max = float(excess.max()) if excess.size else 0.0
+        judged_mean = float(excess.mean()) if excess.size else 0.0
+        del excess
+        beyond = (f", {{:.3g}} beyond {thresholds.conditioning_multiple:g}x the oracle's own "
+                  "change when the inputs move by one ulp,")
     violations = int(np.count_nonzero((np.abs(got - want) > limit) & mask))
     if nonfinite:
         nan_where_finite = int(np.count_nonzero(oracle_finite & np.isnan(got)))
@@ -193,14 +220,15 @@ def _compare_output(
                         "or a scratch accumulator read before it is initialised")
         problems.append(problem)
     else:
-        if max_abs > thresholds.floor_factor * common["floor_max_abs"] + eps_max:
+        if judged_max > thresholds.floor_factor * common["floor_max_abs"] + eps_max:
             problems.append(
-                f"output {index} max-abs error {max_abs:.3g} exceeds "
+                f"output {index} max-abs error {max_abs:.3g}{beyond.format(judged_max)} exceeds "
                 f"{thresholds.floor_factor:g}x the reference's own error "
                 f"{common['floor_max_abs']:.3g} (+{eps_max:.2g})")
-        if mean_abs > thresholds.floor_factor * common["floor_mean_abs"] + eps_mean:
+        if judged_mean > thresholds.floor_factor * common["floor_mean_abs"] + eps_mean:
             problems.append(
-                f"output {index} mean-abs error {mean_abs:.3g} exceeds "
+                f"output {index} mean-abs error {mean_abs:.3g}{beyond.format(judged_mean)} "
+                "exceeds "
                 f"{thresholds.floor_factor:g}x the reference's own error "
                 f"{common['floor_mean_abs']:.3g} (+{eps_mean:.2g})")
         if violations and common["ceiling_applies"]:
@@ -211,7 +239,21 @@ def _compare_output(
                 f"atol={atol:g}, rtol={rtol:g} (+ the accumulation slack)")
     return OutputCheck(shape_ok=True, dtype_ok=dtype_ok, nonfinite=nonfinite, max_abs=max_abs,
                        mean_abs=mean_abs, eps_max=eps_max, eps_mean=eps_mean,
-                       tolerance_violations=violations, problems=tuple(problems), **common)
+                       tolerance_violations=violations, problems=tuple(problems),
+                       conditioning_multiple=(thresholds.conditioning_multiple
+                                              if allowance is not None else 0.0),
+                       beyond_max_abs=judged_max if allowance is not None else 0.0,
+                       beyond_mean_abs=judged_mean if allowance is not None else 0.0, **common)
+
+
+def _conditioning_allowance(case: SuiteCase, index: int, multiple: float) -> np.ndarray | None:
+    """``multiple`` x the oracle's movement per element, where the suite records it."""
+    if index >= len(case.conditioning):
+        return None
+    movement = case.conditioning[index].numpy()
+    if movement.size == 0:
+        return None
+    return multiple * movement.astype(np.float64)
 
 
 def _ulp(dtype_name: str) -> float:

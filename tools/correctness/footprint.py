@@ -20,6 +20,9 @@ The model, per case (the suite builds one case at a time):
   0.43 GiB more than the data model for a float64 Conv3d, the largest excess measured);
 * the first case's perturbation check: a float64 copy and noise per input, the reference
   run again;
+* at the tuning point, the probes' conditioning (:mod:`tools.correctness.conditioning`): the
+  oracle run on perturbed float64 inputs while the first run's outputs, the term
+  magnitudes, the float32 running maximum and the slack are held, plus chunk temporaries;
 * what the suite already holds: in memory, every earlier case's inputs, oracle and slack
   (nothing, when large arrays go to disk as they are built).
 
@@ -118,7 +121,12 @@ def case_footprint(task: Any, shape_index: int, held_per_case: bool = True) -> C
     oracle_runs = out + inputs + 2 * wide + oracle_peak + 2 * oracle_out
     chunked = min(5 * oracle_out, 6 * CHUNK * 8)  # whole-array temporaries, or per chunk
     per_output = out + 3 * oracle_out + chunked
-    peak = RUNTIME_BYTES + 2 * inputs + max(ref_peak, perturbed, oracle_runs, per_output)
+    # the probes' conditioning runs (at the tuning point): the oracle on perturbed inputs
+    # while its first outputs, the term magnitudes, the running maximum and the slack are held
+    conditioning = (out + 2 * wide + oracle_peak + 3 * oracle_out
+                    + min(3 * oracle_out, 3 * CHUNK * 8)) if shape_index == 0 else 0
+    peak = RUNTIME_BYTES + 2 * inputs + max(ref_peak, perturbed, oracle_runs, per_output,
+                                            conditioning)
     return CaseFootprint(shape_index, inputs, out, ref_peak, wide, oracle_out, oracle_peak,
                          precision, held, peak)
 

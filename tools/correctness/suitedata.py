@@ -61,6 +61,11 @@ class SuiteCase(msgspec.Struct, frozen=True):
     # The precision the oracle ran in (tools.correctness.oracle.PRECISIONS); not part of
     # the hash while it is the full "float64", so suites frozen before it keep their hash.
     oracle_precision: str = FULL_PRECISION
+    # Per output of a probe, how far the oracle moves beyond rounding when the inputs move
+    # by one working-precision ulp (float32, the output's shape; empty where it does not
+    # matter): the problem's conditioning (tools.correctness.conditioning). () for a case
+    # with none; not part of the hash while no case has any.
+    conditioning: tuple[WireArray, ...] = ()
 
 
 class ShapeStatics(msgspec.Struct, frozen=True):
@@ -131,15 +136,16 @@ def suite_hash(suite: FrozenSuite) -> str:
     fields added since format 2 are left out while every case holds their default. Fed to
     the hash piece by piece (:func:`tools.correctness.store.stream_sha256`): arrays kept on
     disk are read in chunks, never whole."""
-    plain = all(getattr(c, k) == v for c in suite.cases for k, v in _LATER_FIELDS.items())
+    plain = {k for k, v in _LATER_FIELDS.items() if all(getattr(c, k) == v for c in suite.cases)}
 
     def skip(owner: Any, name: str) -> bool:
         if isinstance(owner, FrozenSuite):
             return ((name == "scales" and not owner.scales)
                     or (name == "statics" and not owner.statics))
-        return plain and isinstance(owner, SuiteCase) and name in _LATER_FIELDS
+        return isinstance(owner, SuiteCase) and name in plain
 
     return stream_sha256(msgspec.structs.replace(suite, sha256=""), skip)
 
 
-_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION}  # SuiteCase, since 2
+# SuiteCase fields added since format 2, each hashed only when some case departs from it
+_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION, "conditioning": ()}

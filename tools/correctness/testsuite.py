@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tools.correctness.conditioning import recorded_conditioning
 from tools.correctness.floors import output_stats, term_magnitudes
 from tools.correctness.footprint import fit_problem
 from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
@@ -200,6 +201,11 @@ class _Builder:
                           else np.zeros((0,), np.float32))
             terms_max.append(stats.terms_max_abs)
             terms_mean.append(stats.terms_mean_abs)
+        conditioned: list[np.ndarray] = []
+        if kind.startswith("probe"):  # the problem's conditioning at this magnitude
+            conditioned, why = recorded_conditioning(
+                chosen, host, oracle, [r.dtype.name for r in ref], magnitudes, floors_max)
+            notes.extend(f"{case_id}: {line}" for line in why)
         del magnitudes
         inputs_sha256 = hash_arrays(host)
         self._refuse_vacuous(case_id, kind, inputs_sha256, oracle, inputs)
@@ -213,6 +219,7 @@ class _Builder:
             ceiling_applies=tuple(ceiling), slack=self.store(slacks),
             terms_max_abs=tuple(terms_max), terms_mean_abs=tuple(terms_mean),
             oracle_precision=chosen.precision,
+            conditioning=self.store(conditioned) if conditioned else (),
         )
         self.cases.append(case)
         return case
