@@ -62,8 +62,11 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q
         alpha = jnp.exp(m_prev - m_new)
         p = jnp.exp(s - m_new)
         l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(
-            p, v_ref[...].astype(jnp.float32), preferred_element_type=jnp.float32)
+        v = v_ref[...].astype(jnp.float32)
+        if kv_len % block_kv:  # V rows past kv_len hold anything, and 0 x NaN is NaN
+            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, 0)
+            v = jnp.where(v_pos < kv_len, v, 0.0)
+        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p, v, preferred_element_type=jnp.float32)
         m_ref[...] = m_new
 
     if CAUSAL:
