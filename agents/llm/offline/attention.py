@@ -6,11 +6,17 @@ and f32 accumulator in VMEM scratch). Grouped-query attention needs no copy of K
 the K/V index map sends query head h to key/value head h // (q_heads / kv_heads). Causal: KV blocks wholly above the diagonal are
 skipped with `pl.when` and their index map is clamped, so they are not fetched either.
 A KV tail (length not a multiple of the block) is masked.
+
+The schedule is an `AttentionSpec` (heads per block, score layout, exp form, MXU dtype,
+buffering, ...); `attention_levers` maps specs to specs and `render` writes one out.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
@@ -21,6 +27,30 @@ from agents.llm.offline.common import (
     sublane_tile,
     tunables_literal,
 )
+from agents.llm.offline.levers import deepest_buffering
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The schedule of one attention kernel (the algorithm never changes)."""
+
+    block_q: int
+    block_kv: int
+    heads_per_block: int = 1  # (batch x head) groups per block: batched dots over them
+    layout: str = "rows"  # scores (q, kv) and acc (q, d); "transposed": (kv, q) and (d, q)
+    exp: str = "exp"  # "exp2": log2(e) folded into the q scale, exp2 on the EUP
+    mxu_dtype: str = "float32"  # MXU operands: "float32", "input" (the inputs' dtype) or "bfloat16"
+    accumulate: str = "scratch"  # f32 acc in VMEM "scratch", or in the f32 "output" block
+    normalize: str = "divide"  # acc / l, or "reciprocal": one 1/l per row, then a multiply
+    hoist_q: bool = False  # q scaled and cast once per KV sweep into a scratch
+    buffers: int = 2  # pipeline depth of the k and v copies
+    single_buffer_q: bool = False  # q's block is fixed through a KV sweep: one buffer
+    kv_in_one_block: bool = False  # the whole KV length in one block: a plain softmax, no carry
+    grid_order: str = "gq"  # "gq": head groups outermost; "qg": q blocks outermost
+    sub_q: int = 1  # inner fori_loop sub-tiles along q per block
+    vmem_limit_bytes: int | None = None
+    tune_schedule: bool = False  # heads_per_block and buffers in TUNABLES too
+    levers: tuple[str, ...] = field(default=(), compare=False)
 
 
 def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
@@ -32,120 +62,284 @@ def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, i
     return {"block_q": block_q, "block_kv": block_kv}
 
 
-_TEMPLATE = '''
-MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+def row_tile(facts: TaskFacts) -> int:
+    return sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)])
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q, block_kv,
-            kv_len):
-    qi, kj = pl.program_id(1), pl.program_id(2)
+def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> AttentionSpec:
+    blocks = default_blocks(facts, chip)
+    sub = row_tile(facts)
+    for key in blocks:
+        value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
+        blocks[key] = aligned(value, sub)
+    return AttentionSpec(block_q=blocks["block_q"], block_kv=blocks["block_kv"])
 
-    @pl.when(kj == 0)
-    def _init():
-        m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
-        l_ref[...] = jnp.zeros_like(l_ref)
-        acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    def _step():
-        q = q_ref[...].astype(jnp.float32) * scale
-        s = lax.dot_general(q, k_ref[...].astype(jnp.float32), (((1,), (1,)), ((), ())),
-                            preferred_element_type=jnp.float32)
-        if CAUSAL or kv_len % block_kv:
-            cols = kj * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, 1)
-            valid = cols < kv_len
-            if CAUSAL:
-                rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
-                valid = jnp.logical_and(valid, cols <= rows)
-            s = jnp.where(valid, s, MASK_VALUE)
-        m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-        alpha = jnp.exp(m_prev - m_new)
-        p = jnp.exp(s - m_new)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        v = v_ref[...].astype(jnp.float32)
-        if kv_len % block_kv:  # V rows past kv_len hold anything, and 0 x NaN is NaN
-            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, 0)
-            v = jnp.where(v_pos < kv_len, v, 0.0)
-        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p, v, preferred_element_type=jnp.float32)
-        m_ref[...] = m_new
+def geometry(facts: TaskFacts) -> dict[str, int]:
+    """Groups, heads, lengths and depth at the tuning point."""
+    d = facts.detail
+    q, k = facts.args[d["q"]].shape, facts.args[d["k"]].shape
+    q_heads, kv_heads = (q[-3], k[-3]) if len(q) == 4 else (1, 1)
+    return {"groups": int(np.prod(q[:-2])), "q_len": q[-2], "kv_len": k[-2], "depth": q[-1],
+            "repeat": q_heads // max(kv_heads, 1), "itemsize": np.dtype(facts.args[d["q"]].dtype).itemsize}
 
-    if CAUSAL:
-        pl.when(kj * block_kv <= qi * block_q + block_q - 1)(_step)
+
+def effective(facts: TaskFacts, spec: AttentionSpec) -> tuple[int, int, int]:
+    g = geometry(facts)
+    bq = g["q_len"] if g["q_len"] <= spec.block_q else spec.block_q
+    bkv = g["kv_len"] if spec.kv_in_one_block or g["kv_len"] <= spec.block_kv else spec.block_kv
+    hb = spec.heads_per_block if g["groups"] % spec.heads_per_block == 0 and g["repeat"] == 1 else 1
+    return hb, bq, bkv
+
+
+def vmem_bytes(facts: TaskFacts, spec: AttentionSpec) -> int:
+    g = geometry(facts)
+    hb, bq, bkv = effective(facts, spec)
+    isz, d = g["itemsize"], g["depth"]
+    total = (1 if spec.single_buffer_q else 2) * hb * bq * d * isz + spec.buffers * 2 * hb * bkv * d * isz
+    total += 2 * hb * bq * d * isz + 2 * 4 * hb * bq * bkv  # out blocks, scores and probabilities
+    if not spec.kv_in_one_block:
+        stats = 2 * hb * (bq * 128 if spec.layout == "rows" else 8 * bq) * 4
+        total += stats + (4 * hb * bq * d if spec.accumulate == "scratch" else 0)
+        total += 4 * hb * bq * d if spec.hoist_q else 0
+    return total
+
+
+def strategy_line(spec: AttentionSpec) -> str:
+    parts = [f"blocks q {spec.block_q} x kv {spec.block_kv}",
+             "grid (groups, q, kv)" if spec.grid_order == "gq" else "grid (q, groups, kv)"]
+    if spec.heads_per_block > 1:
+        parts.append(f"{spec.heads_per_block} heads per block (batched dots)")
+    if spec.layout == "transposed":
+        parts.append("transposed scores (kv, q) and accumulator (d, q): q on the lanes")
+    if spec.kv_in_one_block:
+        parts.append("the whole KV in one block (plain softmax, no running state)")
+    elif spec.accumulate == "output":
+        parts.append("f32 accumulator is the output block")
+    parts.append({"float32": "f32 MXU operands", "input": "MXU operands in the inputs' dtype",
+                  "bfloat16": "bf16 MXU operands"}[spec.mxu_dtype] + ", f32 accumulation")
+    if spec.exp == "exp2":
+        parts.append("exp2 with log2(e) folded into the q scale")
+    if spec.normalize == "reciprocal":
+        parts.append("one reciprocal of the row sum, then a multiply")
+    if spec.hoist_q:
+        parts.append("q scaled once per KV sweep (VMEM scratch)")
+    if spec.buffers != 2:
+        parts.append(f"{spec.buffers}-deep k/v pipeline")
+    if spec.single_buffer_q:
+        parts.append("single-buffered q")
+    if spec.sub_q > 1:
+        parts.append(f"{spec.sub_q} fori_loop sub-tiles along q")
+    if spec.vmem_limit_bytes:
+        parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    return "; ".join(parts)
+
+
+def _operand_casts(spec: AttentionSpec) -> tuple[str, str, str]:
+    """(q dtype expression, k/v cast suffix, p cast suffix) for the spec's MXU dtype."""
+    if spec.mxu_dtype == "bfloat16":
+        return "jnp.bfloat16", ".astype(jnp.bfloat16)", ".astype(jnp.bfloat16)"
+    if spec.mxu_dtype == "input":
+        return "q_ref.dtype", "", ".astype(v_ref.dtype)"
+    return "jnp.float32", ".astype(jnp.float32)", ""
+
+
+def _kernel_source(spec: AttentionSpec) -> str:
+    q_dtype, kv_cast, p_cast = _operand_casts(spec)
+    exp = "jnp.exp2" if spec.exp == "exp2" else "jnp.exp"
+    rows_layout = spec.layout == "rows"
+    axis = -1 if rows_layout else -2
+    kv_dim, q_dim = ("s.ndim - 1", "s.ndim - 2") if rows_layout else ("s.ndim - 2", "s.ndim - 1")
+    scores = ("lax.dot_general(q, k, (((q.ndim - 1,), (k.ndim - 1,)), _batch_dims(q)),\n"
+              "                        preferred_element_type=jnp.float32)" if rows_layout else
+              "lax.dot_general(k, q, (((k.ndim - 1,), (q.ndim - 1,)), _batch_dims(q)),\n"
+              "                        preferred_element_type=jnp.float32)  # (kv, q): q on lanes")
+    pv = ("lax.dot_general(p, v, (((p.ndim - 1,), (v.ndim - 2,)), _batch_dims(v)),\n"
+          "                             preferred_element_type=jnp.float32)" if rows_layout else
+          "lax.dot_general(v, p, (((v.ndim - 2,), (p.ndim - 2,)), _batch_dims(v)),\n"
+          "                             preferred_element_type=jnp.float32)  # (d, q)")
+    normalized = "acc * (1.0 / row_sum)" if spec.normalize == "reciprocal" else "acc / row_sum"
+    finish = normalized if rows_layout else f"jnp.swapaxes({normalized}, -1, -2)"
+    load_q = f"(q_ref[rows].astype(jnp.float32) * scale).astype({q_dtype})"
+    mask = [
+        "        if CAUSAL or kv_len % block_kv:",
+        f"            kv_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, {kv_dim})",
+        "            valid = kv_pos < kv_len",
+        "            if CAUSAL:",
+        f"                q_pos = qi * block_q + r0 + lax.broadcasted_iota(jnp.int32, s.shape, {q_dim})",
+        "                valid = jnp.logical_and(valid, kv_pos <= q_pos)",
+        "            s = jnp.where(valid, s, MASK_VALUE)",
+        "        if kv_len % block_kv:  # V rows past kv_len hold anything, and 0 x NaN is NaN",
+        "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
+        "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
+    head = ["", "", "def _kernel(q_ref, k_ref, v_ref, o_ref, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
+            f'    """{strategy_line(spec).split(";")[0]}: one (q block, KV block) step of the softmax."""',
+            f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
+    if spec.kv_in_one_block:
+        body = [*head, "    rows, r0 = ..., 0", f"    q = {load_q}", f"    k = k_ref[...]{kv_cast}",
+                f"    v = v_ref[...]{kv_cast}", f"    s = {scores}",
+                *[line[4:] for line in mask],
+                f"    m = jnp.max(s, axis={axis}, keepdims=True)", f"    p = {exp}(s - m)",
+                f"    row_sum = jnp.sum(p, axis={axis}, keepdims=True)", f"    p = p{p_cast}",
+                f"    acc = {pv.replace(chr(10) + '    ', chr(10))}",
+                f"    o_ref[...] = ({finish}).astype(o_ref.dtype)"]
+        return "\n".join(body) + "\n"
+    acc_ref = "o_ref" if spec.accumulate == "output" else "scratch[2]"
+    body = [*head, "    m_ref, l_ref = scratch[0], scratch[1]", f"    acc_ref = {acc_ref}"]
+    if spec.hoist_q:
+        body.append("    qs_ref = scratch[-1]")
+    body += ["", "    @pl.when(kj == 0)", "    def _init():",
+             "        m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)",
+             "        l_ref[...] = jnp.zeros_like(l_ref)", "        acc_ref[...] = jnp.zeros_like(acc_ref)"]
+    if spec.hoist_q:
+        body.append("        qs_ref[...] = (q_ref[...].astype(jnp.float32) * scale).astype(qs_ref.dtype)")
+    body += ["", "    def _update(r0, rows):",
+             '        """The online-softmax update of the q rows `rows` (starting at row r0)."""',
+             "        q = qs_ref[rows]" if spec.hoist_q else f"        q = {load_q}",
+             f"        k = k_ref[...]{kv_cast}", f"        v = v_ref[...]{kv_cast}",
+             f"        s = {scores}", *mask,
+             "        m_prev = m_ref[rows]",
+             f"        m_new = jnp.maximum(m_prev, jnp.max(s, axis={axis}, keepdims=True))",
+             f"        alpha = {exp}(m_prev - m_new)", f"        p = {exp}(s - m_new)",
+             f"        l_ref[rows] = alpha * l_ref[rows] + jnp.sum(p, axis={axis}, keepdims=True)",
+             f"        p = p{p_cast}", f"        pv = {pv}",
+             "        acc_ref[rows] = alpha * acc_ref[rows] + pv", "        m_ref[rows] = m_new", ""]
+    if spec.sub_q > 1:
+        body += ["    rows_per_tile = block_q // sub_q", "",
+                 "    def _sub_tile(t, carry):", "        r0 = pl.multiple_of(t * rows_per_tile, rows_per_tile)",
+                 "        _update(r0, (pl.ds(r0, rows_per_tile), slice(None)))", "        return carry", "",
+                 "    def _step():", "        lax.fori_loop(0, sub_q, _sub_tile, 0, unroll=True)", ""]
     else:
-        _step()
+        body += ["    def _step():", "        _update(0, ...)", ""]
+    body += ["    if CAUSAL:", "        pl.when(kj * block_kv <= qi * block_q + block_q - 1)(_step)",
+             "    else:", "        _step()", "",
+             "    @pl.when(kj == pl.num_programs(2) - 1)", "    def _store():",
+             "        acc, row_sum = acc_ref[...], l_ref[...]",
+             f"        o_ref[...] = ({finish}).astype(o_ref.dtype)"]
+    return "\n".join(body) + "\n"
 
-    @pl.when(kj == pl.num_programs(2) - 1)
-    def _store():
-        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+_WRAPPER = '''
+
+def _batch_dims(x):
+    """Head groups batched in the block (3-D) or squeezed out of it (2-D)."""
+    return ((0,), (0,)) if x.ndim == 3 else ((), ())
 
 
-@functools.partial(jax.jit, static_argnames=("block_q", "block_kv"))
-def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%):
+@functools.partial(jax.jit, static_argnames=("block_q", "block_kv", "heads_per_block", "buffers"))
+def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%,
+           buffers: int = %BUFFERS%):
     q, k, v = %Q%, %K%, %V%
     if (q.ndim not in (3, 4) or k.shape != v.shape or k.ndim != q.ndim
             or q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]):
         raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not attention operands")
     q_heads, kv_heads = (q.shape[-3], k.shape[-3]) if q.ndim == 4 else (1, 1)
-    if q.ndim == 3 and q.shape[0] != k.shape[0] or q_heads % kv_heads:
+    if (q.ndim == 3 and q.shape[0] != k.shape[0]) or q_heads % kv_heads:
         raise ValueError(f"{q.shape=} and {k.shape=}: query heads must be a multiple of kv heads")
     if block_q % SUBLANES or block_kv % SUBLANES:
         raise ValueError(f"{block_q=} and {block_kv=} must be multiples of {SUBLANES}")
     lead, (q_len, depth), kv_len = q.shape[:-2], q.shape[-2:], k.shape[-2]
     groups, kv_groups = int(np.prod(lead)), int(np.prod(k.shape[:-2]))
     repeat = q_heads // kv_heads  # query head h reads key/value head h // repeat
+    hb = heads_per_block if groups % heads_per_block == 0 and repeat == 1 else 1
     bq = q_len if q_len <= block_q else block_q
-    bkv = kv_len if kv_len <= block_kv else block_kv
+    bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
+    sub = SUB_Q if bq % (SUB_Q * SUBLANES) == 0 else 1
     q3 = q.reshape(groups, q_len, depth)
     k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
+    head = hb if hb > 1 else None  # several groups per block, or one squeezed out
+%PER_BLOCK%
+    def q_index(%GRID_ARGS%):
+        return (g, i, 0)
 
-    def kv_index(g, i, j):
+    def kv_index(%GRID_ARGS%):
         if CAUSAL:  # a block above the diagonal repeats the last needed one: no new fetch
             j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
+        if hb > 1:
+            return (g, j, 0)
         return ((g // q_heads) * kv_heads + (g % q_heads) // repeat, j, 0)
+
+    q_spec = (pl.BlockSpec((head, bq, depth), q_index, pipeline_mode=pl.Buffered(1)) if SINGLE_BUFFER_Q
+              else pl.BlockSpec((head, bq, depth), q_index))
+    kv_spec = %KV_SPEC%
     out = pl.pallas_call(
-        functools.partial(_kernel, scale=float(%SCALE%), block_q=bq, block_kv=bkv, kv_len=kv_len),
+        functools.partial(_kernel, scale=float(%SCALE%)%LOG2E%, block_q=bq, block_kv=bkv, kv_len=kv_len,
+                          sub_q=sub),
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
-        grid=(groups, pl.cdiv(q_len, bq), pl.cdiv(kv_len, bkv)),
-        in_specs=[
-            pl.BlockSpec((None, bq, depth), lambda g, i, j: (g, i, 0)),
-            pl.BlockSpec((None, bkv, depth), kv_index),
-            pl.BlockSpec((None, bkv, depth), kv_index),
-        ],
-        out_specs=pl.BlockSpec((None, bq, depth), lambda g, i, j: (g, i, 0)),
-        scratch_shapes=[pltpu.VMEM((bq, 1), jnp.float32), pltpu.VMEM((bq, 1), jnp.float32),
-                        pltpu.VMEM((bq, depth), jnp.float32)],
+        grid=%GRID%,
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=pl.BlockSpec((head, bq, depth), q_index),
+        scratch_shapes=%SCRATCH%,
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")),
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(q3, k3, v3)
     return out.reshape(q.shape)
 
 
-def build(block_q: int = %BQ%, block_kv: int = %BKV%):
-    return functools.partial(%NAME%, block_q=block_q, block_kv=block_kv)
+def build(block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%, buffers: int = %BUFFERS%):
+    return functools.partial(%NAME%, block_q=block_q, block_kv=block_kv, heads_per_block=heads_per_block,
+                             buffers=buffers)
 '''
 
 
-def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
-                     chip: dict[str, Any] | None = None) -> str:
+def _scratch(spec: AttentionSpec) -> str:
+    if spec.kv_in_one_block:
+        return "[]"
+    stats = "(*per_block, bq, 1)" if spec.layout == "rows" else "(*per_block, 1, bq)"
+    acc = "(*per_block, bq, depth)" if spec.layout == "rows" else "(*per_block, depth, bq)"
+    out = [f"pltpu.VMEM({stats}, jnp.float32)", f"pltpu.VMEM({stats}, jnp.float32)"]
+    if spec.accumulate == "scratch":
+        out.append(f"pltpu.VMEM({acc}, jnp.float32)")
+    if spec.hoist_q:
+        dtype = {"float32": "jnp.float32", "input": "q.dtype", "bfloat16": "jnp.bfloat16"}[spec.mxu_dtype]
+        out.append(f"pltpu.VMEM((*per_block, bq, depth), {dtype})")
+    return "[" + ", ".join(out) + "]"
+
+
+def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
+           tunables: dict[str, list[int]] | None = None) -> str:
     d = facts.detail
-    blocks = default_blocks(facts, chip)
-    sub = sublane_tile([*(a.dtype for a in facts.args), *(o[1] for o in facts.outs)])
-    for key in blocks:
-        value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
-        blocks[key] = aligned(value, sub)
-    tunables = aligned_tunables(params.get("tunables") or {
+    sub = row_tile(facts)
+    blocks = {"block_q": spec.block_q, "block_kv": spec.block_kv}
+    tunables = aligned_tunables(tunables or {
         name: list(dict.fromkeys([v, max(SUBLANES, v // 2), v * 2])) for name, v in blocks.items()},
         dict.fromkeys(blocks, sub))
+    if spec.tune_schedule:
+        hb = spec.heads_per_block
+        tunables = {**tunables, "heads_per_block": list(dict.fromkeys([hb, 1, 2 * hb])),
+                    **({"buffers": list(dict.fromkeys([spec.buffers, 2, 3]))} if deepest_buffering() > 2 else {})}
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
-    kind = ("causal" if d["causal"] else "non-causal") + (
-        " grouped-query" if d.get("kv_heads") else "")
+    kind = ("causal" if d["causal"] else "non-causal") + (" grouped-query" if d.get("kv_heads") else "")
     doc = (f"{kind} flash attention kernel for {task_name}: online softmax over KV blocks, "
            "f32 running max/sum/accumulator in VMEM.\n\n"
+           f"Schedule: {strategy_line(spec)}.\n"
+           f"Levers applied: {', '.join(spec.levers) or 'none (the class default)'}.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
-    constants = "\n".join([tunables_literal(tunables), f"CAUSAL = {bool(d['causal'])}"])
-    body = (_TEMPLATE.replace("%NAME%", "attention_kernel").replace("%ARGS%", ", ".join(names))
+    constants = "\n".join([
+        tunables_literal(tunables), f"CAUSAL = {bool(d['causal'])}",
+        f"KV_IN_ONE_BLOCK = {spec.kv_in_one_block}", f"SINGLE_BUFFER_Q = {spec.single_buffer_q}",
+        f"SUB_Q = {spec.sub_q}", f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+        "MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)",
+        *(["_LOG2E = 1.4426950408889634  # exp(x) == exp2(x * log2(e))"] if spec.exp == "exp2" else [])])
+    pipelined = spec.buffers != 2 or spec.tune_schedule
+    kv_spec = ("pl.BlockSpec((head, bkv, depth), kv_index, pipeline_mode=pl.Buffered(buffers))" if pipelined
+               else "pl.BlockSpec((head, bkv, depth), kv_index)")
+    grid = ("(groups // hb, pl.cdiv(q_len, bq), pl.cdiv(kv_len, bkv))" if spec.grid_order == "gq"
+            else "(pl.cdiv(q_len, bq), groups // hb, pl.cdiv(kv_len, bkv))")
+    body = (_WRAPPER.replace("%NAME%", "attention_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]]).replace("%V%", names[d["v"]])
-            .replace("%SCALE%", scale).replace("%BQ%", str(blocks["block_q"]))
-            .replace("%BKV%", str(blocks["block_kv"])))
-    return header(doc) + "\n" + constants + "\n" + body
+            .replace("%SCALE%", scale).replace("%LOG2E%", " * _LOG2E" if spec.exp == "exp2" else "")
+            .replace("%PER_BLOCK%", "" if spec.kv_in_one_block else "    per_block = (hb,) if hb > 1 else ()\n")
+            .replace("%KV_SPEC%", kv_spec).replace("%GRID%", grid).replace("%SCRATCH%", _scratch(spec))
+            .replace("%GRID_ARGS%", "g, i, j" if spec.grid_order == "gq" else "i, g, j")
+            .replace("%BQ%", str(spec.block_q)).replace("%BKV%", str(spec.block_kv))
+            .replace("%HB%", str(spec.heads_per_block)).replace("%BUFFERS%", str(spec.buffers)))
+    return header(doc) + "\n" + constants + "\n" + _kernel_source(spec) + body
+
+
+def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
+                     chip: dict[str, Any] | None = None, spec: AttentionSpec | None = None) -> str:
+    spec = spec or default_spec(facts, params, chip)
+    return render(facts, spec, task_name, params.get("tunables"))

@@ -6,9 +6,9 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import attention, grouped, matmul, paged, rows, scan
+from agents.llm.offline import attention, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES
+from agents.llm.offline.common import LANES, SUBLANES, drop_unused_imports
 
 FALLBACK_VMEM_LIMIT = 48 * 1024 * 1024  # below the VMEM of every chip the targets model
 _JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -27,8 +27,19 @@ def plan_spec(plan: str) -> dict[str, Any]:
 
 
 def candidate_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
-                     chip: dict[str, Any] | None = None, kernel_class: str | None = None) -> str:
+                     chip: dict[str, Any] | None = None, kernel_class: str | None = None,
+                     spec: dict[str, Any] | None = None) -> str:
+    """The candidate file for `kernel_class` (the task's own by default): from `spec`, the
+    plan's schedule, where the class keeps one, else from block `params`."""
+    return drop_unused_imports(_source(facts, params, task_name, chip, kernel_class, spec))
+
+
+def _source(facts: TaskFacts, params: dict[str, Any], task_name: str, chip: dict[str, Any] | None,
+            kernel_class: str | None, spec: dict[str, Any] | None) -> str:
     c = kernel_class or facts.kernel_class
+    if c == facts.kernel_class and variety.has_spec(c):
+        schedule = variety.spec_of(facts, spec, params, chip)
+        return variety.WRITERS[c].render(facts, schedule, task_name, params.get("tunables"))
     if c == "single_block" or facts.kernel_class == "single_block":
         return rows.single_source(facts, task_name, params.get("vmem_limit_bytes"))
     if c == "matmul_epilogue":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -94,3 +95,16 @@ def dim_check_source(arg_names: list[str], arg_dims: list[tuple[Any, ...]]) -> s
                 lines.append(f"    if dims.setdefault({d!r}, {name}.shape[{axis}]) != {name}.shape[{axis}]:")
                 lines.append(f'        raise ValueError(f"{{{name}.shape=}} disagrees with the other inputs")')
     return "\n".join(lines)
+
+
+_OPTIONAL_IMPORTS = (("import functools\n", r"\bfunctools\."), ("import numpy as np\n", r"\bnp\."),
+                     ("from jax import lax\n", r"\blax\."), ("import jax.numpy as jnp\n", r"\bjnp\."),
+                     ("from jax.experimental.pallas import tpu as pltpu\n", r"\bpltpu\."))
+
+
+def drop_unused_imports(source: str) -> str:
+    """The header's imports that the file never uses removed, so a written kernel is lint-clean."""
+    for line, use in _OPTIONAL_IMPORTS:
+        if line in source and not re.search(use, source.replace(line, "", 1)):
+            source = source.replace(line, "", 1)
+    return source

@@ -118,7 +118,8 @@ def dim_source(d: Any) -> str:
         tree = pyast.parse_expression(text)
     except SyntaxError:
         raise EmitError(f"dimension {text} has no plain Python form") from None
-    return f"({ast.unparse(_DimRewriter().visit(tree))})"
+    out = ast.unparse(_DimRewriter().visit(tree))
+    return out if out.isidentifier() else f"({out})"  # a bare name needs no parentheses (UP034)
 
 
 def dtype_source(dtype: Any) -> str:

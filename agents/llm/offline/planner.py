@@ -15,7 +15,8 @@ import re
 from typing import Any
 
 from agents.llm.base import NO_GAIN_MARKER
-from agents.llm.offline import attention, grouped, matmul, paged, rows, scan
+from agents.llm.offline import attention, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
 
@@ -152,6 +153,7 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     for k in knobs:
         if isinstance(base_config.get(k), int):
             params[k] = base_config[k]
+    base_params = dict(params)
     failed, vmem_failed = _failed_levers(failures)
     candidates: list[str] = []
     profile = (parent or {}).get("profile") or {}
@@ -193,6 +195,8 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     if vmem_failed:
         evidence.append("a failure mentions VMEM: no bigger blocks")
     levers = list(FIXED_LEVERS[c])
+    if variety.has_spec(c):
+        return _choose_spec(facts, ctx, parent, base_params, base_config, usable, evidence, vmem_failed)
     if knobs and usable:
         lever = usable[seed % len(usable)] if not hinted and not candidates else usable[0]
         params = _apply(facts, lever, params, chip)
@@ -201,6 +205,37 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
         params = _seed_variant(facts, params, seed)
         levers.append("seeded_block_variant")
     return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
+            "evidence": evidence}
+
+
+def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] | None,
+                 base_params: dict[str, int], base_config: dict[str, Any], usable: list[str],
+                 evidence: list[str], vmem_failed: bool) -> dict[str, Any]:
+    """A class with a spec: the parent's spec (its plan's, with its tuned config), the profile's
+    block lever as the first choice, and the seed's pick among the catalogue's variants."""
+    c, chip = facts.kernel_class, ctx.get("chip") or {}
+    given = plan_spec(str((parent or {}).get("plan") or "")).get("spec")
+    parent_spec = variety.spec_of(facts, given if isinstance(given, dict) else None,
+                                  {**base_params, **base_config}, chip)
+    profile_lever = usable[0] if usable and BLOCK_KNOBS[c] else ""
+    profile_spec = None
+    if profile_lever:
+        moved = _apply(facts, profile_lever, base_params, chip)
+        profile_spec = variety.spec_of(facts, variety.spec_dict_of(parent_spec), moved, chip)
+    choice = variety.choose_spec(facts, parent_spec, profile_spec, profile_lever, ctx,
+                                 root=parent is None, vmem_failed=vmem_failed)
+    named = variety.hinted_levers(c, str(ctx.get("hint") or ""))
+    if named:  # the catalogue lever itself, not the block move an older author mapped it to
+        evidence = [e for e in evidence if not e.startswith("hint asks for")]
+        evidence.append(f"hint asks for catalogue lever(s): {', '.join(named)}")
+    evidence = evidence + choice.notes + [f"not applicable: {k}: {v}" for k, v in choice.not_applicable.items()]
+    if choice.stop:
+        return {"no_gain": True, "kernel_class": c, "evidence": evidence, "stop": choice.stop,
+                "not_applicable": choice.not_applicable}
+    spec = variety.spec_dict_of(choice.spec)
+    params = {k: spec[k] for k in BLOCK_KNOBS[c]}
+    return {"no_gain": False, "kernel_class": c, "levers": list(FIXED_LEVERS[c]) + list(choice.spec.levers),
+            "params": params, "spec": spec, "not_applicable": choice.not_applicable,
             "evidence": evidence}
 
 
@@ -262,15 +297,21 @@ def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], t
         if first:
             analysis.append(f"Knowledge consulted: {first}")
     if decision.get("no_gain"):
+        stop = decision.get("stop") or ""
         return "\n".join([
-            "## Analysis", *analysis, "", "## Strategy", "Stop: no kernel will beat the baseline.",
-            "```json", json.dumps({"kernel_class": c, "levers": [], "params": {}}), "```", "",
+            "## Analysis", *analysis, "", "## Strategy",
+            f"Stop, writing no candidate: {stop}." if stop else "Stop: no kernel will beat the baseline.",
+            "```json", json.dumps({"kernel_class": c, "levers": [], "params": {},
+                                   "not_applicable": decision.get("not_applicable") or {}}), "```", "",
             "## Memory layout and tiling", "Unchanged from the parent.", "",
-            "## TPU levers", "None left: the parent is at the bandwidth roofline.", "",
+            "## TPU levers", "None that applies here (see the reasons above)." if stop else
+            "None left: the parent is at the bandwidth roofline.", "",
             "## Grid and BlockSpecs", "Unchanged.", "",
             "## Expected effect", NO_GAIN_MARKER, ""])
     params = decision["params"]
     spec = {"kernel_class": c, "levers": decision["levers"], "params": params}
+    if decision.get("spec"):
+        spec["spec"] = decision["spec"]
     vmem, arithmetic = vmem_bytes(facts, params) if params or not BLOCK_KNOBS[c] else (0, "")
     limit = scoped_vmem(chip)
     return "\n".join([

@@ -86,8 +86,9 @@ class OfflineProvider(Provider):
         note = (f"Kernel class {facts.kernel_class}"
                 + (f" (plan asked for {wanted})" if wanted in CLASSES and wanted != facts.kernel_class else "")
                 + f"; parameters {params}.")
+        schedule = spec.get("spec") if isinstance(spec.get("spec"), dict) else None
         code = candidate_source(facts, params, str(ctx.get("task_name") or "task"), ctx.get("chip"),
-                                kernel_class)
+                                kernel_class, schedule)
         return _code_answer(checked_source(code, f"a {kernel_class} kernel"), note)
 
     def _fix(self, ctx: dict[str, Any]) -> str:

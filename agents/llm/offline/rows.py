@@ -10,6 +10,7 @@ last block may hang past the end, and its extra rows are computed and dropped.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from agents.llm.offline.common import (
     tunables_literal,
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
+from agents.llm.offline.levers import deepest_buffering
 
 DEFAULT_HBM_BYTES_PER_S = 1.64e12  # v6e, when the request's chip figures leave it out
 DEFAULT_STEP_OVERHEAD_S = 0.35e-6
@@ -87,51 +89,90 @@ def rows_tunables(default: int, align: int) -> dict[str, list[int]]:
     return {"block_rows": values[:4]}
 
 
-_ROW_WRAPPER = '''
+_WHOLE_KERNEL = '''
 
-def _kernel(*refs, dims, n_in):
+def _kernel(*refs, dims, n_in, sub_rows):
+    """One block of whole rows: the reference's ops on the block in VMEM."""
+    del sub_rows
     values = [ref[...] for ref in refs[:n_in]]
     outs = _body(*values, **dims)
     for ref, value in zip(refs[n_in:], outs, strict=True):
         ref[...] = value.astype(ref.dtype)
+'''
 
+_SUB_TILE_KERNEL = '''
 
-def _row_spec(shape, block_rows):
+def _kernel(*refs, dims, n_in, sub_rows):
+    """One block of whole rows in `sub_rows` sub-tiles, so live values stay in vregs."""
+    in_refs, out_refs = refs[:n_in], refs[n_in:]
+    rows = out_refs[0].shape[0] // sub_rows
+    sub_dims = {**dims, _ROW: rows}
+
+    def _sub_tile(s, carry):
+        r = pl.multiple_of(s * rows, rows)
+        values = [ref[pl.ds(r, rows)] if is_row else ref[...]
+                  for ref, is_row in zip(in_refs, _ROW_INPUTS, strict=True)]
+        outs = _body(*values, **sub_dims)
+        for ref, value in zip(out_refs, outs, strict=True):
+            ref[pl.ds(r, rows)] = value.astype(ref.dtype)
+        return carry
+
+    lax.fori_loop(0, sub_rows, _sub_tile, 0, unroll=True)
+'''
+
+_RECIPROCAL_DIV = '''
+
+def _div(x, y):
+    """x / y as one reciprocal per element of the smaller (broadcast) divisor and a multiply."""
+    if jnp.issubdtype(jnp.result_type(x, y), jnp.floating) and jnp.size(y) < jnp.size(x):
+        return _nary(lax.mul_p, dict(), x, (1.0 / jnp.asarray(y)).astype(jnp.result_type(x, y)))
+    return _nary(lax.div_p, dict(), x, y)
+'''
+
+_ROW_WRAPPER = '''
+
+def _row_spec(shape, block_rows, buffers):
     rest = (0,) * (len(shape) - 1)
-    return pl.BlockSpec((block_rows, *shape[1:]), lambda i: (i, *rest))
+    if buffers == 2:
+        return pl.BlockSpec((block_rows, *shape[1:]), lambda i: (i, *rest))
+    return pl.BlockSpec((block_rows, *shape[1:]), lambda i: (i, *rest), pipeline_mode=pl.Buffered(buffers))
 
 
 def _whole_spec(shape):
     zeros = (0,) * len(shape)
+    if SINGLE_BUFFER_WHOLE:  # the block never moves: one buffer
+        return pl.BlockSpec(tuple(shape), lambda i: zeros, pipeline_mode=pl.Buffered(1))
     return pl.BlockSpec(tuple(shape), lambda i: zeros)
 
 
-@functools.partial(jax.jit, static_argnames=("block_rows",))
-def %NAME%(%ARGS%, *, block_rows: int = %DEFAULT%):
+@functools.partial(jax.jit, static_argnames=("block_rows", "buffers", "sub_rows"))
+def %NAME%(%ARGS%, *, block_rows: int = %DEFAULT%, buffers: int = %BUFFERS%, sub_rows: int = %SUB_ROWS%):
 %CHECKS%
     rows = dims[_ROW]
     if block_rows % _ROW_ALIGN:
         raise ValueError(f"{block_rows=} must be a multiple of {_ROW_ALIGN}")
     block_rows = rows if rows <= block_rows else block_rows
+    sub = sub_rows if block_rows % (sub_rows * _ROW_ALIGN) == 0 else 1
     args = (%ARGS%,)
     out_avals = _out_avals(**dims)
     block_dims = {**dims, _ROW: block_rows}
-    in_specs = [_row_spec(x.shape, block_rows) if is_row else _whole_spec(x.shape)
+    in_specs = [_row_spec(x.shape, block_rows, buffers) if is_row else _whole_spec(x.shape)
                 for x, is_row in zip(args, _ROW_INPUTS, strict=True)]
-    out_specs = [_row_spec(shape, block_rows) for shape, _ in out_avals]
+    out_specs = [_row_spec(shape, block_rows, 2) for shape, _ in out_avals]
     outs = pl.pallas_call(
-        functools.partial(_kernel, dims=block_dims, n_in=len(args)),
+        functools.partial(_kernel, dims=block_dims, n_in=len(args), sub_rows=sub),
         out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
         grid=(pl.cdiv(rows, block_rows),),
         in_specs=in_specs,
         out_specs=out_specs,
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*args)
     return %RETURN%
 
 
-def build(block_rows: int = %DEFAULT%):
-    return functools.partial(%NAME%, block_rows=block_rows)
+def build(block_rows: int = %DEFAULT%, buffers: int = %BUFFERS%, sub_rows: int = %SUB_ROWS%):
+    return functools.partial(%NAME%, block_rows=block_rows, buffers=buffers, sub_rows=sub_rows)
 '''
 
 _SINGLE_WRAPPER = '''
@@ -190,23 +231,80 @@ def _fill(template: str, facts: TaskFacts, fn_name: str, default: int = 0) -> st
             .replace("%RETURN%", ret).replace("%DEFAULT%", str(default)))
 
 
-def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str) -> str:
-    """A row-block candidate file; `params['block_rows']` is the default block."""
+@dataclass(frozen=True)
+class RowsSpec:
+    """The schedule of one row-block kernel (the reference's own ops never change)."""
+
+    block_rows: int
+    buffers: int = 2  # pipeline depth of the row-shaped inputs
+    single_buffer_whole: bool = False  # inputs without a row axis (weights) get one buffer
+    sub_rows: int = 1  # inner fori_loop sub-tiles per block
+    reciprocal_div: bool = False  # a division by a broadcast row statistic as 1/y and a multiply
+    vmem_limit_bytes: int | None = None
+    tune_schedule: bool = False  # buffers and sub_rows in TUNABLES too
+    levers: tuple[str, ...] = field(default=(), compare=False)
+
+
+def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> RowsSpec:
     align = row_align(facts)
-    default = int(params.get("block_rows") or 0) or default_block_rows(facts, None)
-    default = round_down(default, align)
+    default = int(params.get("block_rows") or 0) or default_block_rows(facts, chip)
+    return RowsSpec(block_rows=round_down(default, align))
+
+
+def strategy_line(spec: RowsSpec) -> str:
+    parts = [f"{spec.block_rows} whole rows per block"]
+    if spec.buffers != 2:
+        parts.append(f"{spec.buffers}-deep row pipeline")
+    if spec.single_buffer_whole:
+        parts.append("single buffer for the inputs without a row axis")
+    if spec.sub_rows > 1:
+        parts.append(f"{spec.sub_rows} fori_loop sub-tiles per block")
+    if spec.reciprocal_div:
+        parts.append("divisions by row statistics as one reciprocal and a multiply")
+    if spec.vmem_limit_bytes:
+        parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    return "; ".join(parts)
+
+
+def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
+                spec: RowsSpec | None = None) -> str:
+    """A row-block candidate file for `spec` (by default `params['block_rows']` rows)."""
+    align = row_align(facts)
+    spec = spec or default_spec(facts, params, None)
+    default = round_down(spec.block_rows, align)
     tunables = aligned_tunables(params.get("tunables") or rows_tunables(default, align),
                                 {"block_rows": align})
+    if spec.tune_schedule:
+        tunables = {**tunables, **({"buffers": list(dict.fromkeys([spec.buffers, 2, 3]))} if deepest_buffering() > 2 else {}),
+                    "sub_rows": list(dict.fromkeys([spec.sub_rows, 1, 2]))}
     doc = (f"{facts.kernel_class} kernel for {task_name}: blocks of whole rows, the reference's "
-           "ops evaluated in VMEM.\n\n" + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+           "ops evaluated in VMEM.\n\n"
+           f"Schedule: {strategy_line(spec)}.\n"
+           f"Levers applied: {', '.join(spec.levers) or 'none (the class default)'}.\n\n"
+           + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     constants = "\n".join([
         tunables_literal(tunables),
         f"_ROW = {facts.detail['row']!r}",
         f"_ROW_ALIGN = {'LANES' if align == LANES else 'SUBLANES' if align == SUBLANES else align}",
         f"_ROW_INPUTS = {tuple(facts.detail['row_inputs'])!r}",
+        f"SINGLE_BUFFER_WHOLE = {spec.single_buffer_whole}",
+        f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
     ])
-    return (header(doc) + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + facts.body_source
-            + "\n\n\n" + _out_avals_source(facts) + _fill(_ROW_WRAPPER, facts, "rows_kernel", default))
+    body = facts.body_source
+    helpers = NARY_HELPER
+    if spec.reciprocal_div:
+        body = body.replace("_nary(lax.div_p, dict(), ", "_div(")
+        helpers += _RECIPROCAL_DIV
+    kernel = _SUB_TILE_KERNEL if spec.sub_rows > 1 or spec.tune_schedule else _WHOLE_KERNEL
+    wrapper = (_ROW_WRAPPER.replace("%BUFFERS%", str(spec.buffers))
+               .replace("%SUB_ROWS%", str(spec.sub_rows)))
+    return (header(doc) + "\n" + constants + "\n" + helpers + "\n\n" + body
+            + "\n\n\n" + _out_avals_source(facts) + kernel + _fill(wrapper, facts, "rows_kernel", default))
+
+
+def render(facts: TaskFacts, spec: RowsSpec, task_name: str,
+           tunables: dict[str, list[int]] | None = None) -> str:
+    return rows_source(facts, {"tunables": tunables} if tunables else {}, task_name, spec)
 
 
 def single_source(facts: TaskFacts, task_name: str, vmem_limit_bytes: int | None = None) -> str:

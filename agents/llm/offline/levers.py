@@ -1,0 +1,138 @@
+"""The lever registry: each catalogue lever a pure function `spec -> [spec, ...] | NotApplicable`.
+
+A kernel class keeps a small frozen spec of its schedule (blocks, grid order, buffering,
+accumulator, precision, ...); a lever maps the parent's spec to the list of distinct specs
+it can become (one per value it may take, each different from the parent), or says why it
+does not apply. The seed only picks among those variants, so "no two children alike" is a
+property of specs, decided before any code is written. The ids are `knowledge/levers.md`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.llm.offline.classify import TaskFacts
+
+CATALOGUE_CLASS = {"elementwise": "elementwise", "rowwise": "rowwise", "rows_generic": "row_independent",
+                   "matmul_epilogue": "matmul", "attention": "attention"}
+"""A kernel class of the author -> its name in the catalogue's `classes:` lines."""
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """A lever that does not apply to this class or task, with the reason (costs no candidate)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class LeverContext:
+    """What a lever may read besides the spec: the task's facts and the chip's figures."""
+
+    facts: TaskFacts
+    chip: dict[str, Any] = field(default_factory=dict)
+
+
+Lever = Callable[[Any, LeverContext], "list[Any] | NotApplicable"]
+REGISTRY: dict[str, dict[str, Lever]] = {}
+STANDING: dict[str, set[str]] = {}
+"""Per class, the levers with no code path at all (registered by `not_applicable`)."""
+
+
+def lever(kernel_classes: Iterable[str], lever_id: str) -> Callable[[Lever], Lever]:
+    """Register `fn` under catalogue id `lever_id` for each of `kernel_classes`."""
+    def register(fn: Lever) -> Lever:
+        for c in kernel_classes:
+            REGISTRY.setdefault(c, {})[lever_id] = fn
+        return fn
+    return register
+
+
+def not_applicable(kernel_classes: Iterable[str], lever_id: str, reason: str) -> None:
+    """Register a lever that never applies to these classes, with the standing reason."""
+    for c in kernel_classes:
+        STANDING.setdefault(c, set()).add(lever_id)
+    lever(kernel_classes, lever_id)(lambda spec, ctx: NotApplicable(reason))
+
+
+def variants(kernel_class: str, spec: Any, lever_id: str, ctx: LeverContext) -> list[Any] | NotApplicable:
+    """The distinct specs `lever_id` turns `spec` into, in a fixed order, or why none."""
+    fn = REGISTRY.get(kernel_class, {}).get(lever_id)
+    if fn is None:
+        return NotApplicable(f"{lever_id} has no code path in the {kernel_class} writer")
+    out = fn(spec, ctx)
+    if isinstance(out, NotApplicable):
+        return out
+    distinct = list(dict.fromkeys(s for s in out if s != spec))
+    if not distinct:
+        return NotApplicable(f"{lever_id}: every value it can take is already the parent's")
+    return distinct
+
+
+def changed(spec: Any, **fields: Any) -> Any:
+    return dataclasses.replace(spec, **fields)
+
+
+def spec_dict(spec: Any) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def spec_from(cls: type, default: Any, given: dict[str, Any] | None) -> Any:
+    """`default` with the fields of `given` that `cls` has and whose type matches."""
+    if not isinstance(given, dict):
+        return default
+    names = {f.name for f in dataclasses.fields(cls)}
+    keep: dict[str, Any] = {}
+    for k, v in given.items():
+        if k not in names:
+            continue
+        v = tuple(v) if isinstance(v, list) else v  # json has lists where a spec has tuples
+        current = getattr(default, k)
+        same_type = isinstance(v, type(current)) and isinstance(v, bool) == isinstance(current, bool)
+        if current is None or same_type:
+            keep[k] = v
+    return dataclasses.replace(default, **keep)
+
+
+def seed_index(seed: int) -> int:
+    """Which variant a seed picks: the sum of its base-1000 digits. Seeds are built as
+    `run * 1000 + ordinal` per expansion and `* 1000 + iteration` per step (agents/search.py,
+    agents/steps.py), so siblings and successive iterations land on consecutive indices
+    instead of multiples of 1000 that a small modulus would fold together."""
+    seed, total = abs(int(seed)), 0
+    while seed:
+        seed, digit = divmod(seed, 1000)
+        total += digit
+    return total
+
+
+@functools.cache
+def deepest_buffering() -> int:
+    """The largest `pl.Buffered(n)` the installed JAX lowers on a TPU BlockSpec: its Mosaic
+    lowering refuses `buffer_count > 2` ("Only single (1) and double (2) buffering are
+    supported") in jax 0.10; read from that check, so a JAX that lifts it is noticed."""
+    try:
+        from jax._src.pallas.mosaic import lowering
+
+        found = re.search(r"buffer_count > (\d+)", inspect.getsource(lowering))
+    except (ImportError, OSError, TypeError):
+        return 2
+    return int(found.group(1)) if found else 2
+
+
+def deeper_buffers_refused(depth: int) -> NotApplicable | None:
+    """Why `depth` buffers cannot be written for this JAX, or None when they can."""
+    limit = deepest_buffering()
+    if depth <= limit:
+        return None
+    import jax
+
+    return NotApplicable(f"the installed JAX ({jax.__version__}) lowers pl.Buffered(n) for TPU only "
+                         f"for n <= {limit} ('Only single (1) and double (2) buffering are supported'); "
+                         "single buffers for blocks that never move are a separate lever")

@@ -1,0 +1,147 @@
+"""The catalogue's elementwise / rowwise / row-independent levers as spec transformations.
+
+Each returns the distinct `RowsSpec`s it can make of the parent's, best guess first, or
+`NotApplicable` with the reason this task's kernel has no use for it.
+"""
+
+from __future__ import annotations
+
+from agents.llm.offline.common import scoped_vmem
+from agents.llm.offline.levers import (
+    LeverContext,
+    NotApplicable,
+    changed,
+    deeper_buffers_refused,
+    deepest_buffering,
+    lever,
+    not_applicable,
+)
+from agents.llm.offline.rows import RowsSpec, row_align, row_bytes
+
+C = ("elementwise", "rowwise", "rows_generic")
+FALLBACK_VMEM = 128 * 1024 * 1024
+
+
+def _rows(ctx: LeverContext) -> int:
+    return ctx.facts.dim_values[ctx.facts.detail["row"]]
+
+
+def _whole_bytes(ctx: LeverContext) -> int:
+    return sum(a.nbytes for a, r in zip(ctx.facts.args, ctx.facts.detail["row_inputs"], strict=True) if not r)
+
+
+def _effective(spec: RowsSpec, ctx: LeverContext) -> int:
+    return min(spec.block_rows, _rows(ctx))
+
+
+def _vmem(spec: RowsSpec, ctx: LeverContext) -> int:
+    br = _effective(spec, ctx)
+    return (max(spec.buffers, 2) * br * row_bytes(ctx.facts)
+            + (1 if spec.single_buffer_whole else 2) * _whole_bytes(ctx))
+
+
+def _fits(spec: RowsSpec, ctx: LeverContext) -> bool:
+    return _vmem(spec, ctx) <= (spec.vmem_limit_bytes or scoped_vmem(ctx.chip)) // 2
+
+
+def _raised_limit(ctx: LeverContext) -> int:
+    vmem = ctx.chip.get("vmem_bytes")
+    return int(vmem) * 3 // 4 if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM * 3 // 4
+
+
+def _sized(spec: RowsSpec, ctx: LeverContext, rows: int) -> RowsSpec:
+    align = row_align(ctx.facts)
+    top = -(-_rows(ctx) // align) * align
+    return changed(spec, block_rows=max(align, min(rows, top) // align * align))
+
+
+@lever(C, "block_shape")
+def block_shape(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    br = spec.block_rows
+    out = [_sized(spec, ctx, r) for r in (br * 2, br // 2, br * 4, br // 4)]
+    return [s for s in out if _effective(s, ctx) != _effective(spec, ctx) and _fits(s, ctx)]
+
+
+@lever(C, "buffering")
+def buffering(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    refused = deeper_buffers_refused(3)
+    if refused:
+        return refused
+    out = [changed(spec, buffers=b) for b in (3, 4) if b != spec.buffers and b <= deepest_buffering()]
+    return [s for s in out if _fits(s, ctx)] or NotApplicable("a deeper row pipeline does not fit VMEM")
+
+
+@lever(C, "single_buffer_invariants")
+def single_buffer(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    if not _whole_bytes(ctx):
+        return NotApplicable("every input has a row axis: no block stays put")
+    if spec.single_buffer_whole:
+        return NotApplicable("the inputs without a row axis are already single-buffered")
+    return [changed(spec, single_buffer_whole=True)]
+
+
+@lever(C, "vmem_budget")
+def vmem_budget(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    raised = changed(spec, vmem_limit_bytes=_raised_limit(ctx))
+    out = [_sized(raised, ctx, spec.block_rows * 4), _sized(raised, ctx, spec.block_rows * 2), raised]
+    out = [s for s in out if s == raised or _effective(s, ctx) != _effective(spec, ctx)]
+    return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger block fits even the raised limit")
+
+
+@lever(C, "inner_loop")
+def inner_loop(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    br, align = _effective(spec, ctx), row_align(ctx.facts)
+    out = [changed(spec, sub_rows=s) for s in (2, 4) if s != spec.sub_rows and br % (s * align) == 0]
+    return out or NotApplicable(f"a {br}-row block has no sub-tiles of whole {align}-row tiles")
+
+
+@lever(C, "transcendentals")
+def transcendentals(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    if "lax.div_p" not in (ctx.facts.body_source or ""):
+        return NotApplicable("the body has no division; each transcendental it has (tanh, logistic, "
+                             "rsqrt, exp) is already a single EUP op")
+    if spec.reciprocal_div:
+        return NotApplicable("divisions are already one reciprocal and a multiply")
+    return [changed(spec, reciprocal_div=True)]
+
+
+@lever(C, "autotune_space")
+def autotune_space(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    if spec.tune_schedule:
+        return NotApplicable("buffers and sub_rows are already TUNABLES")
+    return [changed(spec, tune_schedule=True)]
+
+
+@lever(C, "lane_dense_layout")
+def lane_dense(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    widths = {a.shape[-1] for a in ctx.facts.args if len(a.shape) >= 2}
+    if all(w % 128 == 0 for w in widths):
+        return NotApplicable(f"the last axes ({', '.join(map(str, sorted(widths)))}) are already "
+                             "multiples of 128 lanes")
+    return NotApplicable("no code path: a narrow last axis is not yet reshaped or row-packed")
+
+
+_ONE_KERNEL = "the reference's whole jaxpr already runs inside the one kernel"
+not_applicable(C, "dimension_semantics", "the only grid axis (row blocks) is already parallel")
+not_applicable(C, "grid_order", "one grid axis: nothing to reorder")
+not_applicable(C, "prologue_fusion", _ONE_KERNEL)
+not_applicable(C, "epilogue_fusion", _ONE_KERNEL)
+not_applicable(C, "kernel_fusion", _ONE_KERNEL)
+not_applicable(C, "recompute_vs_store", "no intermediate goes to HBM: " + _ONE_KERNEL)
+not_applicable(C, "multiple_outputs", "all of the reference's outputs come from the one kernel already")
+not_applicable(C, "masking", "the last block's extra rows are computed and dropped on write; rows are "
+               "independent, so no mask is needed")
+not_applicable(C, "alignment", "blocks are already multiples of the row tile for the dtypes")
+not_applicable(C, "flatten_leading_axes", "no code path: the body's reductions name the axes, so merging "
+               "axes into rows would change them")
+not_applicable(C, "precision", "elementwise math runs in the reference's own dtypes")
+not_applicable(C, "hoisting", "inputs without a row axis are fetched once (constant index map); no "
+               "per-step invariant is left in the body")
+not_applicable(C, "resident_operands", "inputs without a row axis already have a constant index map: "
+               "one copy for the whole grid")
+not_applicable(C, "accumulator", "each row's reductions finish inside its block: nothing is carried")
+not_applicable(C, "online_reduction", "whole rows per block: every reduction is one pass already")
+not_applicable(C, "reduction_in_one_block", "whole rows per block: the reduction axis is never split")
+not_applicable(C, "reduction_layout", "the reductions are the reference's own; no code path re-lays them out")
+not_applicable(C, "manual_dma", "no code path: the BlockSpec pipeline fetches each row block one step ahead")
+not_applicable(C, "scalar_prefetch", "rows are independent and dense: no data-dependent block indices")

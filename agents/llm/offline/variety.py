@@ -1,0 +1,163 @@
+"""Seeded variety over kernel specs: which schedule an expansion writes, decided on specs.
+
+An expansion's space is an ordered list of distinct specs, none equal to the parent's:
+with a catalogue lever in the hint, that lever's variants, then each of them combined with
+one more lever; without one, the profile's choice, then every lever's variants. The seed
+picks a position (`levers.seed_index`), so children with different seeds or hints get
+different specs until the space is exhausted, and the plan says when it is. A hinted lever
+that does not apply ends the expansion with its reason instead of a duplicate kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agents.llm.offline import (  # noqa: F401  (registers the levers)
+    attention,
+    attention_levers,
+    matmul,
+    matmul_levers,
+    rows,
+    rows_levers,
+)
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.levers import (
+    REGISTRY,
+    LeverContext,
+    NotApplicable,
+    seed_index,
+    spec_from,
+    variants,
+)
+
+WRITERS: dict[str, Any] = {"matmul_epilogue": matmul, "attention": attention, "elementwise": rows,
+                           "rowwise": rows, "rows_generic": rows}
+SPEC_TYPES: dict[str, type] = {"matmul_epilogue": matmul.MatmulSpec, "attention": attention.AttentionSpec,
+                               "elementwise": rows.RowsSpec, "rowwise": rows.RowsSpec,
+                               "rows_generic": rows.RowsSpec}
+PREFERRED = {"bigger_blocks": "block_shape", "smaller_blocks": "block_shape", "full_k": "reduction_in_one_block",
+             "mxu_aligned_tiles": "mxu_alignment", "whole_kv_row": "reduction_in_one_block"}
+"""The profile's block-size levers -> the catalogue lever tried first after them."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    spec: Any
+    lever: str  # the catalogue id (or profile lever) that made it; "" for the class default
+    notes: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    stop: str = ""  # non-empty: write nothing, with this reason
+
+
+def has_spec(kernel_class: str) -> bool:
+    return kernel_class in SPEC_TYPES
+
+
+def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> Any:
+    writer = WRITERS[facts.kernel_class]
+    return writer.default_spec(facts, params, None if writer is rows else chip)
+
+
+def spec_of(facts: TaskFacts, given: dict[str, Any] | None, params: dict[str, Any],
+            chip: dict[str, Any] | None) -> Any:
+    """The spec a plan (or a parent's plan and tuned config) describes, on the class default."""
+    spec = spec_from(SPEC_TYPES[facts.kernel_class], default_spec(facts, params, chip), given)
+    knobs = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    return spec_from(SPEC_TYPES[facts.kernel_class], spec, knobs)
+
+
+def hinted_levers(kernel_class: str, hint: str) -> list[str]:
+    """Catalogue ids named by the hint's `[lever=a+b ...]` tag, or written out in its text."""
+    known = REGISTRY.get(kernel_class, {})
+    tag = re.match(r"\s*\[lever=([\w+]+)", hint or "")
+    ids = [i for i in (tag.group(1).split("+") if tag else []) if i in known]
+    text = (hint or "").lower()
+    ids += [i for i in known if not tag and re.search(rf"\b{i}\b", text)]
+    return list(dict.fromkeys(ids))
+
+
+def _vmem(facts: TaskFacts, spec: Any, ctx: LeverContext) -> int:
+    if isinstance(spec, rows.RowsSpec):
+        return rows_levers._vmem(spec, ctx)
+    return WRITERS[facts.kernel_class].vmem_bytes(facts, spec)
+
+
+def _label(spec: Any, *ids: str) -> Any:
+    return replace(spec, levers=tuple(dict.fromkeys((*spec.levers, *[i for i in ids if i]))))
+
+
+def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, profile_lever: str,
+                ctx: dict[str, Any], *, root: bool, vmem_failed: bool) -> Choice:
+    """The spec this expansion writes (see the module docstring)."""
+    c = facts.kernel_class
+    lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
+    seed = int(ctx.get("seed") or 0)
+    index = seed_index(seed)
+    hinted = hinted_levers(c, str(ctx.get("hint") or ""))
+    na: dict[str, str] = {}
+    notes: list[str] = []
+    all_ids = list(REGISTRY.get(c, {}))
+    space: list[tuple[Any, str]] = []
+
+    def each(spec: Any, ids: list[str]) -> list[tuple[Any, str]]:
+        out = []
+        for lid in ids:
+            got = variants(c, spec, lid, lctx)
+            if isinstance(got, NotApplicable):
+                if spec == parent_spec:
+                    na[lid] = got.reason
+                continue
+            out += [(_label(s, lid), lid) for s in got]
+        return out
+
+    if hinted:
+        first = each(parent_spec, hinted[:1])
+        for extra in hinted[1:]:  # a crossover: the levers together first, then the first alone
+            first = [(both, f"{lid}+{x}") for one, lid in first for both, x in each(one, [extra])] + first
+        if not first:
+            reasons = "; ".join(f"{i}: {na.get(i, 'no variant')}" for i in hinted)
+            return Choice(parent_spec, "", notes, na, stop=f"the hinted lever does not apply here ({reasons})")
+        # then each variant with one lever more, only levers after the hinted one: a pair is
+        # reached from one hint, and never a spec one lever makes alone (that is its hint's)
+        later = [i for i in all_ids[all_ids.index(hinted[0]) + 1:] if i not in hinted]
+        alone = {s for s, _ in each(parent_spec, [i for i in all_ids if i not in hinted])}
+        space = first + [(both, f"{lid}+{extra}") for one, lid in first for both, extra in each(one, later)
+                         if both not in alone]
+    else:
+        order = [PREFERRED[profile_lever]] if profile_lever in PREFERRED else []
+        order += [i for i in all_ids if i not in order]
+        if profile_spec is not None and profile_spec != parent_spec:
+            space.append((_label(profile_spec, profile_lever), profile_lever))
+        space += each(parent_spec, order)
+    if vmem_failed:
+        limit = _vmem(facts, parent_spec, lctx)
+        space = [(s, lid) for s, lid in space if _vmem(facts, s, lctx) <= limit]
+        notes.append("a failure mentions VMEM: only specs that need no more VMEM than the parent")
+    unique: dict[Any, str] = {}
+    for s, lid in space:
+        if s != parent_spec:
+            unique.setdefault(s, lid)
+    ordered = list(unique.items())
+    if root and not hinted:  # a root's first variant is the class default
+        ordered = [(parent_spec, ""), *ordered]
+    if not ordered:
+        return Choice(parent_spec, "", notes, na, stop="every lever of this class is exhausted for "
+                      "this kernel: no spec differs from the parent's")
+    position = index % len(ordered)
+    if index >= len(ordered):
+        notes.append(f"seed {seed} (variant index {index}) is past the {len(ordered)} distinct specs "
+                     f"this {'hint' if hinted else 'parent'} allows: the space is exhausted, so this "
+                     f"child repeats variant {position}")
+    spec, lid = ordered[position]
+    notes.append(f"seed {seed} picks variant {position} of {len(ordered)} distinct specs"
+                 + (f" ({lid})" if lid else " (the class default)"))
+    return Choice(spec, lid, notes, na)
+
+
+def spec_dict_of(spec: Any) -> dict[str, Any]:
+    """A spec as the plan's json holds it (tuples as lists)."""
+    from dataclasses import asdict
+
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}
