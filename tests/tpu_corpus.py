@@ -166,7 +166,8 @@ def offline(chip: str = "v6e") -> Iterator[Program]:
 # Adversarial candidates with a kernel worth compiling, and the test task each targets.
 # (Those whose point is the sandbox, the wire or the process are judged before any compile.)
 ADVERSARIAL = [
-    ("f32_copies_over_vmem.py", "matmul_small"), ("hidden_trip_count.py", "matmul_small"),
+    ("f32_copies_over_vmem.py", "matmul_bf16"), ("f32_copies_over_vmem.py", "matmul_small"),
+    ("hidden_trip_count.py", "matmul_small"),
     ("parallel_accumulation.py", "matmul_small"), ("half_grid.py", "rmsnorm_small"),
     ("hardcoded_shapes.py", "rmsnorm_small"), ("nonfinite.py", "rmsnorm_small"),
     ("nan_to_zero.py", "rmsnorm_small"), ("xla_math_copy_kernel.py", "rmsnorm_small"),

@@ -15,7 +15,8 @@ sandboxed child (:mod:`tools.child.tpucompile`) under a time limit per program; 
 over its limit is a verdict naming the limit, never a hang. Results are cached by
 (sha256 of the program text, chip, libtpu version), in memory and on disk.
 
-Without libtpu nothing changes: every report says "emulated compile check".
+Without libtpu nothing changes: every report says "emulated compile check" (and so does
+one with ``KG_TPU_COMPILER=0``, which keeps the emulated check alone).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ EMULATED = "emulated compile check"
 # One TensorCore of a small slice is the compile target; the slice's name is libtpu's.
 TOPOLOGIES: dict[str, str] = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v7": "tpu7x:2x2x1"}
 LIMIT_ENV = "KG_TPU_COMPILE_LIMIT_S"
+SWITCH_ENV = "KG_TPU_COMPILER"  # "0": the emulated check alone, even with libtpu installed
 CACHE_ENV = "KG_TPU_COMPILE_CACHE"
 DEFAULT_LIMIT_S = 120.0
 _MESSAGE_CHARS = 2000
@@ -78,14 +80,22 @@ def libtpu_version() -> str | None:
         return "unknown"
 
 
+def switched_off() -> bool:
+    return os.environ.get(SWITCH_ENV, "").strip() in ("0", "off", "false", "no")
+
+
 def available() -> bool:
-    return libtpu_version() is not None
+    return libtpu_version() is not None and not switched_off()
 
 
 def compiler_name() -> str:
     """What a report names as its compile check."""
     version = libtpu_version()
-    return EMULATED if version is None else f"TPU compiler (libtpu {version}, ahead of time)"
+    if version is None:
+        return EMULATED
+    if switched_off():
+        return f"{EMULATED} ({SWITCH_ENV}=0)"
+    return f"TPU compiler (libtpu {version}, ahead of time)"
 
 
 def topology_name(chip: str) -> str:
@@ -343,9 +353,11 @@ def decide(emulated: Any, real: RealCompile | None, *, unavailable: str = "") ->
     if real is None:
         checker = EMULATED if not unavailable else f"{EMULATED} ({unavailable})"
         return msgspec.structs.replace(emulated, checker=checker)
+    # Refused by both: the compiler's figures first, then the emulated check's account of
+    # what does not fit (the block, value or op it names is what a fix acts on).
     diagnostics = [] if real.ok else [Diagnostic(
         f"TPU compiler ({real.chip}): {real.message}", None, None, _hint_for(real.message),
-        None, real.kind)]
+        None, real.kind), *emulated.diagnostics]
     return msgspec.structs.replace(
         emulated, ok=real.ok, diagnostics=diagnostics, checker=compiler_name(),
         emulated_ok=emulated.ok, compile_seconds=real.seconds)
@@ -360,7 +372,7 @@ def check(text: str, *, chip: Any, program: Any = None) -> Any:
     emulated = check_lowered(text, chip=chip, program=program)
     name = get_chip(chip).name if isinstance(chip, str) else chip.name
     if not available():
-        return decide(emulated, None)
+        return decide(emulated, None, unavailable=f"{SWITCH_ENV}=0" if switched_off() else "")
     try:
         return decide(emulated, compile_all([text], name)[0])
     except TpuCompilerError as exc:
@@ -377,6 +389,8 @@ class Compiled:
         self.results: dict[str, RealCompile] = {}
         self.unavailable = ""
         texts = [t for t in texts if t]
+        if switched_off():
+            self.unavailable = f"{SWITCH_ENV}=0"
         if not texts or not available():
             return
         try:
