@@ -14,6 +14,14 @@
 - `policies`: `kernelgraph bench` of the tasks under each policy at the same candidate
   budget (offline author, simulated speedups): tasks correct, floored geometric mean,
   fast_1, candidates used and candidates needed to reach each run's best.
+- `climb` (`--part climb [--tasks ...] [--climb-budget 12]`): `kernelgraph bench TASKS
+  --policy greedy --budget-candidates 12` (default: every shipped task; pass a subset with
+  --tasks, these runs are expensive), then per task, from the log by the projections' one
+  definition (`projections.metrics.Efficiency`): the first valid candidate's speedup
+  (before), the best (after), best over first, candidates, distinct kernels and kernels
+  tested twice; overall: tasks whose best is >= 1.10x their first (goal: half), distinct
+  kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
+  core-minute, wall time.
 """
 
 from __future__ import annotations
@@ -129,6 +137,61 @@ def policies(tasks: list[str], names: list[str], budget: int, iterations: int) -
     return json.loads(done.stdout)
 
 
+def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None) -> dict[str, Any]:
+    """A greedy bench at `budget` candidates per task, read back per task from its log (kept
+    at `keep` when given, for `kernelgraph replay` and `report`)."""
+    from eventstore.events import RunRequested
+    from eventstore.log import EventLog
+    from projections.metrics import CLIMBED, Metrics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
+               "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
+        db = keep or Path(tmp) / "climb.duckdb"
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "kernelgraph", "bench", *tasks,
+                               "--policy", "greedy", "--budget-candidates", str(budget),
+                               "--jobs", str(jobs), "--db", str(db), "--json", "--quiet"],
+                              env=env, capture_output=True, text=True, timeout=12 * 3600)
+        wall = time.perf_counter() - started
+        if done.returncode not in (0, 1) or not db.exists():
+            raise RuntimeError(done.stderr[-3000:])
+        per_task: dict[str, Any] = {}
+        judged = 0
+        with EventLog(db, read_only=True) as log:
+            for run in log.runs():
+                events = list(log.events(run_id=run.run_id))
+                requested = next((e for e in events if isinstance(e, RunRequested)), None)
+                stats = Metrics(run.run_id).apply_all(events).state.runs.get(run.run_id)
+                if requested is None or stats is None:
+                    continue
+                eff = stats.efficiency
+                judged += eff.judged
+                ratio = eff.best_over_first
+                per_task[requested.task_name] = {
+                    "before": eff.first_valid, "after": eff.best_valid,
+                    "verified": stats.final_speedup if stats.finished else None,
+                    "best_over_first": round(ratio, 4) if ratio is not None else None,
+                    "climbed": ratio is not None and ratio >= CLIMBED * (1 - 1e-9),
+                    **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
+                                                      "tested_twice", "candidates_to_best")}}
+    candidates = sum(t["candidates"] for t in per_task.values())
+    distinct = sum(t["distinct_kernels"] for t in per_task.values())
+    cores = os.cpu_count() or 1
+    return {
+        "command": f"kernelgraph bench {' '.join(Path(t).name for t in tasks)} --policy greedy "
+                   f"--budget-candidates {budget}",
+        "tasks": len(per_task),
+        "tasks_climbed": sum(1 for t in per_task.values() if t["climbed"]),
+        "distinct_per_candidate": round(distinct / candidates, 4) if candidates else None,
+        "tested_twice": sum(t["tested_twice"] for t in per_task.values()),
+        "candidates": candidates, "judged": judged,
+        "judged_per_core_minute": round(judged / (wall * cores / 60), 4) if wall else None,
+        "cores": cores, "wall_s": round(wall, 1), "per_task": per_task,
+        "label": "simulated speedups (sim-tpu-v6e cost model), offline author",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -140,7 +203,13 @@ def main() -> None:
     parser.add_argument("--policies", default="parallel,beam,greedy,adaptive")
     parser.add_argument("--budget", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=1, help="iterations per node")
+    parser.add_argument("--climb-budget", type=int, default=12,
+                        help="candidates per task for --part climb")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once for --part climb")
+    parser.add_argument("--keep-db", type=Path, default=None,
+                        help="--part climb: keep the bench's log here (default: a temporary one)")
     args = parser.parse_args()
+    args.tasks_given = "--tasks" in sys.argv or any(a.startswith("--tasks=") for a in sys.argv)
     parts = set(args.part.split(","))
     out: dict[str, Any] = {"label": "search orchestration on this machine; speedups are simulated"}
     if "overhead" in parts:
@@ -153,9 +222,12 @@ def main() -> None:
         for n in (1, 2):
             out["executor_scaling"].append(executor_scaling(n, args.trajectories, task))
             print(json.dumps(out["executor_scaling"][-1]), file=sys.stderr, flush=True)
+    tasks = [str(ROOT / t) if not Path(t).is_absolute() else t for t in args.tasks.split(",")]
     if "policies" in parts:
-        tasks = [str(ROOT / t) if not Path(t).is_absolute() else t for t in args.tasks.split(",")]
         out["policies"] = policies(tasks, args.policies.split(","), args.budget, args.iterations)
+    if "climb" in parts:
+        chosen = tasks if args.tasks_given else [str(ROOT / "tasks")]
+        out["climb"] = climb(chosen, args.climb_budget, args.jobs, args.keep_db)
     print(json.dumps(out, indent=None if args.json else 2))
 
 
