@@ -180,3 +180,33 @@ def test_concurrent_children_cannot_read_each_others_folders() -> None:
     finally:
         mailbox.cancel()
         thread.join(60)
+
+
+_GROUP_DEVICE = b"""
+import os
+with open(%r, "wb") as f:
+    f.write(b"kg")
+raise RuntimeError(f"device: written uid={os.getuid()} groups={sorted(os.getgroups())}")
+"""
+
+
+def test_a_device_usable_through_its_group_keeps_the_uid_drop() -> None:
+    """A node others cannot use but a non-root group can (0660, that group) is reached by
+    joining that group: the child still runs as uid 65534, the full sandbox."""
+    node = Path(f"/dev/kg-test-null-{os.getpid()}")
+    gid = 5  # a non-root group; only its number matters here
+    os.mknod(node, 0o600 | 0o020000, os.makedev(1, 3))  # a character device: /dev/null's
+    try:
+        os.chown(node, 0, gid)
+        node.chmod(0o660)
+        box = run_sandboxed("tools.child.worker", wire.encode(_EMPTY), devices=[str(node)],
+                            files={"candidate.py": _GROUP_DEVICE % str(node)},
+                            limits=Limits(wall_s=60.0))
+        assert box.ok, box.failure()
+        error = wire.decode(box.result, wire.EvalResponse).load_error
+        # (in a user namespace of its own the group shows as the overflow gid, 65534)
+        assert f"written uid={namespaces.SANDBOX_UID} groups=" in error, error
+        assert namespaces.device_groups([str(node)]) == [gid]
+        assert "uid-65534" in box.isolation and "weak-sandbox-allowed" not in box.isolation
+    finally:
+        node.unlink(missing_ok=True)
