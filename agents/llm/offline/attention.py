@@ -172,12 +172,16 @@ def _kernel_source(spec: AttentionSpec) -> str:
         "        if kv_len % block_kv:  # V rows past kv_len hold anything, and 0 x NaN is NaN",
         "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
         "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
+    zero_v = [  # V rows past kv_len in a tail block hold anything, and 0 x NaN is NaN
+        "        if kv_len % block_kv:",
+        "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
+        "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
     head = ["", "", "def _kernel(q_ref, k_ref, v_ref, o_ref, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
             f'    """{strategy_line(spec).split(";")[0]}: one (q block, KV block) step of the softmax."""',
             f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
     if spec.kv_in_one_block:
         body = [*head, "    rows, r0 = ..., 0", f"    q = {load_q}", f"    k = k_ref[...]{kv_cast}",
-                f"    v = v_ref[...]{kv_cast}", f"    s = {scores}",
+                f"    v = v_ref[...]{kv_cast}", *[line[4:] for line in zero_v], f"    s = {scores}",
                 *[line[4:] for line in mask],
                 f"    m = jnp.max(s, axis={axis}, keepdims=True)", f"    p = {exp}(s - m)",
                 f"    row_sum = jnp.sum(p, axis={axis}, keepdims=True)", f"    p = p{p_cast}",
@@ -196,7 +200,7 @@ def _kernel_source(spec: AttentionSpec) -> str:
     body += ["", "    def _update(r0, rows):",
              '        """The online-softmax update of the q rows `rows` (starting at row r0)."""',
              "        q = qs_ref[rows]" if spec.hoist_q else f"        q = {load_q}",
-             f"        k = k_ref[...]{kv_cast}", f"        v = v_ref[...]{kv_cast}",
+             f"        k = k_ref[...]{kv_cast}", f"        v = v_ref[...]{kv_cast}", *zero_v,
              f"        s = {scores}", *mask,
              "        m_prev = m_ref[rows]",
              f"        m_new = jnp.maximum(m_prev, jnp.max(s, axis={axis}, keepdims=True))",
