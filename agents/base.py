@@ -211,7 +211,8 @@ class AgentContext(Generic[C]):
             LlmCalled, self.cmd, agent=self.agent.agent, provider=provider.name,
             model=response.model, prompt_sha256=prompt_sha, response_sha256=response_sha,
             tokens_in=response.tokens_in, tokens_out=response.tokens_out,
-            latency_ms=float(latency_ms), iteration=iteration))
+            latency_ms=float(latency_ms), iteration=iteration, seed=response.seed,
+            temperature=response.temperature))
 
     def note(self, cls: type[Event], **payload: Any) -> None:
         """Record an event of this command that happened along the way (safe from a tool's

@@ -435,6 +435,10 @@ class LlmCalled(Event, frozen=True, kw_only=True, tag="LlmCalled"):
     tokens_out: int
     latency_ms: float
     iteration: int | None = None
+    seed: int | None = None
+    """The seed the provider drew this answer with (per expansion and step; None: none)."""
+    temperature: float | None = None
+    """The sampling temperature the provider used (None: its default, or no sampling)."""
 
 
 class KnowledgeUnavailable(Event, frozen=True, kw_only=True, tag="KnowledgeUnavailable"):

@@ -68,6 +68,10 @@ class LlmResponse(msgspec.Struct, frozen=True, kw_only=True):
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
+    seed: int | None = None
+    """The seed the provider drew this answer with (None: it takes none)."""
+    temperature: float | None = None
+    """The sampling temperature it used (None: the model's default, or no sampling)."""
 
 
 class ProviderError(KernelgraphError):

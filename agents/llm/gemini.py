@@ -34,6 +34,8 @@ import time
 import weakref
 from typing import Any, ClassVar
 
+import msgspec
+
 from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError
 
 ENV_MODEL = "KG_GEMINI_MODEL"
@@ -249,7 +251,10 @@ class GeminiProvider(Provider):
                     failure = self._clean(exc)
                 else:
                     latency_ms = (time.perf_counter() - start) * 1000.0
-                    return self._answer(response, latency_ms)
+                    answer = self._answer(response, latency_ms)
+                    # what this expansion drew with, recorded on its LlmCalled event
+                    return msgspec.structs.replace(answer, seed=request.seed % _SEED_MODULUS,
+                                                   temperature=self.temperature)
             if retry >= self.max_retries:
                 raise ProviderError(f"Gemini ({self.model}) still failing after "
                                     f"{self.max_retries} retries: {failure}")

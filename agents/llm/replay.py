@@ -72,7 +72,8 @@ class ReplayProvider(Provider):
                     text = log.get_artifact(event.response_sha256).decode()
                     calls.append((event.agent, event.prompt_sha256, LlmResponse(
                         text=text, model=event.model, tokens_in=event.tokens_in,
-                        tokens_out=event.tokens_out, latency_ms=event.latency_ms)))
+                        tokens_out=event.tokens_out, latency_ms=event.latency_ms,
+                        seed=event.seed, temperature=event.temperature)))
         except LogError as exc:
             raise ProviderError(f"cannot replay from {self.log_path}: {exc}") from None
         except KeyError as exc:

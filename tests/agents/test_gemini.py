@@ -125,6 +125,8 @@ async def test_answer_and_request_body(server: FakeGemini) -> None:
     assert response.model == "gemini-test-model-001"
     assert (response.tokens_in, response.tokens_out) == (11, 12)
     assert response.latency_ms > 0
+    # recorded on the expansion's LlmCalled event: what this answer was drawn with
+    assert response.seed == 42 and response.temperature == pytest.approx(0.3)
     (sent,) = server.requests
     assert sent["path"].endswith(f"/models/{MODEL}:generateContent")
     assert sent["headers"]["x-goog-api-key"] == KEY

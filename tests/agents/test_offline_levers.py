@@ -235,3 +235,16 @@ def test_sibling_seeds_map_to_consecutive_variants() -> None:
     fold onto one variant under a small modulus."""
     assert [seed_index((0 * 1000 + ordinal) * 1000 + 1) for ordinal in (1, 2, 3)] == [2, 3, 4]
     assert seed_index(7) == 7
+
+
+def test_the_offline_answer_records_the_seed_it_drew_with() -> None:
+    import asyncio
+
+    from agents.llm.base import LlmRequest
+    from agents.llm.offline import OfflineProvider
+
+    ctx = {"task_path": str(TASKS / "gelu.py"), "task_name": "gelu", "chip": _chip(), "seed": 2001,
+           "parent": None, "failures": [], "hint": ""}
+    request = LlmRequest(agent="test", purpose="plan", prompt="-", context=ctx, seed=2001)
+    response = asyncio.run(OfflineProvider().complete(request))
+    assert response.seed == 2001 and response.temperature is None

@@ -39,13 +39,19 @@ class OfflineProvider(Provider):
     async def complete(self, request: LlmRequest) -> LlmResponse:
         start = time.perf_counter()
         text = await asyncio.to_thread(self.answer, request)
-        return LlmResponse(text=text, model=MODEL, tokens_in=len(request.prompt) // 4,
+        return LlmResponse(text=text, model=MODEL, seed=self.drawn_seed(request),
+                           tokens_in=len(request.prompt) // 4,
                            tokens_out=len(text) // 4,
                            latency_ms=(time.perf_counter() - start) * 1000.0)
 
+    def drawn_seed(self, request: LlmRequest) -> int:
+        """The seed the author's choices are drawn with: the context's, else the request's."""
+        given = request.context.get("seed")
+        return int(given) if isinstance(given, int) else (request.seed or self.seed)
+
     def answer(self, request: LlmRequest) -> str:
         ctx = dict(request.context)
-        ctx.setdefault("seed", request.seed if request.seed else self.seed)
+        ctx["seed"] = self.drawn_seed(request)
         handler = {"plan": self._plan, "implement": self._implement, "fix": self._fix,
                    "inputs": self._inputs}.get(request.purpose)
         if handler is None:
