@@ -8,6 +8,17 @@ import jax
 import jax.numpy as jnp
 
 NAME = "linear_attention"
+# Where q or v holds a NaN or an infinity, which outputs come out NaN follows the order of
+# operations, not the maths: the scan computes q . (sum k v^T), a chunked kernel (q k^T) v.
+# An infinity in q then meets several terms of both signs there (inf - inf = NaN) but one
+# finite state here, and a later token's NaN value is multiplied by the masked zero score
+# of an earlier one (0 x NaN) where the scan never touches it. k gets NaN and infinities.
+NO_NONFINITE_INPUTS = {
+    0: "an infinity in q meets a sum of both signs in a chunked (q k^T) v, one finite "
+       "state in the scan's q (sum k v^T): NaN against +/-inf by the order of operations",
+    2: "a chunked kernel multiplies a later token's value by the masked zero score of an "
+       "earlier one (0 x NaN), which the scan never computes",
+}
 # (batch, heads, seq, head_dim): the first is the tuning point; the rest are unseen shapes,
 # one of them with a sequence length that is not a multiple of 8.
 SHAPES = [(2, 4, 256, 64), (1, 2, 100, 64), (1, 4, 128, 128)]

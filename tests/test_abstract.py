@@ -51,9 +51,11 @@ def test_a_production_size_task_loads_without_making_inputs_or_running_it(
 def test_the_suite_makes_each_input_once_and_runs_the_reference_jitted(tmp_path: Path) -> None:
     task = load_task(_write(tmp_path, "small", COUNTING.replace("SIZE", "(32, 128)")))
     suite = build_suite(task, seeds=(0, 1), probes=False)
-    made = len(suite.cases)  # two seeds, one declared and one derived shape
+    # two seeds, one declared shape, three derived (each size alone off the tile, then
+    # both) and the non-finite case (its own inputs, with NaN and inf planted)
+    made = len(suite.cases)
     counts = dict(task.module.COUNTS)
-    assert made == 4 and counts == {"inputs": made, "reference": 0}
+    assert made == 7 and counts == {"inputs": made, "reference": 0}
 
 
 @pytest.mark.parametrize(

@@ -128,8 +128,10 @@ def test_jaxbench_baseline_loads_natively_with_scaled_shapes_and_seeds(tmp_path:
     path = write(tmp_path, "baseline.py", JAXBENCH)
     task = load_task(path)
     assert task.format == "jaxbench" and task.name == "tiny_rmsnorm"
-    assert [s["seq_len"] for s in task.shapes] == [64, 48, 32]
-    assert [s["emb_dim"] for s in task.shapes] == [256, 192, 128]
+    declared = task.shapes[:3]  # then the unaligned patterns the scaled ones lack
+    assert [s["seq_len"] for s in declared] == [64, 48, 32]
+    assert [s["emb_dim"] for s in declared] == [256, 192, 128]
+    assert task.derived_shapes == tuple(range(3, len(task.shapes)))
     x0, _ = task.make_inputs(0, 0)
     own, _ = task.module.create_inputs()  # seed 0 is the file's own inputs
     assert np.array_equal(x0, own)
@@ -151,9 +153,12 @@ def test_suite_is_deterministic_hashed_and_round_trips() -> None:
     again = build_suite(task, seeds=(0, 1))
     assert suite.sha256 == again.sha256
     kinds = [c.kind for c in suite.cases]
-    # two declared unseen shapes and one derived off the (8, 128) tile (all declared aligned)
-    assert kinds.count("seed") == 2 and kinds.count("unseen") == 3
-    assert task.derived_shapes == (3,) and any("derived off the (8, 128) tile" in n for n in suite.notes)
+    # two declared unseen shapes and three derived off the (8, 128) tile (all declared
+    # aligned): rows alone, columns alone, both; one case with NaN and inf in its inputs
+    assert kinds.count("seed") == 2 and kinds.count("unseen") == 5
+    assert kinds.count("nonfinite") == 1
+    assert task.derived_shapes == (3, 4, 5)
+    assert sum("derived off the (8, 128) tile" in n for n in suite.notes) == 3
     assert {"probe-large", "probe-small"} <= set(kinds)
     assert all(f > 0 for c in suite.cases for f in c.floor_max_abs)
     assert all(wa.dtype == "float64" for c in suite.cases for wa in c.oracle)

@@ -26,7 +26,7 @@ def tasks(
 ) -> None:
     """List the shipped tasks: kernel class (as the offline author reads it from the jaxpr), dtypes and shapes.
 
-    Any command that takes a TASK accepts one of these names as well as a path: `kernelgraph verify rmsnorm kernels/rmsnorm.py`. The first shape is the tuning point, the rest are unseen shapes (an unaligned one is derived when every declared shape is aligned). A class marked unsupported is one the offline author refuses, with its reason."""
+    Any command that takes a TASK accepts one of these names as well as a path: `kernelgraph verify rmsnorm kernels/rmsnorm.py`. The first shape is the tuning point, the rest are unseen shapes (unaligned ones are derived: each size off the tile alone and all at once, where no declared shape already is). A class marked unsupported is one the offline author refuses, with its reason."""
     from kernelgraph.errors import KernelgraphError
     from kernelgraph.taskinfo import describe
     from kernelgraph.tasknames import resolve_task, shipped_tasks
@@ -63,8 +63,8 @@ def tasks(
         table.add_row(escape(info.name), kind, info.dtype, escape(shapes))
     console.print(table)
     if any(info.derived_shapes for info in infos):
-        console.print("[dim]* an unaligned shape the verifier derives (every declared one is "
-                      "aligned)[/]")
+        console.print("[dim]* an unaligned shape the verifier derives (a size off the tile "
+                      "alone or all at once, where no declared shape is)[/]")
     for info in infos:
         if info.unsupported:
             console.print(f"[dim]{escape(info.name)}: unsupported: {escape(info.unsupported)}[/]")

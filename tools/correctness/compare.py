@@ -1,7 +1,9 @@
 """Compare a candidate's outputs with the frozen suite, in the parent process.
 
 A case passes when every output has the reference's shape and dtype, is finite wherever the
-oracle is, and is at least as accurate as the data allows:
+oracle is, has NaN exactly where the oracle has NaN and the same infinity (sign included)
+where it has one (the suite's non-finite case, :mod:`tools.correctness.nonfinite`), and is
+at least as accurate as the data allows:
 
 * max-abs error <= ``floor_factor`` x the reference's own max-abs error + ``eps_max``,
 * mean-abs error <= ``floor_factor`` x the reference's own mean-abs error + ``eps_mean``,
@@ -178,10 +180,12 @@ def _compare_output(
     oracle_finite = np.isfinite(want)
     got_finite = np.isfinite(got)
     special_mismatch = ~oracle_finite & ~((got == want) | (np.isnan(got) & np.isnan(want)))
-    nonfinite = int(np.count_nonzero(oracle_finite & ~got_finite)
-                    + np.count_nonzero(special_mismatch))
+    lost_specials = int(np.count_nonzero(special_mismatch))
+    nonfinite = int(np.count_nonzero(oracle_finite & ~got_finite)) + lost_specials
     mask = oracle_finite & got_finite
-    diff = np.abs(got - want)[mask]
+    with np.errstate(invalid="ignore"):  # inf - inf where either is not finite
+        error = np.abs(got - want)
+    diff = error[mask]
     max_abs = float(diff.max()) if diff.size else 0.0
     mean_abs = float(diff.mean()) if diff.size else 0.0
     ulp = _ulp(want_dtype)
@@ -208,18 +212,22 @@ def _compare_output(
         del excess
         beyond = (f", {{:.3g}} beyond {thresholds.conditioning_multiple:g}x the oracle's own "
                   "change when the inputs move by one ulp,")
-    violations = int(np.count_nonzero((np.abs(got - want) > limit) & mask))
-    if nonfinite:
+    with np.errstate(invalid="ignore"):
+        violations = int(np.count_nonzero((error > limit) & mask))
+    del error
+    if lost_specials:
+        problems.append(_specials_problem(index, got, want, special_mismatch))
+    if nonfinite - lost_specials:
         nan_where_finite = int(np.count_nonzero(oracle_finite & np.isnan(got)))
         share = nan_where_finite / max(1, int(oracle_finite.sum()))
-        problem = (f"output {index} has {nonfinite} non-finite element(s) where the reference "
-                   "is finite")
+        problem = (f"output {index} has {nonfinite - lost_specials} non-finite element(s) "
+                   "where the reference is finite")
         if share >= _UNWRITTEN_FRACTION:
             problem += (f"; {share:.0%} of the output is NaN, the poison interpret mode puts "
                         "in memory before it is written: output blocks the grid never writes, "
                         "or a scratch accumulator read before it is initialised")
         problems.append(problem)
-    else:
+    if not nonfinite:
         if judged_max > thresholds.floor_factor * common["floor_max_abs"] + eps_max:
             problems.append(
                 f"output {index} max-abs error {max_abs:.3g}{beyond.format(judged_max)} exceeds "
@@ -254,6 +262,22 @@ def _conditioning_allowance(case: SuiteCase, index: int, multiple: float) -> np.
     if movement.size == 0:
         return None
     return multiple * movement.astype(np.float64)
+
+
+def _specials_problem(index: int, got: np.ndarray, want: np.ndarray,
+                      mismatch: np.ndarray) -> str:
+    """What a kernel made of the reference's NaN and infinities (the non-finite case)."""
+    nan = np.isnan(want) & mismatch
+    parts = []
+    if (to_finite := int(np.count_nonzero(nan & np.isfinite(got)))):
+        parts.append(f"{to_finite} NaN returned as finite numbers")
+    if (to_inf := int(np.count_nonzero(nan & np.isinf(got)))):
+        parts.append(f"{to_inf} NaN returned as infinities")
+    if (inf := int(np.count_nonzero(mismatch & ~nan))):
+        parts.append(f"{inf} infinities returned as NaN, finite numbers or the other sign")
+    return (f"output {index} does not keep the reference's NaN and inf positions: "
+            + ", ".join(parts) + " (NaN and infinities must come out where and as the "
+            "reference's do)")
 
 
 def _ulp(dtype_name: str) -> float:

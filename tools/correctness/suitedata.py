@@ -40,7 +40,7 @@ class SuiteCase(msgspec.Struct, frozen=True):
     case_id: str
     shape_index: int
     seed: int
-    kind: str  # "seed" (tuning point) | "unseen" | "probe-large" | "probe-small" | ...
+    kind: str  # "seed" (tuning point) | "unseen" | "probe-large" | "probe-small" | "nonfinite"
     inputs: tuple[WireArray, ...]
     inputs_sha256: str
     oracle: tuple[WireArray, ...]  # float64 for floating outputs, else the reference's dtype

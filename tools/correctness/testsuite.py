@@ -1,12 +1,14 @@
 """The frozen test suite: inputs, float64 oracle and error floor, built before any kernel.
 
-Cases: several PRNG seeds at the tuning point, every unseen shape, and numerics probes (the
-tuning inputs scaled to large and to small magnitudes). For each case the reference runs
-twice in this process, jitted: as written (its own dtypes) and, with 64-bit types enabled
-only for that call, on float64 copies of the inputs: the oracle (:mod:`tools.correctness.oracle`;
-where the reference cannot run in float64, a float32 oracle at highest matmul precision,
-recorded per case). The reference's own error against the oracle is the floor a candidate
-is held to.
+Cases: several PRNG seeds at the tuning point, every unseen shape (the task's own and the
+unaligned ones :mod:`tools.inputs.shapes` derives), numerics probes (the tuning inputs
+scaled to large and to small magnitudes) and one case with NaN and +/-inf in the floating
+inputs at the smallest shape (:mod:`tools.correctness.nonfinite`), unless the task opts
+out. For each case the reference runs twice in this process, jitted: as written (its own
+dtypes) and, with 64-bit types enabled only for that call, on float64 copies of the inputs:
+the oracle (:mod:`tools.correctness.oracle`; where the reference cannot run in float64, a
+float32 oracle at highest matmul precision, recorded per case). The reference's own error
+against the oracle is the floor a candidate is held to.
 
 Cases are built one at a time, each input made once: before anything is built the suite's
 peak memory is estimated (:mod:`tools.correctness.footprint`) and a suite that would not
@@ -31,6 +33,14 @@ import numpy as np
 from tools.correctness.conditioning import recorded_conditioning
 from tools.correctness.floors import output_stats, term_magnitudes
 from tools.correctness.footprint import fit_problem
+from tools.correctness.nonfinite import (
+    KINDS,
+    first_float,
+    opt_out_note,
+    plant,
+    specials_differ,
+    swamped,
+)
 from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
 from tools.correctness.store import SPILL_BYTES, release, spill, suite_directory
 from tools.correctness.suitedata import (
@@ -50,6 +60,7 @@ DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
 # Factors applied to every floating input of the tuning case; a task may set PROBE_SCALES.
 DEFAULT_PROBE_SCALES: dict[str, float] = {"large": 1e3, "small": 1e-3}
 _PERTURB_SEED = 20240917
+_NAMES = {"nan": "NaN", "inf": "+inf/-inf"}
 
 __all__ = ["DEFAULT_PROBE_SCALES", "DEFAULT_SEEDS", "FORMAT_VERSION", "FrozenSuite",
            "SuiteCase", "SuiteError", "SuiteTooLarge", "build_suite", "suite_hash"]
@@ -61,6 +72,7 @@ def build_suite(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     unseen: bool = True,
     probes: bool = True,
+    nonfinite: bool = True,
     check_memory: bool = True,
     spill_bytes: int | None = SPILL_BYTES,
     directory: Path | None = None,
@@ -76,9 +88,13 @@ def build_suite(
     if not seeds:
         raise ValueError(f"{seeds=} must name at least one seed")
     probe_scales = getattr(task.module, "PROBE_SCALES", DEFAULT_PROBE_SCALES)
+    fed = tuple(k for k in KINDS if k not in task.nonfinite_opt_out)  # NaN, +/-inf or both
+    nonfinite_at = nonfinite_shape(task) if nonfinite and fed else None
     if check_memory:
         counts = {0: len(seeds) + (len(probe_scales) if probes else 0)}
         counts.update({i: 1 for i in task.unseen_shape_indices if unseen})
+        if nonfinite_at is not None:
+            counts[nonfinite_at] = counts.get(nonfinite_at, 0) + 1
         _, problem = fit_problem(task, counts, held_per_case=spill_bytes is None)
         if problem:
             raise SuiteTooLarge(problem)
@@ -90,9 +106,10 @@ def build_suite(
             case = builder.add(f"shape{index}-seed{seeds[0]}", index, seeds[0], "unseen",
                                task.make_inputs(seeds[0], index))
             if index in task.derived_shapes and case is not None:
+                what = task.derived_what[task.derived_shapes.index(index)]
                 builder.notes.append(f"{case.case_id}: shape {task.shapes[index]!r} derived "
-                                     "off the (8, 128) tile from the task's aligned ones, so "
-                                     "tails are exercised")
+                                     f"off the (8, 128) tile from the task's aligned ones "
+                                     f"({what}), so tails are exercised")
     if len(task.shapes) - len(task.derived_shapes) == 1:
         builder.notes.append("the task declares no unseen shapes (SHAPES has one entry)")
     if task.alignment_note:
@@ -114,6 +131,11 @@ def build_suite(
             del scaled
             for wa in tuning.inputs:
                 release(wa)
+    if nonfinite and task.nonfinite_opt_out:
+        builder.notes.append(opt_out_note(task.nonfinite_opt_out))
+    if nonfinite_at is not None:
+        skip = {k for k in task.nonfinite_opt_out if isinstance(k, int)}
+        _add_nonfinite(builder, nonfinite_at, seeds[0], fed, skip)
     suite = FrozenSuite(
         task_name=task.name, task_sha256=task.source_sha256,
         tolerance=dict(builder.tolerance or task.tolerance),
@@ -121,6 +143,40 @@ def build_suite(
         built_with={"jax": jax.__version__}, scales=task.scales, statics=statics,
     )
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
+
+
+def nonfinite_shape(task: Task) -> int:
+    """Where the non-finite case runs: the shape with the fewest input elements, an unseen
+    one before the tuning point (whose cases the timing checks read)."""
+    def elements(index: int) -> int:
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in task.input_specs(index))
+
+    return min((*task.unseen_shape_indices, 0), key=elements)
+
+
+def _add_nonfinite(builder: _Builder, index: int, seed: int, kinds: Sequence[str],
+                   skip: set[int]) -> None:
+    import jax
+
+    made = builder.task.make_inputs(seed, index)
+    planted = plant(made, kinds, skip=skip)
+    where = "the floating inputs" + (f" but {sorted(skip)}" if skip else "")
+    if planted is None:
+        builder.notes.append("no floating input to plant NaN or inf in: no non-finite case")
+        return
+    if swamped(jax.tree.leaves(builder.references[index](*planted[0]))):
+        only = first_float(made, skip)  # every element non-finite: one input's alone
+        planted = plant(made, kinds, only=only)
+        assert planted is not None
+        where = (f"input {only} alone (planted in every floating input, an output had no "
+                 "finite element left)")
+    inputs, count = planted
+    del made
+    case = builder.add(f"shape{index}-seed{seed}-nonfinite", index, seed, "nonfinite", inputs)
+    if case is not None:
+        builder.notes.append(
+            f"{case.case_id}: {count} {'/'.join(_NAMES[k] for k in kinds)} planted in "
+            f"{where}; a kernel's NaN and inf positions (and signs) must be the oracle's")
 
 
 def _statics(task: Task, shape_indices: set[int]) -> tuple[ShapeStatics, ...]:
@@ -183,13 +239,19 @@ class _Builder:
         floors_max, floors_mean, ceiling, slacks = [], [], [], []
         terms_max, terms_mean = [], []
         for r, o, m in zip(ref, oracle, magnitudes, strict=True):
-            stats = output_stats(r, o, m, tolerance)
+            with np.errstate(invalid="ignore"):  # inf - inf where the oracle is not finite
+                stats = output_stats(r, o, m, tolerance)
             if kind.startswith("probe") and not stats.oracle_finite:
                 notes.append(f"{case_id} dropped: the oracle is not finite at this magnitude")
                 return None
             if kind.startswith("probe") and not stats.reference_finite:
                 notes.append(f"{case_id} dropped: the reference overflows {r.dtype.name} at "
                              "this magnitude")
+                return None
+            if kind == "nonfinite" and (differ := specials_differ(r, o)):
+                notes.append(f"{case_id} dropped: the reference itself ({r.dtype.name}) has "
+                             f"NaN or inf at {differ} element(s) of output {len(ceiling)} "
+                             "where the oracle does not, or the other way round")
                 return None
             ceiling.append(stats.ceiling_applies)
             if not ceiling[-1]:
@@ -208,7 +270,8 @@ class _Builder:
             notes.extend(f"{case_id}: {line}" for line in why)
         del magnitudes
         inputs_sha256 = hash_arrays(host)
-        self._refuse_vacuous(case_id, kind, inputs_sha256, oracle, inputs)
+        if kind != "nonfinite":  # what it must tell apart is where the specials go
+            self._refuse_vacuous(case_id, kind, inputs_sha256, oracle, inputs)
         case = SuiteCase(
             case_id=case_id, shape_index=shape_index, seed=seed, kind=kind,
             inputs=self.store(host), inputs_sha256=inputs_sha256,

@@ -1,130 +1,212 @@
 """Unaligned shapes: a kernel's tail handling is only exercised by sizes off the TPU tile.
 
-TPU arrays are laid out in (8, 128) tiles. When every input of every task shape is a whole
-number of tiles, a kernel that ignores the remainder (the ``size % 1024`` tail, the last
-partial block) cannot be told from a correct one. Such a task gets one derived shape: its
-smallest declared shape with every size >= 16 moved off a multiple of 8 (an entry appended
-to a kernelgraph task's ``SHAPES``, which its ``make_inputs`` reads; a JAXBench ``CONFIG``).
-Where no such shape can be made, the task carries a note that says so, and the suite, the
-receipt and the report repeat it.
+TPU arrays are laid out in (8, 128) tiles. When every input of a shape is a whole number of
+tiles, a kernel that ignores the remainder (the ``size % 1024`` tail, the last partial
+block) cannot be told from a correct one; and a shape that moves every axis off the tile at
+once cannot tell a kernel that handles one tail only while the other axes are whole tiles
+(the last ``rows % 8`` rows dropped whenever the columns are a multiple of 128). So a task
+with an aligned declared shape gets derived shapes, from the smallest aligned one (the base):
+
+* per size that can move (an integer of 16 or more in a ``SHAPES`` entry; a JAXBench
+  ``CONFIG`` size), one shape with only that size off the tile and the other sizes shrunk to
+  at most ``SHRINK_TO`` (still whole tiles), so interpret mode stays fast;
+* one shape with every size moved at once, at the base's sizes (several blocks, then tails).
+
+Each is an entry appended to a kernelgraph task's ``SHAPES`` (which its ``make_inputs``
+reads) or a JAXBench ``CONFIG``. One is kept only when the reference accepts it and its
+inputs leave the tile in a pattern (which input, lanes or sublanes: :func:`tile_pattern`)
+no declared or earlier derived shape already has, so a task that declares its own unaligned
+shapes gets only the patterns it lacks. A task none of whose shapes is off the tile and for
+which none can be derived carries a note that says so; the suite, the receipt and the
+report repeat it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tools.inputs.tasks import Task
 
 SUBLANES, LANES = 8, 128
+SHRINK_TO = 256  # the other sizes of a one-size shape: a multiple of 128, so still aligned
 _MIN_SIZE = 16  # smaller integers (heads, groups, kernel sizes) are left as they are
 _OFFSET = 5  # a multiple of 8 minus 5 is never a multiple of 8 (nor of 128)
+
+Pattern = frozenset[tuple[int, str]]
+
+
+def tile_pattern(arrays: Sequence[Any]) -> Pattern:
+    """Which inputs leave the (8, 128) tile, and where: (input index, "lanes" | "sublanes")."""
+    found: set[tuple[int, str]] = set()
+    for index, array in enumerate(arrays):
+        shape = tuple(array.shape)
+        if shape and shape[-1] % LANES:
+            found.add((index, "lanes"))
+        if len(shape) >= 2 and shape[-2] % SUBLANES:
+            found.add((index, "sublanes"))
+    return frozenset(found)
 
 
 def is_aligned(arrays: Sequence[Any]) -> bool:
     """Whether every array is a whole number of (8, 128) tiles in its last two dimensions."""
-    for array in arrays:
-        shape = tuple(array.shape)
-        if not shape:
-            continue
-        if shape[-1] % LANES or (len(shape) >= 2 and shape[-2] % SUBLANES):
-            return False
-    return True
+    return not tile_pattern(arrays)
 
 
 def off_tile(size: Any) -> Any:
     """A size moved off the tile grid; small integers and non-integers are kept."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < _MIN_SIZE:
+    if not _movable(size):
         return size
     return size - _OFFSET if (size - _OFFSET) % SUBLANES else size - _OFFSET + 2
 
 
-def with_unaligned_shape(task: Task) -> Task:
-    """``task`` with a derived unaligned shape appended when all its shapes are aligned, or
-    with :attr:`Task.alignment_note` saying why none could be made. Never raises for the
-    derivation itself: a task whose shapes cannot be varied is still a usable task."""
+def shrunk(size: Any) -> Any:
+    """An aligned size cut to ``SHRINK_TO`` when larger (a multiple of 128, so it stays
+    aligned whether it lies along lanes or sublanes); anything else is kept."""
+    if not _movable(size) or size <= SHRINK_TO or size % SUBLANES:
+        return size
+    return SHRINK_TO
+
+
+def with_unaligned_shapes(task: Task) -> Task:
+    """``task`` with the derived unaligned shapes it lacks appended (module doc), or with
+    :attr:`Task.alignment_note` saying why none could be made when no shape leaves the tile.
+    Never raises for the derivation itself: a task whose shapes cannot be varied is still a
+    usable task."""
     from tools.inputs.tasks import TaskError
 
     try:  # shapes by abstract evaluation: no input is made here
-        if not all(is_aligned(task.input_specs(i)) for i in range(len(task.shapes))):
-            return task
+        patterns = [tile_pattern(task.input_specs(i)) for i in range(len(task.shapes))]
     except TaskError:
         return task  # the task's own validation reports this
-    derived, why = _derive(task)
-    if derived is None:
-        return dataclasses.replace(task, alignment_note=(
-            "every task shape is a whole number of (8, 128) tiles and no unaligned shape "
-            f"could be derived ({why}): tails (size % 1024, partial blocks) are NOT "
-            "exercised; add an unaligned entry to SHAPES"))
-    return derived
+    aligned = [i for i, p in enumerate(patterns) if not p]
+    if not aligned:
+        return task  # every declared shape already leaves the tile somewhere
+    derived, why = _derive(task, aligned, set(patterns))
+    if derived.derived_shapes or len(aligned) < len(patterns):
+        return derived
+    return dataclasses.replace(task, alignment_note=(
+        "every task shape is a whole number of (8, 128) tiles and no unaligned shape "
+        f"could be derived ({why}): tails (size % 1024, partial blocks) are NOT "
+        "exercised; add an unaligned entry to SHAPES"))
 
 
-def _derive(task: Task) -> tuple[Task | None, str]:
+def _derive(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
     if task.format == "kernelgraph":
-        return _derive_kernelgraph(task)
-    return _derive_jaxbench(task)
+        return _derive_kernelgraph(task, aligned, seen)
+    return _derive_jaxbench(task, aligned, seen)
 
 
-def _derive_kernelgraph(task: Task) -> tuple[Task | None, str]:
+def _proposals(base: Sequence[tuple[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """(name -> size, what it shows) per movable size alone, then every size at once."""
+    movable = [name for name, size in base if _movable(size)]
+    found = [({n: off_tile(s) if n == name else shrunk(s) for n, s in base},
+              f"only {name} off the tile") for name in movable]
+    if movable:
+        found.append(({n: off_tile(s) for n, s in base}, "every size off the tile"))
+    return found
+
+
+def _derive_kernelgraph(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
     declared = getattr(task.module, "SHAPES", None)
     if not isinstance(declared, list | tuple) or not all(
         isinstance(s, list | tuple) and s and all(isinstance(d, int) for d in s)
         for s in declared
     ):
-        return None, "SHAPES is not a list of integer tuples"
-    smallest = min(declared, key=_volume)
-    shape = tuple(off_tile(d) for d in smallest)
-    if shape == tuple(smallest):
-        return None, f"every size of {tuple(smallest)} is below {_MIN_SIZE}"
-    task.module.SHAPES = [*declared, shape]
-    candidate = dataclasses.replace(task, shapes=(*task.shapes, shape))
-    return _checked(candidate, lambda: setattr(task.module, "SHAPES", declared))
+        return task, "SHAPES is not a list of integer tuples"
+    base = tuple(min((declared[i] for i in aligned), key=_volume))
+    proposals = _proposals([(f"size {j}", s) for j, s in enumerate(base)])
+    if not proposals:
+        return task, f"every size of {base} is below {_MIN_SIZE}"
+    why, module = "", task.module
+    for sizes, what in proposals:
+        shape = tuple(sizes.values())
+        saved = module.SHAPES
+        module.SHAPES = [*saved, shape]
+
+        def undo(saved: Any = saved) -> None:
+            module.SHAPES = saved
+
+        found, problem = _accepted(dataclasses.replace(task, shapes=(*task.shapes, shape)),
+                                   what, seen, undo)
+        task, why = (found, why) if found is not None else (task, why or problem)
+    return task, why
 
 
-def _derive_jaxbench(task: Task) -> tuple[Task | None, str]:
+def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
     configs = task._configs or ()
     if not configs:
-        return None, "the task has no CONFIG"
-    smallest = configs[-1]
-    movable = task.config_sizes or tuple(smallest)  # only what scaling may change
-    config = {k: off_tile(v) if k in movable else v for k, v in smallest.items()}
-    if config == smallest:
-        return None, f"no size in CONFIG is {_MIN_SIZE} or more"
-    shape = {"scale": "unaligned", **{k: v for k, v in config.items() if v != smallest[k]}}
-    candidate = dataclasses.replace(task, shapes=(*task.shapes, shape),
-                                    _configs=(*configs, config))
-    found, why = _checked(candidate, lambda: None)
-    if found is not None and task.config_sizes:
-        from tools.inputs.scaling import config_problem
+        return task, "the task has no CONFIG"
+    movable = task.config_sizes or tuple(configs[aligned[0]])  # what scaling may change
+    smallest = min((configs[i] for i in aligned),
+                   key=lambda c: _volume([c[k] for k in movable if isinstance(c.get(k), int)]))
+    proposals = _proposals([(k, v) for k, v in smallest.items() if k in movable])
+    if not proposals:
+        return task, f"no size in CONFIG is {_MIN_SIZE} or more"
+    why = ""
+    for sizes, what in proposals:
+        config = {**smallest, **sizes}
+        scale = "unaligned" if what.startswith("every") else f"unaligned {what.split()[1]}"
+        shape = {"scale": scale, **{k: v for k, v in config.items() if v != smallest[k]}}
+        candidate = dataclasses.replace(task, shapes=(*task.shapes, shape),
+                                        _configs=(*(task._configs or ()), config))
+        found, problem = _accepted(candidate, what, seen, lambda: None)
+        if found is not None and task.config_sizes:
+            from tools.inputs.scaling import config_problem
 
-        problem = config_problem(found, len(found.shapes) - 1)
-        if problem is not None:
-            return None, problem
-    return found, why
+            index = len(found.shapes) - 1
+            problem = config_problem(found, index) or ""
+            if problem:
+                seen.discard(tile_pattern(found.input_specs(index)))
+                _forget(found, index)
+                found = None
+        task, why = (found, why) if found is not None else (task, why or problem)
+    return task, why
 
 
-def _checked(candidate: Task, undo: Any) -> tuple[Task | None, str]:
-    """The candidate task when the derived shape gives unaligned inputs the reference
-    accepts (both by abstract evaluation); else undo and say why."""
+def _accepted(candidate: Task, what: str, seen: set[Pattern],
+              undo: Callable[[], None]) -> tuple[Task | None, str]:
+    """The candidate task when its new last shape gives inputs the reference accepts, off
+    the tile in a pattern not in ``seen`` (both by abstract evaluation); else undo and say
+    why."""
     from tools.inputs.abstract import output_specs
 
     index = len(candidate.shapes) - 1
     try:
         inputs = candidate.input_specs(index)
-        if is_aligned(inputs):
-            undo()
-            return None, "the inputs do not follow the declared shapes"
-        output_specs(candidate, index, inputs)
+        pattern = tile_pattern(inputs)
+        if not pattern:
+            problem = "the inputs do not follow the declared shapes"
+        elif pattern in seen:
+            problem = ""  # a declared or earlier shape already leaves the tile this way
+        else:
+            output_specs(candidate, index, inputs)
+            seen.add(pattern)
+            return dataclasses.replace(
+                candidate, derived_shapes=(*candidate.derived_shapes, index),
+                derived_what=(*candidate.derived_what, what)), ""
     except Exception as exc:  # any failure only means this task's shapes are not free
-        undo()
-        return None, f"the reference or inputs fail at the derived shape: {type(exc).__name__}"
-    return dataclasses.replace(candidate, derived_shapes=(index,)), ""
+        problem = f"the reference or inputs fail at the derived shape: {type(exc).__name__}"
+    undo()
+    _forget(candidate, index)
+    return None, problem
 
 
-def _volume(shape: Sequence[int]) -> int:
+def _forget(task: Task, index: int) -> None:
+    """Drop what was cached for a shape index that is given up (the caches are shared with
+    the task it was derived from, and the index may be proposed again)."""
+    task._specs.pop(index, None)
+    task._statics.pop(index, None)
+
+
+def _movable(size: Any) -> bool:
+    return not isinstance(size, bool) and isinstance(size, int) and size >= _MIN_SIZE
+
+
+def _volume(shape: Sequence[Any]) -> int:
     volume = 1
     for size in shape:
-        volume *= max(1, size)
+        volume *= max(1, size) if isinstance(size, int) else 1
     return volume

@@ -12,6 +12,13 @@ Two formats are read natively:
   (:mod:`tools.inputs.scaling`); seeds by folding the seed into the file's own
   ``jax.random`` keys.
 
+Either format may set ``NO_NONFINITE_INPUTS = "why"`` (a non-empty string): the suite then
+feeds no NaN or inf (its non-finite case, :mod:`tools.correctness.nonfinite`) and records
+the reason, loudly, where the suite, the receipt and the report show their notes; or
+``{"nan": "why"}`` (or ``"inf"``) to leave out one kind, ``{2: "why"}`` one input by its
+position. Only for a reference that is not defined on those inputs, or whose NaN there no
+honest kernel can follow.
+
 Task files are trusted (the user wrote them), so they are imported in this process.
 Every problem is a :class:`TaskError` that names the file and says what is wrong.
 """
@@ -65,7 +72,10 @@ class Task:
     _configs: tuple[dict[str, Any], ...] | None = field(default=None, repr=False, compare=False)
     declared_tolerance: dict[str, float] | None = None  # TOLERANCE as the file states it
     derived_shapes: tuple[int, ...] = ()  # unaligned shapes added by tools.inputs.shapes
+    derived_what: tuple[str, ...] = ()  # per derived shape, which sizes leave the tile
     alignment_note: str = ""  # why tails are not exercised, when they are not
+    # NO_NONFINITE_INPUTS: "nan" / "inf" / an input position -> why none is fed there
+    nonfinite_opt_out: dict[str | int, str] = field(default_factory=dict, compare=False)
     _specs: dict[int, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
     # JAXBench: the --scale factors asked for (explicitly, or SCALES in the file) that held,
     # one per shape; () for the file's defaults. Recorded in the suite and the receipt.
@@ -201,7 +211,10 @@ class Task:
             f"{k}={v}" for k, v in shape.items()
         )
         text += shape_note(self, self._statics.get(shape_index, (0, ()))[1])
-        return text + (" (derived, unaligned)" if shape_index in self.derived_shapes else "")
+        if shape_index in self.derived_shapes:
+            what = self.derived_what[self.derived_shapes.index(shape_index)]
+            text += f" (derived, unaligned: {what})"
+        return text
 
     @property
     def _inputs_fn_name(self) -> str:
@@ -242,11 +255,12 @@ def load_task(
     sha = hashlib.sha256(source).hexdigest()
     module = _import(path, sha)
     task = _from_module(path, sha, module, scales)
+    task = dataclasses.replace(task, nonfinite_opt_out=_nonfinite_opt_out(path, module))
     if validate:
         validate_task(task)
-    from tools.inputs.shapes import with_unaligned_shape
+    from tools.inputs.shapes import with_unaligned_shapes
 
-    return with_unaligned_shape(task)
+    return with_unaligned_shapes(task)
 
 
 def validate_task(task: Task) -> None:
@@ -407,6 +421,20 @@ def _tolerance(path: Path, module: ModuleType) -> dict[str, float]:
     if any(not isinstance(v, int | float) or v < 0 for v in merged.values()):
         raise TaskError(path, f"TOLERANCE values must be non-negative numbers, got {tol!r}")
     return {k: float(v) for k, v in merged.items()}
+
+
+def _nonfinite_opt_out(path: Path, module: ModuleType) -> dict[str | int, str]:
+    from tools.correctness.nonfinite import opt_out
+
+    why = getattr(module, "NO_NONFINITE_INPUTS", None)
+    if why is None:
+        return {}
+    found = opt_out(why)
+    if found is None:
+        raise TaskError(path, "NO_NONFINITE_INPUTS must be a non-empty string saying why the "
+                        "reference is not defined on NaN or inf inputs, or a dict of "
+                        f"'nan', 'inf' or input positions to such strings; got {why!r}")
+    return found
 
 
 def _declared(module: ModuleType) -> dict[str, float] | None:

@@ -103,6 +103,11 @@ def evaluate(
     context = _Context(task, suite, target, chip, full_config, order_seed, limits)
     if task.alignment_note:  # loudly: tails are not exercised for this task
         context.diagnostics.append(wire.Diagnostic(message=task.alignment_note, phase="suite"))
+    if task.nonfinite_opt_out:  # as loudly: no NaN or inf (or one of them) is fed
+        from tools.correctness.nonfinite import opt_out_note
+
+        context.diagnostics.append(wire.Diagnostic(
+            message=opt_out_note(task.nonfinite_opt_out), phase="suite"))
     if source is None or children is None:
         context.fail(f"candidate: {candidate_problem}")
         return context.finish(Path(candidate_path), None, timings, started)
@@ -436,9 +441,15 @@ class _Context:
             timings["child_s"] = self.response.seconds
             for name, seconds in self.response.check_seconds.items():
                 timings[f"child_{name}"] = seconds
-            timings["child_derived_shapes_s"] = sum(
-                g.trace_seconds + g.lower_seconds + sum(c.seconds for c in g.cases)
-                for g in self.response.groups if g.shape_index in self.task.derived_shapes)
+            kinds = {c.case_id: c.kind for c in self.suite.cases}
+            derived = {g.shape_index: g.trace_seconds + g.lower_seconds + sum(
+                c.seconds for c in g.cases if kinds.get(c.case_id) != "nonfinite")
+                for g in self.response.groups if g.shape_index in self.task.derived_shapes}
+            timings.update({f"child_derived_shape{i}_s": s for i, s in derived.items()})
+            timings["child_derived_shapes_s"] = sum(derived.values())
+            timings["child_nonfinite_s"] = sum(c.seconds for g in self.response.groups
+                                               for c in g.cases
+                                               if kinds.get(c.case_id) == "nonfinite")
         compile_report = self.compile_reports.get(0)
         measurement = self.measurement
         body = {

@@ -1,0 +1,111 @@
+"""The suite's non-finite case: NaN, +inf and -inf planted in the floating inputs.
+
+Random inputs are always finite, so without this case a kernel that turns NaN into 0
+(``jnp.nan_to_num``, ``where(x != x, 0, x)``, a masked max that drops NaN) passes every
+check. The case takes one shape's seed inputs (the smallest shape: interpret mode stays
+fast) and puts one NaN, one +inf and one -inf at fixed pseudo-random positions of every
+floating input; integer and bool inputs are untouched. The oracle decides what each output
+element must be: where it is NaN the kernel must give NaN, where it is +inf or -inf the
+kernel must give that same infinity, and the finite elements are compared as in any case
+(:mod:`tools.correctness.compare`). That holds where the reference makes a whole row
+non-finite (a reduction over a row with a NaN) as much as element by element.
+
+The case is only fair where the reference itself, in its own dtypes, has the oracle's NaN
+and inf positions; where it does not, the case is dropped with a note. A task whose
+reference is not defined on non-finite inputs opts out with ``NO_NONFINITE_INPUTS = "why"``,
+or for one kind only with ``NO_NONFINITE_INPUTS = {"nan": "why"}`` (a top-k: NaN has no
+place in an order, while infinities have one), or for one input by its position (``{2:
+"why"}``: linear attention's values, which a chunked kernel multiplies by masked zero scores
+of earlier tokens, where the scan never touches them), read by :mod:`tools.inputs.tasks`;
+the suite records the reason as a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+SEED = 20261202
+KINDS = ("nan", "inf")  # what a task may opt out of, one or both
+_SPECIALS: dict[str, tuple[float, ...]] = {"nan": (float("nan"),),
+                                           "inf": (float("inf"), float("-inf"))}
+
+
+def is_float(x: np.ndarray) -> bool:
+    return np.issubdtype(x.dtype, np.floating) or x.dtype.name.startswith(("bfloat", "float"))
+
+
+def plant(inputs: Sequence[Any], kinds: Sequence[str] = KINDS, only: int | None = None,
+          skip: Collection[int] = ()) -> tuple[list[np.ndarray], int] | None:
+    """Copies of ``inputs`` with NaN, +inf and -inf (those of ``kinds``) at fixed positions
+    of every floating input not in ``skip``, or of input ``only`` (one each, fewer in an
+    input of fewer elements), and how many were planted; None when nothing is planted."""
+    specials = [v for kind in KINDS if kind in kinds for v in _SPECIALS[kind]]
+    planted, count = [], 0
+    for position, x in enumerate(inputs):
+        host = np.array(x)  # a copy: the case's inputs, never the maker's arrays
+        if (is_float(host) and host.size and only in (None, position)
+                and position not in skip):
+            rng = np.random.default_rng([SEED, position])
+            where = rng.choice(host.size, size=min(3, host.size), replace=False)
+            flat = host.reshape(-1)
+            for index, value in zip(where, specials, strict=False):
+                flat[index] = value
+                count += 1
+        planted.append(host)
+    return (planted, count) if count else None
+
+
+def first_float(inputs: Sequence[Any], skip: Collection[int] = ()) -> int | None:
+    return next((i for i, x in enumerate(inputs)
+                 if is_float(np.asarray(x)) and i not in skip), None)
+
+
+def swamped(outputs: Sequence[Any]) -> bool:
+    """Whether some floating output has no finite element left: such a case only asks for
+    NaN everywhere, which a kernel that reads one input's NaN as 0 still gives when another
+    input's NaN reaches every element (a NaN weight of a two-layer MLP)."""
+    for out in outputs:
+        host = np.asarray(out)
+        if is_float(host) and host.size and not np.isfinite(host).any():
+            return True
+    return False
+
+
+def opt_out(why: Any) -> dict[str | int, str] | None:
+    """``NO_NONFINITE_INPUTS`` as kind ("nan", "inf") or input position -> reason (a string:
+    both kinds, every input); None when it is neither a non-empty string nor a mapping of
+    such keys to non-empty strings."""
+    if isinstance(why, str):
+        return dict.fromkeys(KINDS, why.strip()) if why.strip() else None
+    if not isinstance(why, dict) or not why or not all(
+        k in KINDS or (isinstance(k, int) and not isinstance(k, bool) and k >= 0) for k in why
+    ):
+        return None
+    if not all(isinstance(v, str) and v.strip() for v in why.values()):
+        return None
+    return {k: v.strip() for k, v in why.items()}
+
+
+def opt_out_note(out: dict[str | int, str]) -> str:
+    """The suite's note for a task that opts out (loud: the report marks NOT)."""
+    if set(out) == set(KINDS) and len(set(out.values())) == 1:
+        return ("non-finite inputs (NaN, +/-inf) are NOT fed: the task opts out "
+                f"(NO_NONFINITE_INPUTS: {out['nan']})")
+    names = {"nan": "NaN inputs are", "inf": "+/-inf inputs are"}
+    return "; ".join(f"{names.get(str(k), f'NaN and inf in input {k} are')} NOT fed: the "
+                     f"task opts out (NO_NONFINITE_INPUTS[{k!r}]: {why})"
+                     for k, why in sorted(out.items(), key=lambda kv: str(kv[0])))
+
+
+def specials_differ(reference: np.ndarray, oracle: np.ndarray) -> int:
+    """Elements where the reference's NaN and inf positions (and signs) are not the
+    oracle's: the reference itself would fail the non-finite case there."""
+    if not is_float(oracle):
+        return 0
+    ref = reference.astype(np.float64)
+    want = oracle.astype(np.float64)
+    same = (ref == want) | (np.isnan(ref) & np.isnan(want))
+    return int(np.count_nonzero(~same & ~(np.isfinite(ref) & np.isfinite(want))))
