@@ -17,8 +17,10 @@ when it started; the CPU figure is the steadier one on a shared machine, and
 `kernelgraph verify` in a fresh process (what a user waits for, imports included).
 
 The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
-direct calls, the phase limits' reference timing, the unaligned shape's share of the
-children) and as one evaluation without any of them (`verify_s_without_new_checks`).
+direct calls, the phase limits' reference timing, the derived unaligned shapes' share of the
+children, the non-finite case's run), each derived shape's share on its own
+(`unaligned_shapes_s`, by what it moves off the tile), and as one evaluation without any of
+them (`verify_s_without_new_checks`).
 Prints one JSON object with --json.
 """
 
@@ -105,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         "cases_without_new_checks": len(bare.cases),
         "checks_s": {name: round(phases[-1].get(key, 0.0), 3) for name, key in (
             ("second_poison", "child_second_poison_s"), ("direct_calls", "child_eager_s"),
-            ("phase_limits", "deadlines_s"), ("unaligned_shape", "child_derived_shapes_s"))},
+            ("phase_limits", "deadlines_s"), ("unaligned_shapes", "child_derived_shapes_s"),
+            ("nonfinite_case", "child_nonfinite_s"))},
         "unaligned_shapes_added": len(task.derived_shapes),
+        "unaligned_shapes_s": {
+            f"{task.shapes[i]} ({what})": round(phases[-1].get(f"child_derived_shape{i}_s", 0.0), 3)
+            for i, what in zip(task.derived_shapes, task.derived_what, strict=True)},
         "phases_s_last_run": {k: round(v, 3) for k, v in phases[-1].items()},
         # CPU seconds of the last run by process: each sandbox as its own wait4 reports it,
         # the parent (suite, checks, timing) as the rest
@@ -143,8 +149,8 @@ def _cli(task: str, candidate: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _without_new_checks() -> Iterator[None]:
-    """The verifier as it was before: no derived unaligned shape, no second poison, no
-    direct calls, no accumulation magnitudes, no phase limits."""
+    """The verifier as it was before: no derived unaligned shapes, no non-finite case, no
+    second poison, no direct calls, no accumulation magnitudes, no phase limits."""
     import msgspec
     import numpy as np
 
@@ -153,9 +159,10 @@ def _without_new_checks() -> Iterator[None]:
     from tools.verification import verify
     from tools.verification.deadlines import PhaseLimits
 
-    saved = (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
-             verify.suite_limits)
-    shapes.with_unaligned_shape = lambda task: task
+    saved = (shapes.with_unaligned_shapes, testsuite._magnitudes, verify.worker_request,
+             verify.suite_limits, testsuite.nonfinite_shape)
+    shapes.with_unaligned_shapes = lambda task: task
+    testsuite.nonfinite_shape = lambda task: None  # type: ignore[assignment,return-value]
     testsuite._magnitudes = lambda fn, host, oracle: [np.abs(o.astype(np.float64))
                                                       for o in oracle]
     verify.worker_request = lambda *a: msgspec.structs.replace(  # type: ignore[assignment]
@@ -164,8 +171,8 @@ def _without_new_checks() -> Iterator[None]:
     try:
         yield
     finally:
-        (shapes.with_unaligned_shape, testsuite._magnitudes, verify.worker_request,
-         verify.suite_limits) = saved
+        (shapes.with_unaligned_shapes, testsuite._magnitudes, verify.worker_request,
+         verify.suite_limits, testsuite.nonfinite_shape) = saved
 
 
 if __name__ == "__main__":
