@@ -5,6 +5,12 @@ standalone code), one writer per kernel class (`rows`: elementwise, row-wise, ro
 and single-block; `matmul`: matmul with a fused epilogue; `attention`: flash attention),
 `planner` (levers from the parent's profile), `author` (candidates and the fixer's ladder),
 `inputs` (`make_inputs` from a signature) and `provider` (the `Provider` itself).
+
+The matmul, attention and row writers keep their schedule as a frozen spec (`MatmulSpec`,
+`AttentionSpec`, `RowsSpec`) rendered by one function each; `levers` is the registry of
+catalogue levers (`knowledge/levers.md` ids) as `spec -> [spec, ...] | NotApplicable`, with
+the per-class transformations in `matmul_levers`, `attention_levers` and `rows_levers`;
+`variety` picks the spec an expansion writes from the hint and the seed.
 """
 
 from __future__ import annotations
