@@ -53,11 +53,14 @@ def cache_dir() -> Path:
 
 
 def _author_digest() -> str:
-    """sha256 over the offline author's sources: a changed classifier invalidates the cache."""
+    """sha256 over the offline author's sources and the shape derivation: a changed
+    classifier, or a change in which unaligned shapes are derived, invalidates the cache."""
     import agents.llm.offline as offline
+    import tools.inputs.shapes as shapes
 
     digest = hashlib.sha256()
-    for source in sorted(Path(offline.__file__).parent.glob("*.py")):
+    sources = [*sorted(Path(offline.__file__).parent.glob("*.py")), Path(shapes.__file__)]
+    for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()
 
