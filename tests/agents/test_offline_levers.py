@@ -248,3 +248,22 @@ def test_the_offline_answer_records_the_seed_it_drew_with() -> None:
     request = LlmRequest(agent="test", purpose="plan", prompt="-", context=ctx, seed=2001)
     response = asyncio.run(OfflineProvider().complete(request))
     assert response.seed == 2001 and response.temperature is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "lever_id"), [("softmax", "transcendentals"),
+                                                ("rmsnorm", "single_buffer_invariants")])
+def test_a_lever_kernel_passes_the_verifier(name: str, lever_id: str, tmp_path: Path) -> None:
+    """Through the Mosaic lowering too (interpret mode alone missed a multiply written
+    without its `out_dtype` parameter, which the TPU lowering rule requires)."""
+    from tools.api import evaluate, freeze_suite, load_task
+
+    facts = _facts(name)
+    base = variety.default_spec(facts, {}, _chip())
+    got = variants(facts.kernel_class, base, lever_id, LeverContext(facts, _chip()))
+    assert not isinstance(got, NotApplicable), got
+    candidate = tmp_path / f"{name}_{lever_id}.py"
+    candidate.write_text(_render(facts, got[0], name))
+    suite = freeze_suite(load_task(TASKS / f"{name}.py"), seeds=(0, 1))
+    verdict = evaluate(TASKS / f"{name}.py", candidate, suite=suite)
+    assert verdict.verdict == "pass", (verdict.reasons, [d.message for d in verdict.diagnostics][:3])

@@ -125,7 +125,7 @@ _RECIPROCAL_DIV = '''
 def _div(x, y):
     """x / y as one reciprocal per element of the smaller (broadcast) divisor and a multiply."""
     if jnp.issubdtype(jnp.result_type(x, y), jnp.floating) and jnp.size(y) < jnp.size(x):
-        return _nary(lax.mul_p, dict(), x, (1.0 / jnp.asarray(y)).astype(jnp.result_type(x, y)))
+        return _nary(lax.mul_p, dict(out_dtype=None), x, (1.0 / jnp.asarray(y)).astype(jnp.result_type(x, y)))
     return _nary(lax.div_p, dict(), x, y)
 '''
 
