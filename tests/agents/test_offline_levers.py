@@ -198,8 +198,7 @@ def test_distinct_hints_and_seeds_give_distinct_specs_until_exhausted(name: str)
     for lever_id in _catalogue_ids(c):
         hint = _hint(lever_id, c)
         first = _plan(name, hint, 0, parent={"plan": "", "config": root["params"]})
-        if first["no_gain"]:
-            assert lever_id in first["not_applicable"]  # said why, and wrote nothing
+        if lever_id in first["not_applicable"]:  # said why; the seed's pick is another lever's
             continue
         for seed in range(6):
             decision = _plan(name, hint, seed, parent={"plan": "", "config": root["params"]})
@@ -211,11 +210,16 @@ def test_distinct_hints_and_seeds_give_distinct_specs_until_exhausted(name: str)
             seen.setdefault(key, f"{lever_id}/{seed}")
 
 
-def test_a_hinted_lever_that_does_not_apply_writes_nothing_and_says_why() -> None:
-    decision = _plan("matmul_bias_gelu", _hint("block_skipping", "matmul"), 3, parent={"plan": "", "config": {}})
-    assert decision["no_gain"] and "dense" in decision["not_applicable"]["block_skipping"]
+def test_a_hinted_lever_that_does_not_apply_says_why_and_costs_no_candidate() -> None:
+    """The reason is recorded and the expansion still writes a kernel: a lever the policy chose
+    blind (it sees the graph, not the class) must not spend a node on nothing."""
+    hint = _hint("block_skipping", "matmul")
+    decision = _plan("matmul_bias_gelu", hint, 3, parent={"plan": "", "config": {}})
+    assert not decision["no_gain"] and "dense" in decision["not_applicable"]["block_skipping"]
+    assert "block_skipping" not in decision["levers"]
+    assert any("does not apply here" in e for e in decision["evidence"])
     text = planner.plan_text(_facts("matmul_bias_gelu"), decision, {"chip": _chip()}, "matmul_bias_gelu")
-    assert "Stop, writing no candidate" in text and "block_skipping" in text
+    assert "block_skipping" in text and "Stop, writing no candidate" not in text
 
 
 def test_plans_and_kernels_replay_byte_for_byte() -> None:

@@ -112,13 +112,17 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
             out += [(_label(s, lid), lid) for s in got]
         return out
 
+    first: list[tuple[Any, str]] = []
     if hinted:
         first = each(parent_spec, hinted[:1])
         for extra in hinted[1:]:  # a crossover: the levers together first, then the first alone
             first = [(both, f"{lid}+{x}") for one, lid in first for both, x in each(one, [extra])] + first
-        if not first:
+        if not first:  # the hint costs no candidate: the seed picks among the levers that apply
             reasons = "; ".join(f"{i}: {na.get(i, 'no variant')}" for i in hinted)
-            return Choice(parent_spec, "", notes, na, stop=f"the hinted lever does not apply here ({reasons})")
+            notes.append(f"the hinted lever does not apply here ({reasons}); the seed picks among "
+                         "the levers that do")
+            hinted = []
+    if hinted:
         # then each variant with one lever more, only levers after the hinted one: a pair is
         # reached from one hint, and never a spec one lever makes alone (that is its hint's)
         later = [i for i in all_ids[all_ids.index(hinted[0]) + 1:] if i not in hinted]
