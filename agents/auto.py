@@ -46,6 +46,7 @@ from agents.commands import (
 )
 from agents.finalaudit import audit_problem, audit_timeout_s
 from agents.steps import StepOrigin, step_command
+from bus.codec import derived_event_id
 from bus.commands import Command
 from bus.registry import register
 from bus.service import PermanentError
@@ -425,8 +426,9 @@ class _AutoRun:
             return
         written, problem = await asyncio.to_thread(knowledge.record_lessons, lessons)
         if problem is not None:
-            yield self.event(knowledge.KnowledgeUnavailable, **knowledge.unavailable_fields(
-                "lessons", problem, lost=len(lessons) - written))
+            yield self.event(knowledge.KnowledgeUnavailable, event_id=derived_event_id(
+                f"{self.cmd.command_id}:lessons", 0, fallback_ms=int(self.cmd.ts * 1000)),
+                **knowledge.unavailable_fields("lessons", problem, lost=len(lessons) - written))
 
     async def plan_decisions(self, plan_sha256: str | None) -> dict[str, Any]:
         """The machine-readable decisions a plan may carry in a ```json block."""

@@ -38,6 +38,7 @@ import nats.errors
 from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError, Purpose, get_provider
 from agents.llm.parsing import MalformedAnswer
 from bus.artifacts import ArtifactNotFound
+from bus.codec import derived_event_id
 from bus.commands import Command
 from bus.service import PermanentError, Service
 from eventstore.events import Event, LlmCalled
@@ -137,6 +138,7 @@ class AgentContext(Generic[C]):
         self.cmd = cmd
         self.workspace = agent.workspace
         self._pending: list[Event] = []
+        self._notes = 0
 
     # --- blocking work ------------------------------------------------------------------
 
@@ -217,6 +219,9 @@ class AgentContext(Generic[C]):
     def note(self, cls: type[Event], **payload: Any) -> None:
         """Record an event of this command that happened along the way (safe from a tool's
         thread); it is yielded before the handler's next event."""
+        self._notes += 1  # named apart from the positional ids: a note that one delivery
+        payload.setdefault("event_id", derived_event_id(  # makes and the next does not
+            f"{self.cmd.command_id}:note", self._notes, fallback_ms=int(self.cmd.ts * 1000)))
         self._pending.append(self.agent.event(cls, self.cmd, **payload))
 
     def take_pending(self) -> list[Event]:

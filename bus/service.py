@@ -346,19 +346,23 @@ class Service:
 
     async def _run_handler(self, cmd: Command, pending: list[asyncio.Future[Any]]) -> None:
         ids = DerivedIds(cmd.command_id, fallback_ms=int(cmd.ts * 1000))
-        index = 0
+        index = yielded = 0
         async for event in self.handle(cmd):
             if not isinstance(event, Event):
                 raise PermanentError(f"handler yielded {type(event).__qualname__}, not an Event")
-            if index >= MAX_EVENTS_PER_COMMAND:
+            if yielded >= MAX_EVENTS_PER_COMMAND:
                 raise PermanentError(f"handler yielded more than {MAX_EVENTS_PER_COMMAND} events")
-            event_id = event.event_id or ids[index]  # a handler may name its events itself
+            if event.event_id:  # named by the handler: takes no position, so an event that
+                event_id = event.event_id  # happens on one delivery only shifts no other id
+            else:
+                event_id = ids[index]
+                index += 1
             if event.causation_id is None:
                 event = msgspec.structs.replace(event, event_id=event_id, causation_id=cmd.command_id)
             else:
                 event = msgspec.structs.replace(event, event_id=event_id)
             pending.append(await self._publish(event))
-            index += 1
+            yielded += 1
 
     async def _publish(self, event: Event) -> asyncio.Future[Any]:
         future = await self.publisher.publish(

@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 from bus import subjects
 from bus.artifacts import fetch_artifact, publish_artifacts
 from bus.client import BusClient, CommandFailed
+from bus.codec import derived_event_id
 from bus.commands import Command, Ping
 from bus.connection import Credentials, connect
 from bus.echo import EchoService
@@ -285,4 +286,36 @@ async def test_a_handler_past_its_timeout_is_retried_then_failed(nats_server: Em
         with pytest.raises(CommandFailed, match="TimeoutError") as failure:
             await bus.client.request(Ping.create(run_id="slow", delay_s=5), timeout=20)
         assert failure.value.failure.deliveries == SETTINGS.max_deliver
+        await _stop(svc)
+
+
+class NotesOnce(FastRetryEcho):
+    """First delivery: a named note, the positional answer, then a retryable failure; the
+    redelivery has no note (the store answered this time) and answers again."""
+
+    agent: ClassVar[str] = "notesonce"
+    deliveries = 0
+
+    async def handle(self, cmd: Ping) -> AsyncIterator[Event]:
+        type(self).deliveries += 1
+        first = type(self).deliveries == 1
+        if first:
+            yield self.event(RunFinished, cmd, status="failed", reason="a note of one delivery",
+                             event_id=derived_event_id(f"{cmd.command_id}:note", 1, fallback_ms=0))
+        yield self.event(PingAnswered, cmd, agent=self.agent, seq=cmd.seq, index=0, echo="")
+        if first:
+            raise RuntimeError("worker lost after publishing")
+
+
+async def test_an_event_named_by_its_handler_shifts_no_positional_id(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    async with running_bus(nats_server, tmp_path / "log.duckdb") as bus:
+        svc = await bus.service(NotesOnce)
+        await bus.client.send(Ping.create(run_id="notes", seq=1), agent="notesonce")
+        await _wait(lambda: svc.stats.completed == 1)
+        await asyncio.sleep(0.3)
+        answers = await bus.events(types=["PingAnswered"])
+        assert len(answers) == 1, [e.event_id for e in answers]  # the redelivery's is a duplicate
+        assert len(await bus.events(types=["RunFinished"])) == 1
         await _stop(svc)
