@@ -247,16 +247,19 @@ def _fmt(value: Any) -> str:
 
 
 def _efficiency_table(summary: dict[str, Any]) -> Table:
-    """Per policy and label: how the search spent its candidates (`projections.metrics`)."""
+    """How the search spent its candidates (`projections.metrics`): a row per figure and a
+    column per policy and label, so the figures' names stay readable in a narrow terminal."""
     table = Table(title="search efficiency per policy")
     heads = ["candidates", "judged", "distinct_kernels", "distinct_per_candidate",
              "tested_twice", "mean_candidates_to_best", "best_over_first", "climbed"]
-    for head in ["policy", "label", *heads]:
-        table.add_column(head.replace("_", " "))
-    for policy, per_label in summary["by_policy"].items():
-        for label, figures in per_label.items():
-            e = figures["efficiency"]
-            table.add_row(policy, label, *(_fmt(e[h]) for h in heads))
+    columns = [(f"{policy} ({label})", figures["efficiency"])
+               for policy, per_label in summary["by_policy"].items()
+               for label, figures in per_label.items()]
+    table.add_column("figure")
+    for name, _ in columns:
+        table.add_column(name)
+    for head in heads:
+        table.add_row(head.replace("_", " "), *(_fmt(e[head]) for _, e in columns))
     return table
 
 
