@@ -19,16 +19,11 @@ from agents.llm.offline.levers import (
 )
 
 C = ("attention",)
-FALLBACK_VMEM = 128 * 1024 * 1024
 
 
 def _fits(spec: AttentionSpec, ctx: LeverContext) -> bool:
     return vmem_bytes(ctx.facts, spec) <= (spec.vmem_limit_bytes or scoped_vmem(ctx.chip)) * 3 // 4
 
-
-def _raised_limit(ctx: LeverContext) -> int:
-    vmem = ctx.chip.get("vmem_bytes")
-    return int(vmem) * 3 // 4 if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM * 3 // 4
 
 
 def _blocks(spec: AttentionSpec, ctx: LeverContext, bq: int, bkv: int) -> AttentionSpec:
@@ -145,7 +140,7 @@ def single_buffer(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec]
 
 @lever(C, "vmem_budget")
 def vmem_budget(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
-    raised = changed(spec, vmem_limit_bytes=_raised_limit(ctx))
+    raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_blocks(raised, ctx, spec.block_q * 2, spec.block_kv * 2),
            changed(_blocks(raised, ctx, spec.block_q, spec.block_kv), heads_per_block=2 * spec.heads_per_block),
            raised]
@@ -160,7 +155,7 @@ def reduction_in_one_block(spec: AttentionSpec, ctx: LeverContext) -> list[Atten
     out = changed(spec, kv_in_one_block=True, accumulate="scratch", hoist_q=False, sub_q=1,
                   single_buffer_q=False)
     if not _fits(out, ctx):
-        out = changed(out, vmem_limit_bytes=_raised_limit(ctx))
+        out = changed(out, vmem_limit_bytes=ctx.raised_vmem_limit())
     kv_len = geometry(ctx.facts)["kv_len"]
     return [out] if _fits(out, ctx) else NotApplicable(f"a KV length of {kv_len} does not fit one block")
 

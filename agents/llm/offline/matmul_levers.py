@@ -19,7 +19,6 @@ from agents.llm.offline.levers import (
 from agents.llm.offline.matmul import MatmulSpec, _mkn, effective, fit_k, row_tile, vmem_bytes
 
 C = ("matmul_epilogue",)
-FALLBACK_VMEM = 128 * 1024 * 1024
 
 
 def _limit(spec: MatmulSpec, ctx: LeverContext) -> int:
@@ -29,10 +28,6 @@ def _limit(spec: MatmulSpec, ctx: LeverContext) -> int:
 def _fits(spec: MatmulSpec, ctx: LeverContext) -> bool:
     return vmem_bytes(ctx.facts, spec) <= _limit(spec, ctx) * 3 // 4
 
-
-def _raised_limit(ctx: LeverContext) -> int:
-    vmem = ctx.chip.get("vmem_bytes")
-    return int(vmem) * 3 // 4 if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM * 3 // 4
 
 
 def _blocks(spec: MatmulSpec, ctx: LeverContext, bm: int, bn: int, bk: int) -> MatmulSpec:
@@ -113,7 +108,7 @@ def resident(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotAppli
     out = changed(spec, block_k=k, block_n=max(LANES, -(-n // LANES) * LANES),
                   single_buffer=tuple(dict.fromkeys((*spec.single_buffer, "b"))))
     if not _fits(out, ctx):
-        out = changed(out, vmem_limit_bytes=_raised_limit(ctx))
+        out = changed(out, vmem_limit_bytes=ctx.raised_vmem_limit())
         if not _fits(out, ctx):
             return NotApplicable(f"the whole b ({k}x{n}) does not fit VMEM next to the other blocks")
     return [out]
@@ -129,7 +124,7 @@ def precision(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotAppl
 
 @lever(C, "vmem_budget")
 def vmem_budget(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotApplicable:
-    raised = changed(spec, vmem_limit_bytes=_raised_limit(ctx))
+    raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_blocks(raised, ctx, spec.block_m * 2, spec.block_n * 2, spec.block_k),
            _blocks(raised, ctx, spec.block_m, spec.block_n, spec.block_k * 4), raised]
     return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger tile fits even the raised limit")
@@ -142,7 +137,7 @@ def reduction_in_one_block(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSp
     _, k, _ = _mkn(ctx.facts)
     out = changed(spec, k_in_one_block=True, block_k=k, sub_m=1, accumulate="scratch")
     if not _fits(out, ctx):
-        out = changed(out, vmem_limit_bytes=_raised_limit(ctx))
+        out = changed(out, vmem_limit_bytes=ctx.raised_vmem_limit())
     return [out] if _fits(out, ctx) else NotApplicable(f"K={k} in one block does not fit VMEM")
 
 

@@ -19,7 +19,6 @@ from agents.llm.offline.levers import (
 from agents.llm.offline.rows import RowsSpec, row_align, row_bytes
 
 C = ("elementwise", "rowwise", "rows_generic")
-FALLBACK_VMEM = 128 * 1024 * 1024
 
 
 def _rows(ctx: LeverContext) -> int:
@@ -43,10 +42,6 @@ def _vmem(spec: RowsSpec, ctx: LeverContext) -> int:
 def _fits(spec: RowsSpec, ctx: LeverContext) -> bool:
     return _vmem(spec, ctx) <= (spec.vmem_limit_bytes or scoped_vmem(ctx.chip)) // 2
 
-
-def _raised_limit(ctx: LeverContext) -> int:
-    vmem = ctx.chip.get("vmem_bytes")
-    return int(vmem) * 3 // 4 if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM * 3 // 4
 
 
 def _sized(spec: RowsSpec, ctx: LeverContext, rows: int) -> RowsSpec:
@@ -82,7 +77,7 @@ def single_buffer(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotAppl
 
 @lever(C, "vmem_budget")
 def vmem_budget(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
-    raised = changed(spec, vmem_limit_bytes=_raised_limit(ctx))
+    raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_sized(raised, ctx, spec.block_rows * 4), _sized(raised, ctx, spec.block_rows * 2), raised]
     out = [s for s in out if s == raised or _effective(s, ctx) != _effective(spec, ctx)]
     return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger block fits even the raised limit")
