@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
 from tools.correctness.compare import compare_case
 from tools.correctness.nonfinite import plant
+from tools.correctness.suitedata import FrozenSuite, SuiteError
 from tools.correctness.testsuite import build_suite, nonfinite_shape
 from tools.inputs.tasks import TaskError, load_task
+from tools.sandbox.wire import WireArray
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,3 +170,121 @@ def test_where_every_element_would_be_nan_only_the_first_input_gets_specials(
     out = case.oracle[0].numpy()
     assert np.isfinite(out).any() and not np.isfinite(out).all()
     assert any("input 0 alone" in n for n in suite.notes)
+
+
+# Causal attention as the shipped task writes it (softmax weights 0 above the diagonal, then
+# times v: a NaN value of a later token makes the oracle NaN for every earlier query).
+CAUSAL = """
+import jax, jax.numpy as jnp
+SHAPES = [(1, 2, 256, 64), (1, 1, 128, 64)]
+def reference(q, k, v):
+    seq = q.shape[2]
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (q.shape[-1] ** -0.5)
+    allowed = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    s = jnp.where(allowed, s, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+def make_inputs(key, shape_index=0):
+    ks = jax.random.split(key, 3)
+    return tuple(jax.random.normal(k, SHAPES[shape_index], jnp.float32) for k in ks)
+"""
+BLOCK = 32
+
+
+def _flash_causal(q, k, v, *, clean: bool = False):
+    """A flash-attention kernel (interpret mode) that never visits a KV block wholly above
+    the diagonal, as a real one skips it; ``clean`` reads NaN and inf inputs as 0."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    b, h, seq, d = q.shape
+
+    def body(q_ref, k_ref, v_ref, o_ref):
+        qi = pl.program_id(1)
+        qb = q_ref[0]
+        if clean:
+            qb = jnp.nan_to_num(qb, nan=0.0, posinf=0.0, neginf=0.0)
+        rows = qi * BLOCK + jnp.arange(BLOCK)[:, None]
+
+        def step(j, carry):
+            m, den, acc = carry
+            kb = k_ref[0, pl.ds(j * BLOCK, BLOCK), :]
+            vb = v_ref[0, pl.ds(j * BLOCK, BLOCK), :]
+            if clean:
+                kb = jnp.nan_to_num(kb, nan=0.0, posinf=0.0, neginf=0.0)
+                vb = jnp.nan_to_num(vb, nan=0.0, posinf=0.0, neginf=0.0)
+            s = (qb @ kb.T) * (d ** -0.5)
+            s = jnp.where(rows >= j * BLOCK + jnp.arange(BLOCK)[None, :], s, -jnp.inf)
+            m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
+            p = jnp.exp(s - m_new)
+            scale = jnp.exp(m - m_new)
+            return m_new, den * scale + p.sum(-1, keepdims=True), acc * scale + p @ vb
+
+        init = (jnp.full((BLOCK, 1), -jnp.inf), jnp.zeros((BLOCK, 1)), jnp.zeros((BLOCK, d)))
+        _, den, acc = jax.lax.fori_loop(0, qi + 1, step, init)  # blocks past qi: skipped
+        o_ref[0] = acc / den
+
+    flat = [x.reshape(b * h, seq, d) for x in (q, k, v)]
+    whole = pl.BlockSpec((1, seq, d), lambda i, j: (i, 0, 0))
+    out = pl.pallas_call(
+        body, out_shape=jax.ShapeDtypeStruct(flat[0].shape, jnp.float32),
+        grid=(b * h, seq // BLOCK),
+        in_specs=[pl.BlockSpec((1, BLOCK, d), lambda i, j: (i, j, 0)), whole, whole],
+        out_specs=pl.BlockSpec((1, BLOCK, d), lambda i, j: (i, j, 0)), interpret=True,
+    )(*flat)
+    return np.asarray(out).reshape(q.shape)
+
+
+def test_a_kernel_that_skips_masked_kv_blocks_passes_where_only_zero_x_nan_is_nan(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "causal.py").write_text(CAUSAL)
+    suite = build_suite(load_task(tmp_path / "causal.py"), seeds=(0, 1), probes=False)
+    case = _nonfinite(suite)
+    q, k, v = (a.numpy() for a in case.inputs)
+    oracle = case.oracle[0].numpy()
+    [free] = (f.numpy() for f in case.unplanted)
+    # v's NaN (and infinities) reach every earlier query only through a zero weight
+    assert (~np.isnan(free)).sum() > 0 and np.isfinite(free[~np.isnan(free)]).all()
+    assert not np.isfinite(oracle[~np.isnan(free)]).any()
+    assert any("planted elements they do not depend on" in n for n in suite.notes)
+
+    # recorded in the suite's hash: a widened allowance no longer matches
+    wider = np.where(np.isnan(free), 0.0, free)
+    cases = tuple(msgspec.structs.replace(c, unplanted=(WireArray.of(wider),))
+                  if c.case_id == case.case_id else c for c in suite.cases)
+    with pytest.raises(SuiteError, match="hash does not match"):
+        FrozenSuite.from_bytes(msgspec.structs.replace(suite, cases=cases).to_bytes())
+
+    skipping = _flash_causal(q, k, v)
+    # past its diagonal block it never computed 0 x NaN; within it, it did, as the oracle
+    assert np.isfinite(skipping[~np.isnan(free)]).any()
+    assert not np.isfinite(skipping[~np.isnan(free)]).all()
+    check = compare_case(case, [skipping], suite.tolerance)
+    assert check.passed, check.outputs[0].problems
+    assert check.outputs[0].unplanted == int(np.isfinite(skipping[~np.isnan(free)]).sum())
+    # the oracle's own NaN there still passes
+    assert compare_case(case, [oracle.astype(np.float32)], suite.tolerance).passed
+    # a finite value there is held to the value without the planted elements
+    off = skipping.copy()
+    off[~np.isnan(free)] += 1.0
+    assert not compare_case(case, [off], suite.tolerance).passed
+
+    # where the output truly depends on a planted value, a finite number is still wrong
+    cleaned = _flash_causal(q, k, v, clean=True)
+    check = compare_case(case, [cleaned], suite.tolerance)
+    assert not check.passed and "NaN returned as finite numbers" in check.outputs[0].problems[0]
+    depends = ~np.isfinite(oracle) & np.isnan(free)
+    assert depends.any()
+    patched = skipping.copy()
+    patched[depends] = 0.0
+    assert not compare_case(case, [patched], suite.tolerance).passed
+
+
+def test_nothing_recorded_where_every_non_finite_element_depends_on_a_planted_one(
+    tmp_path: Path,
+) -> None:
+    suite = build_suite(_task(tmp_path), seeds=(0, 1), probes=False)
+    case = _nonfinite(suite)
+    assert case.unplanted == ()  # a row sum and an element-wise product: nothing masked
+    assert not any("planted elements they do not depend on" in n for n in suite.notes)

@@ -17,6 +17,13 @@ oracle moves by more than the floor when the inputs move by one ulp, as softmax 
 ``conditioning_multiple`` x that movement: the floor rules judge the error beyond it, and
 the ceiling grows by it.
 
+In the non-finite case, where the oracle is NaN or inf at an element only through planted
+elements it does not depend on (a masked-out zero times a planted NaN: the suite records
+the value with only those it depends on, :func:`tools.correctness.nonfinite.unplanted`),
+a kernel may return the oracle's NaN or inf or that value (a finite number, judged like any
+finite element; or an infinity where the oracle has NaN, which must then be that same
+infinity): a kernel that skips masked blocks never computes 0 x NaN.
+
 ``eps_max``/``eps_mean`` are a few units in the last place of the output dtype at the
 output's largest/mean magnitude (4 and 1 ulp): the slack an exact operation (a copy, a
 transpose, whose floor is zero) needs when the candidate rounds once differently; and at
@@ -81,6 +88,11 @@ class OutputCheck(msgspec.Struct, frozen=True):
     conditioning_multiple: float = 0.0
     beyond_max_abs: float = 0.0
     beyond_mean_abs: float = 0.0
+    # In the non-finite case: elements where the oracle is NaN or inf only through a
+    # masked-out zero (planted elements they do not depend on) and the kernel returned the
+    # value with only those they depend on instead (the suite's ``unplanted``), judged
+    # against it like any other element; the figures above include them.
+    unplanted: int = 0
 
     @property
     def max_threshold(self) -> float:
@@ -177,8 +189,12 @@ def _compare_output(
                         f"{want_dtype}")
     got = out.astype(np.float64)
     want = oracle.astype(np.float64)
-    oracle_finite = np.isfinite(want)
+    magnitude = np.abs(want[np.isfinite(want)])
     got_finite = np.isfinite(got)
+    took = _unplanted_taken(case, index, got, got_finite)
+    if took is not None:  # judged against the value without the planted elements there
+        want = np.where(took, case.unplanted[index].numpy().astype(np.float64), want)
+    oracle_finite = np.isfinite(want)
     special_mismatch = ~oracle_finite & ~((got == want) | (np.isnan(got) & np.isnan(want)))
     lost_specials = int(np.count_nonzero(special_mismatch))
     nonfinite = int(np.count_nonzero(oracle_finite & ~got_finite)) + lost_specials
@@ -189,7 +205,6 @@ def _compare_output(
     max_abs = float(diff.max()) if diff.size else 0.0
     mean_abs = float(diff.mean()) if diff.size else 0.0
     ulp = _ulp(want_dtype)
-    magnitude = np.abs(want[oracle_finite])
     eps_max = thresholds.eps_ulps_max * ulp * (float(magnitude.max()) if magnitude.size else 0.0)
     eps_mean = thresholds.eps_ulps_mean * ulp * (float(magnitude.mean()) if magnitude.size
                                                  else 0.0)
@@ -201,6 +216,9 @@ def _compare_output(
         eps_mean = max(eps_mean, thresholds.eps_ulps_mean * acc * case.terms_mean_abs[index])
     slack = case.slack[index].numpy() if index < len(case.slack) else None
     limit = ceiling_limit(want_dtype, want, {"atol": atol, "rtol": rtol}, slack)
+    if took is not None:  # no slack was measured where the oracle is not finite
+        limit = np.where(took, ceiling_limit(want_dtype, want, {"atol": atol, "rtol": rtol},
+                                             None), limit)
     allowance = _conditioning_allowance(case, index, thresholds.conditioning_multiple)
     judged_max, judged_mean, beyond = max_abs, mean_abs, ""
     if allowance is not None:  # the error beyond what the problem's conditioning allows
@@ -251,7 +269,25 @@ def _compare_output(
                        conditioning_multiple=(thresholds.conditioning_multiple
                                               if allowance is not None else 0.0),
                        beyond_max_abs=judged_max if allowance is not None else 0.0,
-                       beyond_mean_abs=judged_mean if allowance is not None else 0.0, **common)
+                       beyond_mean_abs=judged_mean if allowance is not None else 0.0,
+                       unplanted=int(np.count_nonzero(took)) if took is not None else 0,
+                       **common)
+
+
+def _unplanted_taken(case: SuiteCase, index: int, got: np.ndarray,
+                     got_finite: np.ndarray) -> np.ndarray | None:
+    """Where the oracle is not finite only because a masked-out zero met a planted value
+    (the suite records the value with only those the element depends on) and the kernel
+    returned that value instead (a finite number, or that same infinity): those elements
+    are judged against it (None: nothing of the kind)."""
+    if index >= len(case.unplanted):
+        return None
+    free = case.unplanted[index].numpy()
+    if free.size == 0 or free.shape != got_finite.shape:
+        return None
+    with np.errstate(invalid="ignore"):
+        took = np.isfinite(free) & got_finite | np.isinf(free) & (got == free)
+    return took if took.any() else None
 
 
 def _conditioning_allowance(case: SuiteCase, index: int, multiple: float) -> np.ndarray | None:

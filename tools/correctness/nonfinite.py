@@ -8,7 +8,10 @@ floating input; integer and bool inputs are untouched. The oracle decides what e
 element must be: where it is NaN the kernel must give NaN, where it is +inf or -inf the
 kernel must give that same infinity, and the finite elements are compared as in any case
 (:mod:`tools.correctness.compare`). That holds where the reference makes a whole row
-non-finite (a reduction over a row with a NaN) as much as element by element.
+non-finite (a reduction over a row with a NaN) as much as element by element. Where the
+oracle is NaN only because a masked-out zero met a planted value the element does not depend
+on (0 x NaN), the suite records the value a kernel that skips the masked work gives there
+(:func:`unplanted`) and either is accepted.
 
 The case is only fair where the reference itself, in its own dtypes, has the oracle's NaN
 and inf positions; where it does not, the case is dropped with a note. A task whose
@@ -22,7 +25,7 @@ the suite records the reason as a note.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,3 +112,62 @@ def specials_differ(reference: np.ndarray, oracle: np.ndarray) -> int:
     want = oracle.astype(np.float64)
     same = (ref == want) | (np.isnan(ref) & np.isnan(want))
     return int(np.count_nonzero(~same & ~(np.isfinite(ref) & np.isfinite(want))))
+
+
+def unplanted(oracle: Callable[[Sequence[np.ndarray]], list[np.ndarray]],
+              made: Sequence[Any], planted: Sequence[np.ndarray],
+              outputs: Sequence[np.ndarray], most_sets: int = 32) -> list[np.ndarray]:
+    """Per output, where the oracle is not finite only through planted elements the element
+    does not depend on, its value with just those it depends on planted (float64: finite, or
+    an infinity where the oracle is NaN; NaN elsewhere), or an empty array where there is
+    no such element.
+
+    The oracle runs on the inputs as made, then once per planted element moved to +2 and
+    to -2 times its input's largest magnitude (past every other element, so a max or a min
+    over it moves), the others as made: an element depends on a planted one when its value
+    moves, bitwise. Where the oracle is not finite, it runs again with only the planted
+    elements that element depends on (``most_sets`` distinct sets at most; past that the
+    rest stay strict); where that differs the oracle was NaN or inf only because a
+    masked-out zero met a planted value it does not depend on (0 x NaN: causal attention's
+    weights above the diagonal, the pages past a sequence's length, a block mask written
+    as a product), which a kernel that skips the masked work never computes."""
+    made = [np.asarray(x) for x in made]
+    spots = [(i, int(j)) for i, x in enumerate(planted) if is_float(np.asarray(x))
+             for j in np.flatnonzero(~np.isfinite(np.asarray(x, np.float64).reshape(-1)))]
+    floats = [k for k, out in enumerate(outputs) if is_float(out)]
+
+    def run(values: dict[tuple[int, int], float]) -> list[np.ndarray]:
+        moved = [np.array(x) for x in made]
+        for (i, j), value in values.items():
+            moved[i].reshape(-1)[j] = value
+        return [np.asarray(o).astype(np.float64) for o in oracle(moved)]
+
+    base = run({})
+    depends = {k: np.zeros((len(spots), *outputs[k].shape), bool) for k in floats}
+    for n, (i, j) in enumerate(spots):
+        scale = float(np.abs(made[i].astype(np.float64)).max()) or 1.0
+        for sign in (2.0, -2.0):
+            moved = run({(i, j): sign * scale})
+            for k in floats:
+                depends[k][n] |= moved[k].view(np.int64) != base[k].view(np.int64)
+    found = {k: np.full(outputs[k].shape, np.nan) for k in floats}
+    sets: dict[bytes, list[tuple[int, np.ndarray]]] = {}
+    for k in floats:
+        special = ~np.isfinite(np.asarray(outputs[k], np.float64))
+        keys = np.packbits(depends[k], axis=0).reshape(-1, *outputs[k].shape)
+        for index in zip(*np.nonzero(special), strict=True):
+            key = keys[(slice(None), *index)].tobytes()
+            sets.setdefault(key, []).append((k, np.asarray(index)))
+    for key, elements in list(sets.items())[:most_sets]:
+        bits = np.unpackbits(np.frombuffer(key, np.uint8))[: len(spots)].astype(bool)
+        if bits.all():
+            continue  # every planted element: the oracle itself
+        keep = {spot: float(planted[spot[0]].reshape(-1)[spot[1]])
+                for spot, on in zip(spots, bits, strict=True) if on}
+        alone = run(keep)
+        for k, index in elements:
+            value = alone[k][tuple(index)]
+            if not np.isnan(value) and value != outputs[k][tuple(index)]:
+                found[k][tuple(index)] = value  # finite, or an infinity where it was NaN
+    return [found[k] if k in found and not np.isnan(found[k]).all()
+            else np.zeros((0,), np.float64) for k in range(len(outputs))]

@@ -66,6 +66,12 @@ class SuiteCase(msgspec.Struct, frozen=True):
     # matter): the problem's conditioning (tools.correctness.conditioning). () for a case
     # with none; not part of the hash while no case has any.
     conditioning: tuple[WireArray, ...] = ()
+    # Per output of the non-finite case, where the oracle is not finite only because a
+    # masked-out zero met a planted NaN or inf the element does not depend on, its value
+    # with only the planted elements it depends on (float64, NaN elsewhere; empty where
+    # there is none): a kernel that skips the masked work may return that
+    # (tools.correctness.nonfinite.unplanted). () for a case with none; not hashed then.
+    unplanted: tuple[WireArray, ...] = ()
 
 
 class ShapeStatics(msgspec.Struct, frozen=True):
@@ -148,4 +154,5 @@ def suite_hash(suite: FrozenSuite) -> str:
 
 
 # SuiteCase fields added since format 2, each hashed only when some case departs from it
-_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION, "conditioning": ()}
+_LATER_FIELDS: dict[str, Any] = {"oracle_precision": FULL_PRECISION, "conditioning": (),
+                               "unplanted": ()}

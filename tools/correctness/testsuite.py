@@ -40,6 +40,7 @@ from tools.correctness.nonfinite import (
     plant,
     specials_differ,
     swamped,
+    unplanted,
 )
 from tools.correctness.oracle import FULL_PRECISION, Oracle, choose_oracle, run_oracle
 from tools.correctness.store import SPILL_BYTES, release, spill, suite_directory
@@ -171,12 +172,25 @@ def _add_nonfinite(builder: _Builder, index: int, seed: int, kinds: Sequence[str
         where = (f"input {only} alone (planted in every floating input, an output had no "
                  "finite element left)")
     inputs, count = planted
-    del made
     case = builder.add(f"shape{index}-seed{seed}-nonfinite", index, seed, "nonfinite", inputs)
-    if case is not None:
+    if case is None:
+        return
+    builder.notes.append(
+        f"{case.case_id}: {count} {'/'.join(_NAMES[k] for k in kinds)} planted in "
+        f"{where}; a kernel's NaN and inf positions (and signs) must be the oracle's")
+    oracle = [o.numpy() for o in case.oracle]
+    free = unplanted(builder.oracles[index], made, inputs, oracle)
+    del made, oracle
+    if any(f.size for f in free):
+        counts = ", ".join(f"{int(np.count_nonzero(~np.isnan(f)))} of output {k}"
+                           for k, f in enumerate(free) if f.size)
+        builder.cases[-1] = msgspec.structs.replace(case, unplanted=builder.store(free))
         builder.notes.append(
-            f"{case.case_id}: {count} {'/'.join(_NAMES[k] for k in kinds)} planted in "
-            f"{where}; a kernel's NaN and inf positions (and signs) must be the oracle's")
+            f"{case.case_id}: the oracle is NaN or inf at {counts} element(s) only through "
+            "planted elements they do not depend on (moving those leaves them bitwise the "
+            "same: a masked-out zero met the planted value); a kernel may return the "
+            "oracle's value there or the finite one with only the planted elements they "
+            "depend on")
 
 
 def _statics(task: Task, shape_indices: set[int]) -> tuple[ShapeStatics, ...]:
