@@ -18,7 +18,8 @@ when it started; the CPU figure is the steadier one on a shared machine, and
 
 The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
 direct calls, the phase limits' reference timing, the derived unaligned shapes' share of the
-children, the non-finite case's run), each derived shape's share on its own
+children, the non-finite case's run and, in the parent, the oracle runs that find which of
+its elements depend on a planted value), each derived shape's share on its own
 (`unaligned_shapes_s`, by what it moves off the tile), and as one evaluation without any of
 them (`verify_s_without_new_checks`).
 Prints one JSON object with --json.
@@ -75,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task(args.task)
     runs, phases, verdicts = [], [], []
     for _ in range(args.runs):
-        verdict, figures = _timed(lambda: evaluate(args.task, args.candidate, seeds=(0, 1, 2)))
+        with _dependence_clock() as dependence_s:
+            verdict, figures = _timed(lambda: evaluate(args.task, args.candidate,
+                                                       seeds=(0, 1, 2)))
         runs.append(figures)
-        phases.append(verdict.timings)
+        phases.append({**verdict.timings, "nonfinite_dependence_s": sum(dependence_s)})
         verdicts.append(verdict.verdict)
     with _without_new_checks():
         bare, bare_figures = _timed(lambda: evaluate(args.task, args.candidate,
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         "checks_s": {name: round(phases[-1].get(key, 0.0), 3) for name, key in (
             ("second_poison", "child_second_poison_s"), ("direct_calls", "child_eager_s"),
             ("phase_limits", "deadlines_s"), ("unaligned_shapes", "child_derived_shapes_s"),
-            ("nonfinite_case", "child_nonfinite_s"))},
+            ("nonfinite_case", "child_nonfinite_s"),
+            ("nonfinite_dependence", "nonfinite_dependence_s"))},
         "unaligned_shapes_added": len(task.derived_shapes),
         "unaligned_shapes_s": {
             f"{task.shapes[i]} ({what})": round(phases[-1].get(f"child_derived_shape{i}_s", 0.0), 3)
@@ -145,6 +149,29 @@ def _cli(task: str, candidate: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         verdict = f"unreadable (exit {done.returncode})"
     return {**figures, "verdict": verdict, "exit": done.returncode}
+
+
+@contextlib.contextmanager
+def _dependence_clock() -> Iterator[list[float]]:
+    """Seconds the suite spends finding which elements of the non-finite case depend on a
+    planted value (the oracle's extra runs, :func:`tools.correctness.nonfinite.unplanted`)."""
+    from tools.correctness import testsuite
+
+    spent: list[float] = []
+    saved = testsuite.unplanted
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return saved(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    testsuite.unplanted = timed  # type: ignore[assignment]
+    try:
+        yield spent
+    finally:
+        testsuite.unplanted = saved
 
 
 @contextlib.contextmanager
