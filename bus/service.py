@@ -382,9 +382,10 @@ class Service:
             self.stats.retried += 1
             return
         if permanent and (exc.__cause__ is None or isinstance(exc.__cause__, KernelgraphError)):
-            # a give-up with its reason (a bad task, a vacuous suite): one line, no traceback
-            log.warning("%s: %s %s failed for good after %d deliveries: %s", self.agent,
-                        cmd.type_name, cmd.command_id, delivered, exc)
+            # a give-up with its reason (a bad task, a vacuous suite): one line, no traceback,
+            # and at info: the AgentFailed event carries it to whoever asked, who says it once
+            log.info("%s: %s %s failed for good after %d deliveries: %s", self.agent,
+                     cmd.type_name, cmd.command_id, delivered, exc)
         else:
             log.error("%s: %s %s failed for good after %d deliveries", self.agent,
                       cmd.type_name, cmd.command_id, delivered, exc_info=exc)

@@ -45,6 +45,8 @@ def find_tasks(args: Iterable[Path]) -> tuple[list[BenchTask], list[Skipped]]:
     for arg in args:
         if arg.is_file():
             found.append(arg)
+        elif arg.is_dir() and (arg / "baseline.py").is_file():
+            found.append(arg / "baseline.py")  # one JAXBench task folder (its optimized.py is no task)
         elif arg.is_dir():
             nested = sorted(arg.glob("*/baseline.py"))
             flat = sorted(p for p in arg.glob("*.py") if not p.name.startswith("_"))
@@ -144,7 +146,7 @@ async def run_bench(nc: NATS, plan: BenchPlan, *,
                 outcome = RunOutcome(task.name, policy, seed, None, "refused", str(exc)[:300])
             else:
                 outcome = RunOutcome(task.name, policy, seed, run.run_id, result.status,
-                                     result.reason[:300], result.speedup, result.verified,
+                                     result.reason[:2000], result.speedup, result.verified,
                                      time.monotonic() - started)
             outcomes.append(outcome)
             if on_done is not None:

@@ -36,8 +36,12 @@ def emit_json(obj: Any) -> None:
 
 
 def fail(message: str, *, code: int = 2) -> NoReturn:
-    """Stop with a one-line error a user can act on, never a traceback."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """Stop with a one-line error a user can act on, never a traceback; the task is named as
+    the user gave it (`kernelgraph.userterms`)."""
+    from kernelgraph.userterms import in_user_terms
+
+    err_console.print(f"[bold red]error:[/] {escape(in_user_terms(message))}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -70,13 +74,16 @@ def task_arg(value: Path) -> Path:
     """A TASK argument as a file: an existing path (a JAXBench task folder means its
     baseline.py), or the name of a shipped task."""
     from kernelgraph.tasknames import UnknownTask, resolve_task
+    from kernelgraph.userterms import remember
 
     try:
         path = resolve_task(value)
     except UnknownTask as exc:
         fail(str(exc))
     if path.is_dir() and (path / "baseline.py").is_file():
+        remember(path / "baseline.py", str(value))
         return path / "baseline.py"  # a JAXBench task folder
+    remember(path, str(value))
     if path.is_dir():
         fail(f"{path}: a folder without a baseline.py; give a task file or a JAXBench task "
              "folder (`kernelgraph bench` takes folders of tasks)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from kernelgraph.cli.app import WeakSandboxOpt, app, emit_json, err_console, fail, sandbox_gate
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
@@ -22,6 +23,7 @@ from kernelgraph.cli.runcmds import (
     TuneOpt,
 )
 from kernelgraph.cli.scaleopt import ScaleOpt
+from kernelgraph.userterms import given_name, in_user_terms, label_of, remember
 
 
 @app.command(rich_help_panel="Search")
@@ -58,6 +60,10 @@ def bench(
     own (see `kernelgraph policies`). Tasks that cannot run are skipped with a one-line
     reason. Figures from sim-* targets are simulated. The log (--db) keeps every run, so
     `kernelgraph replay` and `kernelgraph report` can analyse the bench afterwards.
+
+    A refusal (a task skipped, or a run that could not freeze its suite) is said once, naming
+    the task as given. Exit status: 0 when every task froze a suite, 1 when some task was
+    refused, 2 bad input.
     """
     from bus.connection import connect
     from kernelgraph.bench import (
@@ -89,6 +95,9 @@ def bench(
         if problem := unserved_problem(target):
             fail(problem)
     found, skipped = find_tasks(tasks)
+    given = {t.name: label_of(t.path) for t in found}  # how messages name each task
+    for t in found:
+        remember(t.path, given[t.name], current=False)
     found_count = len(found) + sum(1 for s in skipped if s.path.is_file())
     template = KernelRequest(task=Path(), target=target, provider=provider, iterations=iterations,
                              fix_rounds=fix_rounds, seed=seed, tune_budget=tune_budget,
@@ -97,7 +106,8 @@ def bench(
                      scale=scale)
     skipped += check_tasks(plan)
     for s in skipped:
-        err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", highlight=False)
+        err_console.print(f"[yellow]skipped[/] {escape(in_user_terms(f'{s.path}: {s.reason}'))}",
+                          highlight=False, soft_wrap=True)
     if not plan.tasks:
         fail("no task can run (see the reasons above)")
     started = time.monotonic()
@@ -106,13 +116,18 @@ def bench(
         if quiet:
             return
         result = f"{outcome.speedup:.2f}x verified" if outcome.verified and outcome.speedup else (
-            outcome.reason[:100] or outcome.status)
-        err_console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] [{done}/{total}] "
-                          f"{outcome.task} / {outcome.policy} (seed {outcome.seed}): {result}",
-                          highlight=False)
+            outcome.reason.strip().splitlines()[0][:1000] if outcome.reason.strip() else outcome.status)
+        err_console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] \\[{done}/{total}] "
+                          f"{outcome.task} / {outcome.policy} (seed {outcome.seed}): {escape(result)}",
+                          highlight=False, soft_wrap=True)
+
+    def in_words(outcome: Any) -> Any:
+        """The run's reason naming its task as the user gave it (a refusal is said once)."""
+        outcome.reason = in_user_terms(outcome.reason, given.get(outcome.task))
+        return outcome
 
     async def collect(nc: Any, read_events: Any) -> dict[str, Any]:
-        outcomes = await run_bench(nc, plan, on_done=progress)
+        outcomes = await run_bench(nc, plan, on_done=lambda o, d, t: progress(in_words(o), d, t))
         run_ids = [o.run_id for o in outcomes if o.run_id]
         events = await read_events(run_ids)
         return {"policies": summarise(events), "runs": [o.__dict__ for o in outcomes],
@@ -144,15 +159,17 @@ def bench(
             return await collect(runtime.client.nc, from_log)
 
     report = asyncio.run(main())
-    report.update(tasks=len(plan.tasks), skipped=[{"path": str(s.path), "reason": s.reason}
+    report.update(tasks=len(plan.tasks), skipped=[{"path": given_name(s.path),
+                                                   "reason": in_user_terms(s.reason)}
                                                   for s in skipped],
                   budget_candidates=budget_candidates, repeat=repeat,
                   wall_s=round(time.monotonic() - started, 1))
+    line = report["summary"]
+    refused = bool(skipped) or line["froze_suite"] < line["loaded"]  # a task said no to
     if json_out:
         emit_json(report)
-        return
+        raise typer.Exit(1 if refused else 0)
     out = sys.stdout
-    line = report["summary"]
     out.write(f"{line['found']} task(s) found, {line['loaded']} loaded, {line['froze_suite']} froze "
               f"a suite, {line['verified']} got a verified kernel; budget {budget_candidates} "
               f"candidates per run, {repeat} repeat(s)\n")
@@ -167,6 +184,7 @@ def bench(
                   f"{p['fast_p']['1']:>6.2f} {p['candidates']:>6} "
                   f"{p['mean_candidates_to_best'] if p['mean_candidates_to_best'] is not None else '-':>7} "
                   f"{p['wall_s']:>8.1f} {','.join(p['measured_on'])}\n")
+    raise typer.Exit(1 if refused else 0)
 
 
 def _pct(value: float | None) -> str:

@@ -173,6 +173,7 @@ def start(
     from bus import artifacts
     from eventstore.events import ExpansionRequested, RunRequested, new_event_id
     from kernelgraph.client import KernelRequest, check_request
+    from kernelgraph.userterms import given_name
     from tools.sandbox.policy import weak_in_effect
 
     task = task_arg(task)
@@ -189,7 +190,8 @@ def start(
                 nc.jetstream(), [(task.read_bytes(), "task")], max_payload=nc.max_payload)
             run_id, now = new_event_id(), time.time()
             params = {"task_file": task.name, "provider_options": request.provider_options,
-                      "knowledge_cutoff_ts": now, "hint": hint}
+                      "knowledge_cutoff_ts": now, "hint": hint,
+                      "task_given": given_name(task)}  # how `next` names it in a refusal
             requested = RunRequested.create(
                 run_id=run_id, producer=PRODUCER, node_id=new_event_id(), task_name=loaded.name,
                 task_sha256=task_sha, policy="hitl", target=target, provider=provider, seed=seed,
@@ -211,6 +213,13 @@ def start(
     else:
         sys.stdout.write(f"session {out['run_id']} ({out['task']}) recorded in {db}\n"
                          "next: suite  (kernelgraph hitl next)\n")
+
+
+def _current_task(given: str) -> None:
+    from kernelgraph.userterms import remember
+
+    if given:
+        remember(Path(given), given)
 
 
 @hitl.command("status")
@@ -248,6 +257,8 @@ def next_phase(
     sandbox_gate(allow_weak_sandbox)
     try:
         state, stored = _load(db, run)
+        if state.request is not None:  # a refusal names the task as `hitl start` was given it
+            _current_task(str(state.request.policy_params.get("task_given", "")))
         human = [_human(state, state.next_phase, "feedback", feedback)] if feedback else []
         for event in human:
             state.apply(event)

@@ -21,6 +21,7 @@ from kernelgraph.cli.app import (
 )
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
 from kernelgraph.cli.scaleopt import ScaleOpt, apply_scale
+from kernelgraph.userterms import in_user_terms
 
 ProviderOpt = Annotated[str, typer.Option(
     "--provider", help="Who writes plans and kernels: offline (deterministic, no LLM), gemini "
@@ -141,6 +142,10 @@ class Progress:
         self.started = time.monotonic()
         self.labels: dict[str, str] = {}
         self.search = False
+        self.held: tuple[str, str] | None = None
+        """An agent's give-up, printed with the next event unless the run's end repeats it."""
+        self.told: str | None = None
+        """The run's end reason, once printed here (the summary then does not repeat it)."""
 
     def label(self, e: Any) -> str:
         """`[it 2]` in a single trajectory, `[n3 it 2]` in a search (n3: the third node)."""
@@ -148,10 +153,36 @@ class Progress:
         return f"\\[{node + ' ' if node else ''}it {getattr(e, 'iteration', 0)}]"
 
     def __call__(self, event: Any) -> None:
+        if event.type_name == "AgentFailed":
+            if self.held is not None:
+                self.print(self.held[0])
+            self.held = None
+            if event.command_type not in ("StartRun", "StartSearch"):  # `end` says those
+                self.held = (self.describe(event) or "", event.error)
+            return
         line = self.describe(event)
+        if event.type_name == "RunFinished":
+            self.told = event.reason
+            if self.held is not None and _core(self.held[1]) in event.reason:
+                self.held = None  # the run's end says it: once, in the run's words
+        if line and self.held is not None:  # held until the next line, in order
+            self.print(self.held[0])
+            self.held = None
+        self.print(line)
+
+    def print(self, line: str | None) -> None:
         if line and not self.quiet:
             elapsed = time.monotonic() - self.started
-            err_console.print(f"[dim]{elapsed:6.1f}s[/] {line}", highlight=False, soft_wrap=True)
+            err_console.print(f"[dim]{elapsed:6.1f}s[/] {in_user_terms(line)}",
+                              highlight=False, soft_wrap=True)
+
+    def end(self, status: str, reason: str) -> None:
+        """The run's end, when no RunFinished said it (the orchestrator gave up)."""
+        if self.told is None:
+            if self.held is not None:
+                self.print(self.held[0])
+            self.told = reason
+            self.print(f"run {status}" + (f": {_first_line(reason)}" if reason else ""))
 
     def describe(self, e: Any) -> str | None:
         kind = e.type_name
@@ -215,10 +246,23 @@ class Progress:
                     else f"{e.lost} lesson(s) not kept")
             return f"[yellow]knowledge store unavailable:[/] {what}: {e.reason[:200]}"
         if kind == "AgentFailed":
-            return f"[red]{e.agent} gave up on {e.command_type}:[/] {e.error[:160]}"
+            return f"[red]{e.agent} gave up on {e.command_type}:[/] {_first_line(e.error)}"
         if kind == "RunFinished":
-            return f"run {e.status}" + (f": {e.reason[:200]}" if e.reason else "")
+            return f"run {e.status}" + (f": {_first_line(e.reason)}" if e.reason else "")
         return None
+
+
+def _first_line(text: str, width: int = 1000) -> str:
+    """A reason's first line, whole up to `width`: a refusal's estimate and the `--scale`
+    that fits come at its end."""
+    return text.strip().splitlines()[0][:width] if text.strip() else ""
+
+
+def _core(error: str) -> str:
+    """An agent's error without its wrapper, as an orchestrator quotes it in its reason."""
+    from bus.service import PermanentError
+
+    return _first_line(error.removeprefix(f"{PermanentError.__module__}.PermanentError: "), 200)
 
 
 async def _write_winner(nc: Any, result: Any, db: Path, task_name: str) -> tuple[Path | None, Path | None]:
@@ -243,7 +287,7 @@ def _summary(result: Any, run: Any, kernel: Path | None, receipt: Path | None, w
         "run_id": result.run_id,
         "task": run.task_name,
         "status": result.status,
-        "reason": result.reason,
+        "reason": in_user_terms(result.reason),
         "best": {
             "node_id": result.best_node_id,
             "speedup": result.speedup,
@@ -259,7 +303,9 @@ def _summary(result: Any, run: Any, kernel: Path | None, receipt: Path | None, w
     }
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: dict[str, Any], told: bool = False) -> None:
+    """The result on stdout; the reason a run ended without a kernel only when the progress
+    lines on stderr did not say it (--quiet), so a refusal is printed once."""
     best = summary["best"]
     out = sys.stdout
     out.write(f"run {summary['run_id']} ({summary['task']}): {summary['status']}\n")
@@ -268,6 +314,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         out.write(f"winner: {best['kernel_path']}  config {best['config']}\n")
         out.write(f"speedup ({label}): {best['speedup']:.2f}x over the XLA baseline; "
                   f"re-verified, receipt {best['receipt_path']}\n")
+    elif told or not summary["reason"]:
+        out.write("no verified kernel (the reason is above)\n" if told else "no verified kernel\n")
     else:
         out.write(f"no verified kernel: {summary['reason']}\n")
 
@@ -344,6 +392,8 @@ def search(
     async def run_on(nc: Any, started: float) -> dict[str, Any]:
         run = await submit(nc, request)
         result = await wait(nc, run.run_id, on_event=progress)
+        if not result.verified:
+            progress.end(result.status, result.reason)
         kernel, receipt = await _write_winner(nc, result, db, run.task_name)
         return _summary(result, run, kernel, receipt, time.monotonic() - started)
 
@@ -373,7 +423,7 @@ def search(
     if json_out:
         emit_json(summary)
     else:
-        _print_summary(summary)
+        _print_summary(summary, told=progress.told is not None and not quiet)
     raise typer.Exit(0 if summary["best"]["verified"] else 1)
 
 

@@ -21,9 +21,12 @@ def apply_scale(task: Path, scale: list[str] | None) -> Path:
     if not scale:
         return task
     from kernelgraph.errors import KernelgraphError
+    from kernelgraph.userterms import given_name, remember
     from tools.api import scaled_task
 
     try:
-        return scaled_task(task, scale)
+        scaled = scaled_task(task, scale)
     except KernelgraphError as exc:  # TaskError: a scale the task cannot take, and why
         fail(str(exc))
+    remember(scaled, given_name(task))  # messages name the task given, not the scaled copy
+    return scaled
