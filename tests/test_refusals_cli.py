@@ -110,6 +110,6 @@ def test_in_user_terms_names_copies_as_given() -> None:
     copy = f"/root/.cache/kernelgraph/work/tasks/{'ab' * 32}/baseline.py"
     scaled = f"/tmp/kernelgraph-scaled-0/{'c' * 16}/1p_Flash_Attention/baseline.py"
     text = (f"bus.service.PermanentError: SuiteTooLarge: {copy}: too big; "
-            f"{scaled}: also; jax._src.foo.SomeError: x")
+            f"{scaled}: also; tools.sandbox.launcher.SomeError: x")
     assert in_user_terms(text) == (f"SuiteTooLarge: {given}: too big; {given}: also; "
                                    "SomeError: x")

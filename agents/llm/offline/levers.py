@@ -127,10 +127,10 @@ def deepest_buffering() -> int:
     """The largest `pl.Buffered(n)` the installed JAX lowers on a TPU BlockSpec: its Mosaic
     lowering refuses `buffer_count > 2` ("Only single (1) and double (2) buffering are
     supported") in jax 0.10; read from that check, so a JAX that lifts it is noticed."""
-    try:
-        from jax._src.pallas.mosaic import lowering
+    from tools import jaxprivate
 
-        found = re.search(r"buffer_count > (\d+)", inspect.getsource(lowering))
+    try:
+        found = re.search(r"buffer_count > (\d+)", inspect.getsource(jaxprivate.mosaic_lowering()))
     except (ImportError, OSError, TypeError):
         return 2
     return int(found.group(1)) if found else 2
