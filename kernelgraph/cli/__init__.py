@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
+
+# The command's own process lowers, prices and judges on the host: devices are used only by
+# the sandboxed timing child, which names its platform itself. Without this, a machine with
+# libtpu installed (the tpu-compiler extra) but no TPU attached prints libtpu's failed
+# initialisation on every command. A user's own JAX_PLATFORMS is kept.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from kernelgraph.cli.app import app
 
