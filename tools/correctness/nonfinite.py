@@ -155,9 +155,9 @@ def unplanted(oracle: Callable[[Sequence[np.ndarray]], list[np.ndarray]],
     for k in floats:
         special = ~np.isfinite(np.asarray(outputs[k], np.float64))
         keys = np.packbits(depends[k], axis=0).reshape(-1, *outputs[k].shape)
-        for index in zip(*np.nonzero(special), strict=True):
+        for index in np.argwhere(special):  # argwhere, not nonzero: a 0-d output too
             key = keys[(slice(None), *index)].tobytes()
-            sets.setdefault(key, []).append((k, np.asarray(index)))
+            sets.setdefault(key, []).append((k, index))
     for key, elements in list(sets.items())[:most_sets]:
         bits = np.unpackbits(np.frombuffer(key, np.uint8))[: len(spots)].astype(bool)
         if bits.all():
