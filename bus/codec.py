@@ -18,9 +18,10 @@ import msgspec
 
 from bus.commands import Command
 from eventstore.codec import EventDecodeError, decode_event
+from eventstore.eventids import CROCKFORD as _CROCKFORD
+from eventstore.eventids import is_ulid
+from eventstore.eventids import ulid_ms as _ulid_ms
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_ULID_CHARS = frozenset(_CROCKFORD)
 MAX_EVENTS_PER_COMMAND = 0xFFFF
 """Indices 0..65534 are for a handler's events; 65535 is reserved for the failure event."""
 FAILURE_INDEX = 0xFFFF
@@ -62,18 +63,6 @@ def salvage_run_id(data: bytes) -> str:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return ""
     return run_id if run_id.replace("-", "").replace("_", "").isalnum() else ""
-
-
-def is_ulid(value: str) -> bool:
-    return len(value) == 26 and value[0] in "01234567" and _ULID_CHARS.issuperset(value)
-
-
-def _ulid_ms(ulid: str) -> int:
-    """The first 10 characters of a ULID are its 48-bit millisecond timestamp."""
-    ms = 0
-    for ch in ulid[:10]:
-        ms = ms * 32 + _CROCKFORD.index(ch)
-    return ms
 
 
 class DerivedIds:

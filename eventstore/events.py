@@ -12,59 +12,19 @@ an event: they are artifacts stored once by sha256, and events carry the hash.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import Any, ClassVar, Literal, Self, Union
 
 import msgspec
+
+from eventstore.eventids import event_id_time as event_id_time  # re-exported: the ids' home
+from eventstore.eventids import new_event_id
 
 MeasuredOn = Literal["simulated", "real"]
 """Where a latency came from. Simulated and real figures are never averaged together."""
 
 Json = dict[str, Any]
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-class _EventIdClock:
-    """Monotonic ULID-style ids: 48-bit ms time + 80-bit randomness, strictly increasing per process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last_ms = -1
-        self._last_rand = 0
-
-    def next(self) -> str:
-        with self._lock:
-            ms = time.time_ns() // 1_000_000
-            if ms <= self._last_ms:
-                ms = self._last_ms
-                rand = self._last_rand + 1
-                if rand >= 1 << 80:
-                    ms += 1
-                    rand = int.from_bytes(os.urandom(10), "big") >> 1
-            else:
-                rand = int.from_bytes(os.urandom(10), "big") >> 1
-            self._last_ms, self._last_rand = ms, rand
-        value = (ms << 80) | rand
-        return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -5, -5))
-
-
-_clock = _EventIdClock()
-
-
-def new_event_id() -> str:
-    """A 26-character id that sorts by creation time and never repeats."""
-    return _clock.next()
-
-
-def event_id_time(event_id: str) -> float:
-    """The creation time (unix seconds) encoded in an event id."""
-    value = 0
-    for ch in event_id:
-        value = value * 32 + _CROCKFORD.index(ch)
-    return (value >> 80) / 1000.0
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
