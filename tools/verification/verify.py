@@ -21,10 +21,7 @@ Order of work, all decisions in this (parent) process:
 from __future__ import annotations
 
 import hashlib
-import os
-import platform
 import random
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,15 +39,14 @@ from tools.lowered.audit import AuditReport, audit_text
 from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult
-from tools.sandbox.policy import WEAK_LABEL
 from tools.verification.deadlines import PhaseLimits, suite_limits
+from tools.verification.provenance import child_timings, environment
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
 from tools.verification.runner import Children, run_programs, worker_request
 from tools.verification.verdict import Verdict
 
 DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
 _MAX_CASE_REASONS = 6
-_DEFAULT_REQUEST = wire.EvalRequest(candidate_file="", config={}, groups=(), order_seed=0)
 
 
 def evaluate(
@@ -438,18 +434,7 @@ class _Context:
             self.fail("no case passed" if not checks.cases else "a check failed")
         timings["total_s"] = time.perf_counter() - started
         if self.response is not None:
-            timings["child_s"] = self.response.seconds
-            for name, seconds in self.response.check_seconds.items():
-                timings[f"child_{name}"] = seconds
-            kinds = {c.case_id: c.kind for c in self.suite.cases}
-            derived = {g.shape_index: g.trace_seconds + g.lower_seconds + sum(
-                c.seconds for c in g.cases if kinds.get(c.case_id) != "nonfinite")
-                for g in self.response.groups if g.shape_index in self.task.derived_shapes}
-            timings.update({f"child_derived_shape{i}_s": s for i, s in derived.items()})
-            timings["child_derived_shapes_s"] = sum(derived.values())
-            timings["child_nonfinite_s"] = sum(c.seconds for g in self.response.groups
-                                               for c in g.cases
-                                               if kinds.get(c.case_id) == "nonfinite")
+            timings.update(child_timings(self.response, self.suite, self.task.derived_shapes))
         compile_report = self.compile_reports.get(0)
         measurement = self.measurement
         body = {
@@ -477,7 +462,9 @@ class _Context:
                 "valid": getattr(measurement, "valid", True),
                 "program_sha256": measurement.breakdown.get("program_sha256")},
             "timings": timings,
-            "environment": self._environment(),
+            "environment": environment(
+                self.response, self.sandbox, self.limits, self.deadlines,
+                order_seed=self.order_seed, chip=self.chip),
         }
         receipt = seal(body)
         return Verdict(
@@ -487,28 +474,6 @@ class _Context:
             audit=self.audits.get(0), compile_report=compile_report, measurement=measurement,
             diagnostics=self.diagnostics, timings=timings, receipt=receipt,
         )
-
-    def _environment(self) -> dict[str, Any]:
-        import jax
-
-        return {
-            "python": sys.version.split()[0],
-            "jax": jax.__version__,
-            "child_jax": self.response.jax_version if self.response else None,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "isolation": list(self.sandbox.isolation) if self.sandbox else [],
-            # the user's opt-in ran the candidate without the full sandbox
-            "weak_sandbox": bool(self.sandbox) and WEAK_LABEL in self.sandbox.isolation,
-            "limits": self.limits.describe(),
-            "phase_limits": self.deadlines,
-            "interpret": {**{name: getattr(_DEFAULT_REQUEST, name) for name in (
-                "uninitialized_memory", "detect_races", "num_cores", "multicore_cases",
-                "second_poison", "eager_cases")}, "randomised_parallel_grid_order": True,
-                "second_poison_cases_per_shape": _DEFAULT_REQUEST.second_poison_cases,
-                "order_seed": self.order_seed},
-            "chip": self.chip,
-        }
 
 
 def _same(a: Sequence[wire.WireArray], b: Sequence[wire.WireArray]) -> bool:
