@@ -37,9 +37,17 @@ from tools.knowledge import shared_store
 name, rounds, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 while time.time() < start_at:
     time.sleep(0.005)
+from pathlib import Path
+marks = Path(sys.argv[5])
 store = shared_store()
 rounds_seen, begun = [], time.time()
+(marks / ("begun-" + name)).touch()
+other = marks / ("begun-" + ("b" if name == "a" else "a"))
 for i in range(rounds):
+    if i == rounds - 1:  # the last round waits for the other run: the two overlap by design
+        deadline = time.time() + 120
+        while not other.exists() and time.time() < deadline:
+            time.sleep(0.01)
     found = store.search(sys.argv[4], limit=3)
     store.add_lesson("run-" + name, "matmul", "block_shape", "1.1x", name + "-" + str(i),
                      "lesson %d of %s: quokka%s" % (i, name, name))
@@ -82,11 +90,15 @@ def _env(folder: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(300)
-def test_two_processes_search_and_keep_lessons_in_one_folder_at_once(folder: Path) -> None:
+def test_two_processes_search_and_keep_lessons_in_one_folder_at_once(
+    folder: Path, tmp_path: Path
+) -> None:
     rounds = 12
     start_at = time.time() + 4.0  # both import first, then start together
+    marks = tmp_path / "marks"
+    marks.mkdir()
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, name, str(rounds), str(start_at),
-                                 QUERY], env=_env(folder), cwd=ROOT, stdout=subprocess.PIPE,
+                                 QUERY, str(marks)], env=_env(folder), cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
     while time.time() < start_at + 0.5:
         time.sleep(0.05)
