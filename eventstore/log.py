@@ -101,6 +101,7 @@ class RunRow(msgspec.Struct, frozen=True):
     measured_on: str | None
 
 
+_LOCK_WAIT_S = 3.0
 _open_paths: dict[str, int] = {}
 _open_paths_lock = threading.Lock()
 _HOLDER_RE = re.compile(r"Conflicting lock is held in (?P<prog>.*?) \(PID (?P<pid>\d+)\)")
@@ -159,7 +160,7 @@ class EventLog:
                     f"{self.path} is already open for writing in this process (pid {os.getpid()})"
                 )
             try:
-                con = duckdb.connect(str(self.path), read_only=self.read_only)
+                con = self._connect_waiting_for_readers()
             except duckdb.IOException as exc:
                 message = str(exc)
                 if "lock" in message.lower():
@@ -176,6 +177,22 @@ class EventLog:
             if not self.read_only:
                 _open_paths[self._key] = os.getpid()
         return con
+
+    def _connect_waiting_for_readers(self) -> duckdb.DuckDBPyConnection:
+        """A reader (`events --follow`, `watch`) holds the file for one poll; a writer waits it out.
+
+        A writer that still holds the file after `_LOCK_WAIT_S` is another writer, reported as such.
+        """
+        deadline = time.monotonic() + (0.0 if self.read_only else _LOCK_WAIT_S)
+        pause = 0.01
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=self.read_only)
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def _check_or_create(self) -> None:
         tables = {r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}

@@ -241,6 +241,27 @@ def test_a_writer_in_another_process_is_named(db: Path) -> None:
     EventLog(db).close()
 
 
+def test_a_writer_waits_out_a_reader_holding_the_file_for_one_poll(db: Path) -> None:
+    EventLog(db).close()
+    reader = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import time
+            from eventstore.log import EventLog
+            with EventLog({str(db)!r}, read_only=True):
+                print("reading", flush=True)
+                time.sleep(0.5)
+        """)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "reading"
+        with EventLog(db) as log:  # held by the reader for 0.5 s: without the wait this raises
+            log.append(list(synthetic_log(3, seed=2)))
+    finally:
+        reader.communicate(timeout=30)
+    assert reader.returncode == 0
+
+
 def test_sql_views_answer_analysis_queries(db: Path) -> None:
     events = list(synthetic_log(2_000, seed=9))
     with EventLog(db) as log:
