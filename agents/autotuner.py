@@ -6,7 +6,11 @@ as large). The default itself is left out: the test run already measured it on t
 suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
 other configurations, in the grid's order; of those, one whose lowered program (hashed) is
 the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
-has the same price. Each configuration is one
+has the same price. On simulated targets that lowering also prices each configuration
+(`api.price_config`, the cost model the verdict uses), and only the `TESTED_AFTER_PRICING`
+priced fastest, and faster than the default, are tested, one at a time until one passes:
+the rest cannot win the sweep, and a test run costs many lowerings' worth of interpret mode (`configs_priced`, with each
+one's fate in the tuning table). Each configuration tested is one
 `MeasureConfig` command, so every executor process on the bus takes part; the commands'
 ids derive from this command's, so a restarted sweep does not measure anything twice.
 """
@@ -30,6 +34,8 @@ from tools import api
 VMEM_NARROW_FRACTION = 0.5
 LOWERINGS_AT_ONCE = 2
 """Sandboxed lowerings run at once to find configurations with the same program."""
+TESTED_AFTER_PRICING = 2
+"""On simulated targets, the configurations priced fastest that go through the full suite."""
 
 
 def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str]:
@@ -75,6 +81,30 @@ def repeats(default_key: str | None, keys: list[str | None]) -> dict[int, int]:
     return found
 
 
+def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
+                  keep: int = TESTED_AFTER_PRICING) -> tuple[list[dict[str, Any]], list[Json]]:
+    """The `keep` configurations priced fastest that beat the default's price (every one
+    priced, when the default's own lowering failed), and a row per configuration saying
+    what became of it."""
+    ranked = sorted((p for p in priced if p.latency_s is not None),
+                    key=lambda p: p.latency_s or 0.0)
+    chosen = [p for p in ranked
+              if default.latency_s is None or (p.latency_s or 0.0) < default.latency_s][:keep]
+    rows: list[Json] = []
+    for p in priced:
+        if any(p is c for c in chosen):
+            fate = "to test (fastest first, until one passes)"
+        elif p.latency_s is None:
+            fate = f"not priced: {p.problem}"
+        elif default.latency_s is not None and p.latency_s >= default.latency_s:
+            fate = f"not tested: priced no faster than the default ({default.latency_s:.3g} s)"
+        else:
+            fate = f"not tested: {keep} others priced faster"
+        rows.append({"config": p.config, "estimate_s": p.latency_s,
+                     "estimate_speedup": p.speedup, "fate": fate})
+    return [p.config for p in chosen], rows
+
+
 @register
 class AutotunerAgent(Agent[TuneKernel]):
     agent: ClassVar[str] = "autotuner"
@@ -99,7 +129,11 @@ class AutotunerAgent(Agent[TuneKernel]):
         planned = [c for c in planned if c != grid[0]]
         if cmd.budget is not None:
             planned = planned[:max(cmd.budget, 1)]
-        planned, skipped = await self.distinct(ctx, grid[0], planned)
+        priced: list[Json] = []
+        if cmd.target_name.startswith("sim-"):
+            planned, skipped, priced = await self.price(ctx, grid[0], planned)
+        else:
+            planned, skipped = await self.distinct(ctx, grid[0], planned)
         commands = [
             MeasureConfig(
                 command_id=step_id(cmd, f"config/{i}"), run_id=cmd.run_id, ts=cmd.ts,
@@ -107,25 +141,61 @@ class AutotunerAgent(Agent[TuneKernel]):
                 task_file=cmd.task_file, target_name=cmd.target_name, iteration=cmd.iteration,
                 code_sha256=cmd.code_sha256, recipe_sha256=cmd.recipe_sha256, config=config)
             for i, config in enumerate(planned)]
+        # Priced configurations go one at a time, fastest first, until one passes: the next
+        # is a fallback, not a rival. Real targets time them all at once.
+        waves = [[c] for c in commands] if priced else [commands]
+        results: list[Any] = []
         async with RunHistory(self.nc, cmd.run_id) as history:
-            results = await history.gather(commands, ConfigMeasured, agent="executor")
+            for wave in waves:
+                answered = await history.gather(wave, ConfigMeasured, agent="executor")
+                results.extend(answered)
+                if priced and any(isinstance(r, ConfigMeasured) and r.passed for r in answered):
+                    break
 
         rows = [msgspec.to_builtins(r) for r in results]
         measured = [r for r in results if isinstance(r, ConfigMeasured)]
         passing = [r for r in measured if r.passed and r.latency_s]
         best = min(passing, key=lambda r: r.latency_s or float("inf")) if passing else None
         table = {"grid_size": len(grid), "planned": len(planned), "narrowing": why, "rows": rows,
-                 "skipped": skipped}
+                 "skipped": skipped, "priced": priced}
         table_sha = await ctx.put_text(msgspec.json.encode(table).decode(), "tuning-table")
         yield self.event(
             TuningSwept, cmd, code_sha256=cmd.code_sha256, configs_tried=len(measured),
-            configs_skipped=len(skipped),
+            configs_skipped=len(skipped), configs_priced=len(priced),
             best_config=dict(best.config) if best else {},
             best_latency_s=best.latency_s if best else None,
             measured_on=(best.measured_on if best and best.measured_on else "simulated"),
             table_sha256=table_sha, best_speedup=best.speedup if best else None,
             verdict_sha256=best.verdict_sha256 if best else None, iteration=cmd.iteration,
             wall_s=time.perf_counter() - started)
+
+    async def price(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
+                    planned: list[dict[str, Any]],
+                    ) -> tuple[list[dict[str, Any]], list[Json], list[Json]]:
+        """On a simulated target: price the default and every planned configuration from one
+        sandboxed lowering each, skip repeated programs, and test only the
+        `TESTED_AFTER_PRICING` priced fastest that beat the default's price. Returns (to test,
+        skipped as repeats, every priced row with what became of it)."""
+        if not planned:
+            return planned, [], []
+        cmd = ctx.cmd
+        task = await ctx.task_path()
+        code = await ctx.code_path(cmd.code_sha256)
+        gate = asyncio.Semaphore(LOWERINGS_AT_ONCE)
+
+        async def one(config: dict[str, Any]) -> api.PricedConfig:
+            async with gate:
+                return await ctx.run_tool(api.price_config, str(task), str(code), config,
+                                          cmd.target_name)
+
+        found = await asyncio.gather(*(one(config) for config in [default, *planned]))
+        base, rest = found[0], list(found[1:])
+        again = repeats(base.program_sha256, [f.program_sha256 for f in rest])
+        skipped: list[Json] = [{"config": planned[i], "same_program_as":
+                                default if j < 0 else planned[j]} for i, j in again.items()]
+        fresh = [f for i, f in enumerate(rest) if i not in again]
+        chosen, rows = worth_testing(base, fresh)
+        return chosen, skipped, rows
 
     async def distinct(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
                        planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Json]]:

@@ -235,6 +235,9 @@ class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept")
     configs_skipped: int = 0
     """Configurations not timed because they lowered to a program already priced in the
     sweep (the same lowered module text, hashed)."""
+    configs_priced: int = 0
+    """On a simulated target, configurations priced from their lowering before any was
+    tested; only the fastest priced were tested (`configs_tried`)."""
     best_config: Json = {}
     best_latency_s: float | None = None
     measured_on: MeasuredOn = "simulated"

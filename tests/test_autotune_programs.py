@@ -34,3 +34,19 @@ def test_configurations_that_lower_to_one_program_are_priced_once() -> None:
         assert by_rows[clamped].reasons == [f"{SAME_PROGRAM} {{'block_rows': 64}}"]
     assert result.configs_skipped == 2 and result.configs_evaluated == 2
     assert result.configs_total == 4 and not result.budget_exhausted
+
+
+@pytest.mark.timeout(600)
+def test_a_configuration_is_priced_from_one_lowering_with_its_program() -> None:
+    from tools.performance.autotune import price_config
+
+    default = price_config(str(TASK), str(CLAMPED), {"block_rows": 64}, "sim-tpu-v6e")
+    clamped = price_config(str(TASK), str(CLAMPED), {"block_rows": 256}, "sim-tpu-v6e")
+    smaller = price_config(str(TASK), str(CLAMPED), {"block_rows": 32}, "sim-tpu-v6e")
+    assert default.program_sha256 and default.latency_s and default.speedup and not default.problem
+    assert clamped.program_sha256 == default.program_sha256  # clamped to the same block
+    assert clamped.latency_s == default.latency_s
+    assert smaller.program_sha256 != default.program_sha256
+    assert smaller.latency_s is not None and smaller.latency_s > default.latency_s  # more steps
+    broken = price_config(str(TASK), str(CLAMPED), {"block_rows": 0}, "sim-tpu-v6e")
+    assert broken.program_sha256 is None and broken.latency_s is None and broken.problem

@@ -16,6 +16,8 @@ them in a thread (`AgentContext.run_tool`).
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
 - `program_sha256`: the hash of a configuration's lowered program at the tuning point (a
   sandboxed lowering, no run): configurations with the same program have the same price.
+- `price_config`: that lowering's program hash and its simulated price (unverified), by
+  which the autotuner ranks configurations on simulated targets before testing any.
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
 - `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`).
@@ -43,7 +45,13 @@ from tools.correctness.testsuite import (
 from tools.inputs.candidate import CandidateError, read_candidate
 from tools.inputs.files import FileProblem
 from tools.inputs.tasks import Task, TaskError, load_task
-from tools.performance.autotune import TuneResult, TuneRow, program_sha256
+from tools.performance.autotune import (
+    PricedConfig,
+    TuneResult,
+    TuneRow,
+    price_config,
+    program_sha256,
+)
 from tools.performance.autotune import autotune as _autotune
 from tools.performance.executors import (
     DEFAULT_TARGET,
@@ -341,6 +349,7 @@ __all__ = [
     "FrozenSuite",
     "Limits",
     "Measurement",
+    "PricedConfig",
     "Profile",
     "SuiteError",
     "SuiteMismatch",
@@ -365,6 +374,7 @@ __all__ = [
     "freeze_suite",
     "load_task",
     "measure_baseline",
+    "price_config",
     "profile",
     "profile_of",
     "program_sha256",

@@ -32,8 +32,9 @@ IterOpt = Annotated[int, typer.Option("--iterations", min=1, help="Auto iteratio
 FixOpt = Annotated[int, typer.Option("--fix-rounds", min=0, help="Fix attempts per compile failure.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the provider's choices.")]
 TuneOpt = Annotated[int, typer.Option(
-    "--tune-budget", min=1, help="Configurations timed per autotune besides the default (the "
-    "test run times that one).")]
+    "--tune-budget", min=1, help="Configurations per autotune besides the default (the test "
+    "run times that one). On sim-* targets they are priced from their lowering and only the "
+    "fastest priced is tested (the next if it fails); on devices each is timed.")]
 HintOpt = Annotated[str, typer.Option("--hint", help="A strategy hint for the planner.")]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", envvar="KG_GEMINI_MODEL", help="The Gemini model (gemini provider).", show_default=False)]
@@ -223,7 +224,8 @@ class Progress:
             return f"{it} tests {verdict}" + (f", speedup {e.speedup:.2f}x ({e.measured_on})"
                                               if e.passed and e.speedup else "")
         if kind == "TuningSwept":
-            return f"{it} autotune: {e.configs_tried} configs, best {e.best_config}" + (
+            priced = f"{e.configs_priced} priced, " if e.configs_priced else ""
+            return f"{it} autotune: {priced}{e.configs_tried} tested, best {e.best_config}" + (
                 f" at {e.best_speedup:.2f}x" if e.best_speedup else "")
         if kind == "ProfileCaptured":
             return f"{it} profile: {e.bound}-bound; next lever: {e.top_lever[:100]}"

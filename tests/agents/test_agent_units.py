@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.apilookup import describe, lookup
-from agents.autotuner import narrow
+from agents.autotuner import narrow, worth_testing
 from agents.executor import unboxed
 from agents.llm.base import PLAN_SECTIONS, UnknownProvider, provider_class
 from agents.llm.parsing import MalformedAnswer, check_plan, extract_code, fix_summary
@@ -16,6 +16,7 @@ from agents.profiler import top_lever, worth_more
 from agents.test_synth import needs_input_maker, signature_of
 from kernelgraph.cli import app, load_commands
 from kernelgraph.client import KernelRequest, RequestError, check_request
+from tools.api import PricedConfig
 
 EVALTASKS = Path(__file__).parents[1] / "evaltasks"
 
@@ -104,3 +105,24 @@ def test_search_and_submit_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
     assert no_bus.exit_code == 2 and "needs --nats" in no_bus.output
     replay = runner.invoke(app, ["search", str(EVALTASKS / "rmsnorm_small.py"), "--provider", "replay"])
     assert replay.exit_code == 2 and "--replay-from" in replay.output
+
+
+def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_the_default() -> None:
+    def priced(block: int, latency: float | None) -> PricedConfig:
+        return PricedConfig({"block": block}, None if latency is None else f"p{block}",
+                            latency, None if latency is None else 1.0 / latency, "vmem" * (latency is None))
+
+    default = priced(256, 4.0)
+    others = [priced(128, 5.0), priced(512, 2.0), priced(1024, None), priced(64, 3.0),
+              priced(32, 3.5)]
+    chosen, rows = worth_testing(default, others, keep=2)
+    assert chosen == [{"block": 512}, {"block": 64}]  # fastest first
+    fates = {r["config"]["block"]: r["fate"] for r in rows}
+    assert fates[512] == fates[64] == "to test (fastest first, until one passes)"
+    assert fates[128].startswith("not tested: priced no faster than the default")
+    assert fates[1024] == "not priced: vmem"
+    assert fates[32] == "not tested: 2 others priced faster"
+    assert worth_testing(priced(256, 1.0), others, keep=2)[0] == []  # nothing beats it
+    unpriced_default = PricedConfig({"block": 256}, None, problem="did not lower")
+    assert worth_testing(unpriced_default, others, keep=5)[0] == [
+        {"block": 512}, {"block": 64}, {"block": 32}, {"block": 128}]

@@ -85,6 +85,33 @@ def program_sha256(task_path: str, candidate_path: str, config: dict[str, Any],
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class PricedConfig(msgspec.Struct, frozen=True):
+    """One configuration priced from its lowering alone (unverified, simulated)."""
+
+    config: dict[str, Any]
+    program_sha256: str | None  # None: it did not lower or failed the compile check
+    latency_s: float | None = None
+    speedup: float | None = None
+    problem: str = ""
+
+
+def price_config(task_path: str, candidate_path: str, config: dict[str, Any],
+                 target: str) -> PricedConfig:
+    """The configuration's lowered program and its simulated price at the tuning point, from
+    one sandboxed lowering (`estimate`, no run): on simulated targets the tuner tests only the
+    configurations priced best, as `price_problem` keeps a search from testing a kernel that
+    cannot beat its parent."""
+    from kernelgraph.errors import KernelgraphError
+    from tools.performance.estimate import estimate
+
+    try:
+        found = estimate(task_path, candidate_path, target=target, config=dict(config),
+                         beside_xla_tpu=False)
+    except (KernelgraphError, ValueError) as exc:  # its evaluation would say the same
+        return PricedConfig(dict(config), None, problem=str(exc).splitlines()[0][:300])
+    return PricedConfig(dict(config), found.program_sha256, found.latency_s, found.speedup)
+
+
 def distinct_programs(keys: list[str | None]) -> dict[int, int]:
     """{index: the earlier index whose program it repeats} for every repeated program."""
     first: dict[str, int] = {}

@@ -68,6 +68,8 @@ class Estimate(msgspec.Struct, frozen=True):
     # the baseline priced from XLA:TPU's optimised program (tools/performance/xla_tpu.py),
     # beside the model's; None without libtpu
     baseline_xla_tpu: dict[str, Any] | None = None
+    program_sha256: str = ""
+    """The sha256 of the lowered program: two configurations with the same one have one price."""
 
 
 def load_task_quickly(path: str | Path) -> Any:
@@ -174,8 +176,13 @@ def _worker_group(box: Any) -> Any:
 
 def estimate(task_path: str | Path, candidate_path: str | Path, *,
              target: str = "sim-tpu-v6e", config: dict[str, Any] | None = None,
-             shape_index: int = 0, limits: Any = None) -> Estimate:
-    """Simulated latency and speedup of one configuration at one shape; unverified."""
+             shape_index: int = 0, limits: Any = None, beside_xla_tpu: bool = True) -> Estimate:
+    """Simulated latency and speedup of one configuration at one shape; unverified.
+
+    `beside_xla_tpu=False` leaves out the XLA:TPU-priced baseline (a compile of the reference;
+    the autotuner, which ranks configurations against each other, has no use for it)."""
+    import hashlib
+
     from tools.inputs.candidate import read_candidate
     from tools.lowered import tpu_compiler
     from tools.lowered.mosaic import parse_lowered
@@ -203,7 +210,8 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
     program = estimate_program(lowered, chip, concrete)
     baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
-    beside = xla_tpu.beside_model(task.reference_at(shape_index), abstract, chip)
+    beside = (xla_tpu.beside_model(task.reference_at(shape_index), abstract, chip)
+              if beside_xla_tpu else None)
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
     if not program.kernels:
         reasons.append("no pallas_call in the lowered program: nothing to simulate")
@@ -219,7 +227,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         shape_index=shape_index, shape=task.describe_shape(shape_index),
         outside_ops_s=program.outside_ops_s, reasons=reasons,
         wall_s=time.perf_counter() - started, compile_check=check.checker,
-        baseline_xla_tpu=beside,
+        baseline_xla_tpu=beside, program_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 
 
