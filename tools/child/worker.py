@@ -198,9 +198,10 @@ def run_group(
     cases: list[wire.CaseResult] = []
     if request.run_cases:
         # Two simulated cores split the parallel grid between threads (the race detector
-        # then sees cross-core conflicts) but cost about a second per call; one tuning-point
-        # case gets them, every case gets NaN-poisoned memory and a randomised grid order.
-        multicore = request.multicore_cases if group.shape_index == 0 else 0
+        # then sees cross-core conflicts) but cost about a second per call; one case of the
+        # repeat shape (the tuning point's, unless it runs once) gets them, every case gets
+        # NaN-poisoned memory and a randomised grid order.
+        multicore = request.multicore_cases if group.shape_index == repeat_shape(request) else 0
         runners: dict[int, Any] = {}
         order = list(group.cases)
         rng.shuffle(order)
@@ -283,15 +284,27 @@ def _second_poison_shapes(request: wire.EvalRequest) -> set[int]:
     return {max(indices)} if indices else set()
 
 
+def repeat_shape(request: wire.EvalRequest) -> int:
+    """The shape whose cases repeat it with other inputs, where two simulated cores and the
+    direct calls go: the tuning point, unless the suite runs it once (a large one,
+    :func:`tools.correctness.testsuite.repeat_shape`); then the shape with the most cases,
+    which leaves the tuning case on one core for the cost model's cross-check."""
+    sizes = {g.shape_index: len(g.cases) for g in request.groups}
+    if sizes.get(0, 0) != 1:
+        return 0
+    return max(sizes, key=lambda i: (sizes[i], -i))
+
+
 def run_eager(kernel: Any, request: wire.EvalRequest,
               races: interpret.RaceLog) -> tuple[wire.CaseResult, ...]:
-    """Call the built callable directly, outside any trace of ours, on the first tuning-point
-    cases (different inputs) under TPU interpret mode: Python state it keeps across calls
-    (results cached by shape) is invisible in the one trace per shape and shows here."""
+    """Call the built callable directly, outside any trace of ours, on the first cases of
+    :func:`repeat_shape` (different inputs) under TPU interpret mode: Python state it keeps
+    across calls (results cached by shape) is invisible in the one trace per shape and
+    shows here."""
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    group = next((g for g in request.groups if g.shape_index == 0), None)
+    group = next((g for g in request.groups if g.shape_index == repeat_shape(request)), None)
     if group is None or request.eager_cases <= 0:
         return ()
     params = interpret.InterpretSettings(

@@ -4,7 +4,13 @@ Cases: several PRNG seeds at the tuning point, every unseen shape (the task's ow
 unaligned ones :mod:`tools.inputs.shapes` derives), numerics probes (the tuning inputs
 scaled to large and to small magnitudes) and one case with NaN and +/-inf in the floating
 inputs at the smallest shape (:mod:`tools.correctness.nonfinite`), unless the task opts
-out. For each case the reference runs twice in this process, jitted: as written (its own
+out. A tuning point whose inputs exceed :data:`REPEAT_LIMIT_BYTES` runs once (the first
+seed; each case there costs seconds in TPU interpret mode): the other seeds and the probes
+then run at a "repeat shape" (:func:`repeat_shape`, the largest declared unseen shape under
+the limit) beside its own first-seed case, and a note says so. Smaller tuning points keep
+every seed and probe at the tuning point.
+
+For each case the reference runs twice in this process, jitted: as written (its own
 dtypes) and, with 64-bit types enabled only for that call, on float64 copies of the inputs:
 the oracle (:mod:`tools.correctness.oracle`; where the reference cannot run in float64, a
 float32 oracle at highest matmul precision, recorded per case). The reference's own error
@@ -17,8 +23,8 @@ fit is refused; each finished case's large arrays go to disk, memory-mapped
 types and the hash are in :mod:`tools.correctness.suitedata`.
 
 A suite that cannot tell a right answer from a wrong one is refused, as each case is built:
-constant or all-zero reference output, identical output for different seeds, or output
-that does not change when an input is perturbed.
+constant or all-zero reference output, identical output for different seeds at one shape,
+or output that does not change when an input is perturbed.
 """
 
 from __future__ import annotations
@@ -60,11 +66,15 @@ from tools.sandbox.wire import StaticArg, WireArray, hash_arrays
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
 # Factors applied to every floating input of the tuning case; a task may set PROBE_SCALES.
 DEFAULT_PROBE_SCALES: dict[str, float] = {"large": 1e3, "small": 1e-3}
+# Above this many bytes of inputs the tuning point runs once; its repeats move to a smaller
+# shape (every shipped task's tuning point, at most 8 MiB, is not above it).
+REPEAT_LIMIT_BYTES = 8 << 20
 _PERTURB_SEED = 20240917
 _NAMES = {"nan": "NaN", "inf": "+inf/-inf"}
 
-__all__ = ["DEFAULT_PROBE_SCALES", "DEFAULT_SEEDS", "FORMAT_VERSION", "FrozenSuite",
-           "SuiteCase", "SuiteError", "SuiteTooLarge", "build_suite", "suite_hash"]
+__all__ = ["DEFAULT_PROBE_SCALES", "DEFAULT_SEEDS", "FORMAT_VERSION", "REPEAT_LIMIT_BYTES",
+           "FrozenSuite", "SuiteCase", "SuiteError", "SuiteTooLarge", "build_suite",
+           "repeat_shape", "suite_hash"]
 
 
 def build_suite(
@@ -91,16 +101,21 @@ def build_suite(
     probe_scales = getattr(task.module, "PROBE_SCALES", DEFAULT_PROBE_SCALES)
     fed = tuple(k for k in KINDS if k not in task.nonfinite_opt_out)  # NaN, +/-inf or both
     nonfinite_at = nonfinite_shape(task) if nonfinite and fed else None
+    # where the seeds after the first and the probes run: the tuning point, or a smaller shape
+    again = repeat_shape(task) if len(seeds) > 1 or probes else 0
     if check_memory:
-        counts = {0: len(seeds) + (len(probe_scales) if probes else 0)}
-        counts.update({i: 1 for i in task.unseen_shape_indices if unseen})
+        counts = {0: 1}  # the first seed; then the other seeds and the probes
+        counts[again] = counts.get(again, 0) + len(seeds) - 1 + (
+            len(probe_scales) if probes else 0)
+        for i in task.unseen_shape_indices if unseen else ():
+            counts[i] = counts.get(i, 0) + 1
         if nonfinite_at is not None:
             counts[nonfinite_at] = counts.get(nonfinite_at, 0) + 1
         _, problem = fit_problem(task, counts, held_per_case=spill_bytes is None)
         if problem:
             raise SuiteTooLarge(problem)
     builder = _Builder(task, _storage(spill_bytes, directory))
-    for seed in seeds:
+    for seed in seeds if again == 0 else seeds[:1]:
         builder.add(f"shape0-seed{seed}", 0, seed, "seed", task.make_inputs(seed, 0))
     if unseen:
         for index in task.unseen_shape_indices:
@@ -113,6 +128,8 @@ def build_suite(
                                      f"({what}), so tails are exercised")
     if len(task.shapes) - len(task.derived_shapes) == 1:
         builder.notes.append("the task declares no unseen shapes (SHAPES has one entry)")
+    if again:
+        _add_repeats(builder, again, seeds, probes, unseen)
     if task.alignment_note:
         builder.notes.append(task.alignment_note)
     builder.notes.extend(task.notes)  # what loading decided (scales dropped, sizes fixed)
@@ -121,16 +138,21 @@ def build_suite(
                          "input maker's Python scalars are static arguments, given to the "
                          "reference and the kernel as they are, at their positions"
                          for s in statics)
-    if probes:
-        tuning = builder.cases[0]  # read back from disk where it was spilled, then let go
+    if probes:  # the first seed's inputs at their shape, read back from disk where spilled
+        base = next((c for c in builder.cases if c.shape_index == again
+                     and c.seed == seeds[0] and c.kind in ("seed", "unseen")), None)
         for name, factor in probe_scales.items():
-            scaled = _scale_floats([a.numpy() for a in tuning.inputs], float(factor))
+            made = ([a.numpy() for a in base.inputs] if base is not None
+                    else task.make_inputs(seeds[0], again))
+            scaled = _scale_floats(made, float(factor))
+            del made
             if scaled is None:
                 builder.notes.append("no floating inputs: numerics probes skipped")
                 break
-            builder.add(f"shape0-seed{seeds[0]}-{name}", 0, seeds[0], f"probe-{name}", scaled)
+            builder.add(f"shape{again}-seed{seeds[0]}-{name}", again, seeds[0],
+                        f"probe-{name}", scaled)
             del scaled
-            for wa in tuning.inputs:
+            for wa in base.inputs if base is not None else ():
                 release(wa)
     if nonfinite and task.nonfinite_opt_out:
         builder.notes.append(opt_out_note(task.nonfinite_opt_out))
@@ -144,6 +166,48 @@ def build_suite(
         built_with={"jax": jax.__version__}, scales=task.scales, statics=statics,
     )
     return msgspec.structs.replace(suite, sha256=suite_hash(suite))
+
+
+def input_bytes(task: Task, index: int) -> int:
+    """The bytes of all inputs at shape ``index``, from their specs (nothing is made)."""
+    return sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize
+               for s in task.input_specs(index))
+
+
+def repeat_shape(task: Task) -> int:
+    """Where the seeds after the first and the numerics probes run: the tuning point (0)
+    unless its inputs exceed :data:`REPEAT_LIMIT_BYTES` and the task has unseen shapes; then
+    the largest declared unseen shape under the limit, else the smallest unseen shape."""
+    unseen = task.unseen_shape_indices
+    if not unseen or input_bytes(task, 0) <= REPEAT_LIMIT_BYTES:
+        return 0
+    sizes = {i: input_bytes(task, i) for i in unseen}
+    under = [i for i in unseen
+             if i not in task.derived_shapes and sizes[i] <= REPEAT_LIMIT_BYTES]
+    if under:
+        return max(under, key=lambda i: (sizes[i], -i))
+    return min(unseen, key=lambda i: (sizes[i], i))
+
+
+def _add_repeats(builder: _Builder, index: int, seeds: Sequence[int], probes: bool,
+                 unseen: bool) -> None:
+    """The seeds after the first at the repeat shape (its first seed is the unseen case
+    there), and the note saying where the tuning point's repeats went."""
+    task = builder.task
+    for seed in seeds[1:] if unseen else seeds:
+        builder.add(f"shape{index}-seed{seed}", index, seed, "seed",
+                    task.make_inputs(seed, index))
+    moved = [f"seed{'s' if len(seeds) > 2 else ''} {', '.join(map(str, seeds[1:]))}"
+             if len(seeds) > 1 else "", "the numerics probes" if probes else ""]
+    builder.notes.append(
+        f"the tuning point ({task.describe_shape(0)}, {_mib(input_bytes(task, 0))} of "
+        f"inputs) runs once (seed {seeds[0]}); {' and '.join(m for m in moved if m)} run at "
+        f"shape {index} ({task.describe_shape(index)}, {_mib(input_bytes(task, index))}) "
+        "so TPU interpret mode stays fast")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.3g} MiB"
 
 
 def nonfinite_shape(task: Task) -> int:
@@ -230,7 +294,8 @@ class _Builder:
         self.notes: list[str] = []
         self.tolerance: dict[str, float] = {}
         self._noted: set[int] = set()  # shapes whose weaker oracle has its note
-        self._last_seed: tuple[str, str, str] | None = None  # (case, inputs, outputs sha256)
+        # per shape, the last seed (or first-seed unseen) case: (case, inputs, outputs sha256)
+        self._last_seed: dict[int, tuple[str, str, str]] = {}
 
     def add(self, case_id: str, shape_index: int, seed: int, kind: str,
             inputs: Sequence[Any]) -> SuiteCase | None:
@@ -285,7 +350,7 @@ class _Builder:
         del magnitudes
         inputs_sha256 = hash_arrays(host)
         if kind != "nonfinite":  # what it must tell apart is where the specials go
-            self._refuse_vacuous(case_id, kind, inputs_sha256, oracle, inputs)
+            self._refuse_vacuous(case_id, kind, shape_index, inputs_sha256, oracle, inputs)
         case = SuiteCase(
             case_id=case_id, shape_index=shape_index, seed=seed, kind=kind,
             inputs=self.store(host), inputs_sha256=inputs_sha256,
@@ -301,11 +366,12 @@ class _Builder:
         self.cases.append(case)
         return case
 
-    def _refuse_vacuous(self, case_id: str, kind: str, inputs_sha256: str,
+    def _refuse_vacuous(self, case_id: str, kind: str, shape_index: int, inputs_sha256: str,
                         oracle: Sequence[np.ndarray], inputs: Sequence[Any]) -> None:
         """Refuse a suite that cannot tell right from wrong, from the case in hand: empty,
-        all-zero or constant outputs; for seeds, outputs that do not change with the seed;
-        for the first, outputs that do not change when an input is perturbed."""
+        all-zero or constant outputs; for seeds, outputs that do not change with the seed
+        (against the last seed at the same shape); for the first seed case, outputs that do
+        not change when an input is perturbed."""
         where = f"{self.task.path}"
         for k, out in enumerate(oracle):
             if out.size == 0:
@@ -320,13 +386,16 @@ class _Builder:
                     f"{where}: reference output {k} is constant ({finite.flat[0]!r}) in "
                     f"{case_id}; it does not depend on the inputs")
             del finite
-        if kind != "seed":
+        if kind not in ("seed", "unseen"):
             return
+        first = kind == "seed" and not any(c.kind == "seed" for c in self.cases)
         outputs_sha256 = hash_arrays(oracle)
-        last, self._last_seed = self._last_seed, (case_id, inputs_sha256, outputs_sha256)
-        if last is None:
-            _refuse_insensitive(where, self.references[0], inputs)
-        elif last[1] != inputs_sha256 and last[2] == outputs_sha256:
+        last = self._last_seed.get(shape_index)
+        self._last_seed[shape_index] = (case_id, inputs_sha256, outputs_sha256)
+        if first:
+            _refuse_insensitive(where, self.references[shape_index], inputs)
+        elif kind == "seed" and last is not None and (
+                last[1] != inputs_sha256 and last[2] == outputs_sha256):
             raise VacuousSuite(
                 f"{where}: reference output is identical for {last[0]} and {case_id} "
                 "although their inputs differ; the output does not depend on the inputs")
