@@ -20,11 +20,20 @@
 - `install`: the extra's pin and libtpu's installed size (the install's seconds are
   measured outside: `time pip install -e '.[tpu-compiler]'`).
 
+`--part disagreements` is the whole conformance list instead (6-13 minutes on two cores; the
+test suite judges a few representative programs): the shipped kernels at every TUNABLES
+value, the offline author's kernels, the VMEM-edge configurations (at least 40 tuning
+configurations in all) and the adversarial corpus, every disagreement written out, checked
+against `tests/tpu_corpus.py`'s KNOWN_DISAGREEMENTS (`unexplained`: new ones and known ones
+that went away), and the compiles that crashed or timed out. It exits 1 on anything
+unexplained, so it can gate a change to either check.
+
 The machine's load average is printed with the figures: on a shared 2-core machine the
 compile seconds scale with it.
 
 Usage: python benchmarks/tpu_compiler.py [--chip v6e] [--adversarial] [--skip-edge]
        [--baselines] [--skip-compile]
+       python benchmarks/tpu_compiler.py --part disagreements [--chip v6e]
 """
 
 from __future__ import annotations
@@ -132,9 +141,52 @@ def baselines(chip_name: str) -> dict:
             "calibration_xla_v5e": {"dispatch_s": dispatch, "rows": calib}}
 
 
+def disagreements_part(chip: str) -> tuple[dict, bool]:
+    """Every program of the corpus judged by both checks; (figures, nothing unexplained)."""
+    from tests import tpu_corpus
+
+    started = time.perf_counter()
+    programs = [*tpu_corpus.shipped(chip), *tpu_corpus.edge(chip), *tpu_corpus.offline(chip),
+                *tpu_corpus.adversarial(chip)]
+    lower_s = time.perf_counter() - started
+    tuning = [p for p in programs if p.source in ("shipped", "edge", "offline") and p.text]
+    began = time.perf_counter()
+    tpu_corpus.judge(programs, chip)
+    judged = [p for p in programs if p.real is not None]
+    found = tpu_corpus.disagreements(programs)
+    unexplained = tpu_corpus.unexplained(found, {p.name for p in judged})
+    failed = [{"program": p.name, "kind": p.real.kind, "message": p.real.message[:300]}
+              for p in judged if p.real.kind in ("crash", "timeout")]
+    edge = [p for p in judged if p.source == "edge"]
+    figures = {
+        "tuning_configurations": len(tuning),
+        "programs_judged": len(judged),
+        "by_source": {s: sum(p.source == s for p in judged)
+                      for s in ("shipped", "edge", "offline", "adversarial")},
+        "not_lowered": [{"program": p.name, "error": p.lower_error[:200]}
+                        for p in programs if not p.text],
+        "refused_by_compiler": sorted(p.name for p in judged if not p.real.ok),
+        "edge_accepted": sum(p.real.ok for p in edge),
+        "edge_refused": sum(not p.real.ok for p in edge),
+        "disagreements": found,
+        "unexplained": unexplained,
+        "crashed_or_timed_out": failed,
+        "lower_s": round(lower_s, 1),
+        "judge_s": round(time.perf_counter() - began, 1),
+    }
+    # The edge is real only when the compiler refuses some of it and accepts the rest.
+    ok = (len(tuning) >= 40 and not failed and not unexplained["new"]
+          and not unexplained["gone"] and figures["edge_accepted"] > 0
+          and figures["edge_refused"] > 0)
+    return figures, ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chip", default="v6e")
+    parser.add_argument("--part", choices=("compile", "disagreements"), default="compile",
+                        help="compile: compile seconds and figures (default); disagreements: "
+                             "every program of the corpus, checked against the known list")
     parser.add_argument("--adversarial", action="store_true")
     parser.add_argument("--skip-edge", action="store_true")
     parser.add_argument("--skip-compile", action="store_true",
@@ -163,6 +215,11 @@ def main() -> int:
         "install": {"extra": "tpu-compiler = jax[tpu]==" + jax.__version__,
                     "libtpu_bytes": _size(Path(libtpu.__file__).parent)},
     }
+    if args.part == "disagreements":
+        found, ok = disagreements_part(args.chip)
+        figures |= found | {"ok": ok, "load_average_at_end": os.getloadavg()[0]}
+        print(json.dumps(figures, indent=1))
+        return 0 if ok else 1
     if args.baselines:
         figures.update(baselines(args.chip))
     if args.skip_compile:

@@ -9,8 +9,9 @@ Three sources, each lowered for TPU as the verifier's runner lowers them:
 - the adversarial corpus (``tests/candidates/``) lowered in the sandbox (worker + runner),
   as the verifier gets them.
 
-Used by ``tests/test_tpu_compiler.py`` (every disagreement listed, the compiler wins) and by
-``benchmarks/tpu_compiler.py`` (compile seconds, the disagreements as figures).
+Used by ``tests/test_tpu_compiler.py`` (a few representative programs: the compiler wins)
+and by ``benchmarks/tpu_compiler.py`` (compile seconds; ``--part disagreements`` judges every
+program here and lists every disagreement against :data:`KNOWN_DISAGREEMENTS`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,26 @@ import importlib
 import importlib.util
 import itertools
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# Every disagreement on v6e, by program, with the compiler's verdict (True: it compiles).
+# All three are the emulated check's body-value rule (the largest value the body computes
+# held whole, its excess over the vregs counted against VMEM) refusing a kernel the compiler
+# compiles: an elementwise body beside blocks that fill the scoped limit exactly, a matmul
+# whose (1024, 2048) f32 product is produced tile by tile into the accumulator, and the
+# adversarial single-block matmul whose bf16 operands are upcast to f32 in its body under a
+# 768 KiB limit (written as one no chip compiles; the compiler compiles it).
+KNOWN_DISAGREEMENTS: dict[str, bool] = {
+    "kernels/gelu block_rows=512 @ (8192, 4096) float32": True,
+    "kernels/matmul blocks=1024x2048x1024 @ 4096^3 bfloat16": True,
+    "tests/candidates/f32_copies_over_vmem.py @ matmul_bf16 shape 0": True,
+}
 
 
 @dataclass
@@ -179,11 +194,15 @@ ADVERSARIAL = [
 ]
 
 
-def adversarial(chip: str = "v6e") -> Iterator[Program]:
-    """The adversarial corpus, lowered in the sandbox as the verifier lowers it."""
+def adversarial(chip: str = "v6e",
+                only: Collection[tuple[str, str]] | None = None) -> Iterator[Program]:
+    """The adversarial corpus (or the ``only`` (candidate, task) pairs of it), lowered in the
+    sandbox as the verifier lowers it: a few seconds per candidate."""
     from tools.performance.estimate import lower_in_sandbox, task_arguments
 
     for candidate, task_name in ADVERSARIAL:
+        if only is not None and (candidate, task_name) not in only:
+            continue
         path = ROOT / "tests" / "candidates" / candidate
         task_path = ROOT / "tests" / "evaltasks" / f"{task_name}.py"
         if not task_path.exists():
@@ -216,6 +235,22 @@ def judge(programs: list[Program], chip: str) -> list[Program]:
                        strict=True):
         p.real = real
     return programs
+
+
+def named(programs: Iterable[Program], names: Collection[str]) -> list[Program]:
+    """The programs of ``names`` from a source, each exactly once (a renamed one fails)."""
+    found = [p for p in programs if p.name in names]
+    assert sorted(p.name for p in found) == sorted(names), [p.name for p in found]
+    return found
+
+
+def unexplained(found: list[dict[str, Any]], judged: Collection[str]) -> dict[str, Any]:
+    """Where ``found`` departs from :data:`KNOWN_DISAGREEMENTS` over the ``judged`` programs:
+    new disagreements, and known ones that went away (a known one not judged is neither)."""
+    got = {d["program"]: d["compiler_ok"] for d in found}
+    known = {k: v for k, v in KNOWN_DISAGREEMENTS.items() if k in judged}
+    return {"new": {k: v for k, v in got.items() if known.get(k) != v},
+            "gone": sorted(k for k in known if k not in got)}
 
 
 def disagreements(programs: list[Program]) -> list[dict[str, Any]]:
