@@ -8,8 +8,10 @@ import jax.numpy as jnp
 
 NAME = "matmul_bias_gelu_bf16"
 # (M, K, N): the first is the tuning point; the rest are unseen shapes, one of them with a
-# row count that is not a multiple of 8.
-SHAPES = [(512, 512, 1024), (200, 384, 512), (260, 256, 384)]
+# row count that is not a multiple of 8. The tuning point is a 2048^3 GEMM, where blocks
+# decide whether the MXU or the pipeline bounds it; at 512x512x1024 every kernel that fuses
+# the epilogue is priced alike. Only it is that large: the suite runs it once.
+SHAPES = [(2048, 2048, 2048), (200, 384, 512), (260, 256, 384)]
 TOLERANCE = {"atol": 5e-2, "rtol": 5e-2}
 
 
