@@ -21,7 +21,8 @@
   (before), the best (after), best over first, candidates, distinct kernels and kernels
   tested twice; overall: tasks whose best is >= 1.10x their first (goal: half), distinct
   kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
-  core-minute, wall time.
+  core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
+  priced and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
 """
 
 from __future__ import annotations
@@ -140,10 +141,6 @@ def policies(tasks: list[str], names: list[str], budget: int, iterations: int) -
 def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None) -> dict[str, Any]:
     """A greedy bench at `budget` candidates per task, read back per task from its log (kept
     at `keep` when given, for `kernelgraph replay` and `report`)."""
-    from eventstore.events import RunRequested
-    from eventstore.log import EventLog
-    from projections.metrics import CLIMBED, Metrics
-
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
                "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
@@ -156,31 +153,51 @@ def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None
         wall = time.perf_counter() - started
         if done.returncode not in (0, 1) or not db.exists():
             raise RuntimeError(done.stderr[-3000:])
-        per_task: dict[str, Any] = {}
-        judged = 0
-        with EventLog(db, read_only=True) as log:
-            for run in log.runs():
-                events = list(log.events(run_id=run.run_id))
-                requested = next((e for e in events if isinstance(e, RunRequested)), None)
-                stats = Metrics(run.run_id).apply_all(events).state.runs.get(run.run_id)
-                if requested is None or stats is None:
-                    continue
-                eff = stats.efficiency
-                judged += eff.judged
-                ratio = eff.best_over_first
-                per_task[requested.task_name] = {
-                    "before": eff.first_valid, "after": eff.best_valid,
-                    "verified": stats.final_speedup if stats.finished else None,
-                    "best_over_first": round(ratio, 4) if ratio is not None else None,
-                    "climbed": ratio is not None and ratio >= CLIMBED * (1 - 1e-9),
-                    **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
-                                                      "tested_twice", "candidates_to_best")}}
+        return climb_figures(db, wall, f"kernelgraph bench {' '.join(Path(t).name for t in tasks)} "
+                                       f"--policy greedy --budget-candidates {budget}")
+
+
+def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
+    """The climb's figures from a bench log (`--climb-db` reads one kept earlier; its wall
+    time is then the span of its events)."""
+    from eventstore.events import RunRequested, TuningSwept
+    from eventstore.log import EventLog
+    from projections.metrics import CLIMBED, Metrics
+
+    per_task: dict[str, Any] = {}
+    judged = 0
+    first_ts, last_ts = float("inf"), 0.0
+    with EventLog(db, read_only=True) as log:
+        for run in log.runs():
+            events = list(log.events(run_id=run.run_id))
+            if events:
+                first_ts, last_ts = min(first_ts, events[0].ts), max(last_ts, events[-1].ts)
+            requested = next((e for e in events if isinstance(e, RunRequested)), None)
+            stats = Metrics(run.run_id).apply_all(events).state.runs.get(run.run_id)
+            if requested is None or stats is None:
+                continue
+            eff = stats.efficiency
+            judged += eff.judged
+            sweeps = [e for e in events if isinstance(e, TuningSwept)]
+            ratio = eff.best_over_first
+            per_task[requested.task_name] = {
+                "before": eff.first_valid, "after": eff.best_valid,
+                "verified": stats.final_speedup if stats.finished else None,
+                "best_over_first": round(ratio, 4) if ratio is not None else None,
+                "climbed": ratio is not None and ratio >= CLIMBED * (1 - 1e-9),
+                **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
+                                                  "tested_twice", "candidates_to_best")},
+                "autotune": {"sweeps": len(sweeps),
+                             "wall_s": round(sum(e.wall_s for e in sweeps), 1),
+                             "configs_priced": sum(e.configs_priced for e in sweeps),
+                             "configs_tested": sum(e.configs_tried for e in sweeps)}}
+    if wall is None:
+        wall = max(last_ts - first_ts, 0.0)
     candidates = sum(t["candidates"] for t in per_task.values())
     distinct = sum(t["distinct_kernels"] for t in per_task.values())
     cores = os.cpu_count() or 1
     return {
-        "command": f"kernelgraph bench {' '.join(Path(t).name for t in tasks)} --policy greedy "
-                   f"--budget-candidates {budget}",
+        "command": command,
         "tasks": len(per_task),
         "tasks_climbed": sum(1 for t in per_task.values() if t["climbed"]),
         "distinct_per_candidate": round(distinct / candidates, 4) if candidates else None,
@@ -203,6 +220,8 @@ def main() -> None:
     parser.add_argument("--policies", default="parallel,beam,greedy,adaptive")
     parser.add_argument("--budget", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=1, help="iterations per node")
+    parser.add_argument("--climb-db", type=Path, default=None,
+                        help="--part climb: read the figures from this kept bench log, run nothing")
     parser.add_argument("--climb-budget", type=int, default=12,
                         help="candidates per task for --part climb")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once for --part climb")
@@ -227,7 +246,9 @@ def main() -> None:
         out["policies"] = policies(tasks, args.policies.split(","), args.budget, args.iterations)
     if "climb" in parts:
         chosen = tasks if args.tasks_given else [str(ROOT / "tasks")]
-        out["climb"] = climb(chosen, args.climb_budget, args.jobs, args.keep_db)
+        out["climb"] = (climb_figures(args.climb_db, None, f"read from {args.climb_db}")
+                        if args.climb_db else climb(chosen, args.climb_budget, args.jobs,
+                                                    args.keep_db))
     print(json.dumps(out, indent=None if args.json else 2))
 
 
