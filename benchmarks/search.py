@@ -23,6 +23,11 @@
   kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
   core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
   priced and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
+- `race` (`--part race [--tasks ...] [--race-budget 12] [--race-repeat 3] [--jobs 2]`): every
+  policy (`--race-policies`, default all five) at the same candidate budget, 3 seeds each;
+  per policy the mean and spread of the candidates its runs needed to reach the best
+  `parallel` found on the same task and seed (goal: one policy needs at most half of
+  parallel's). `--race-db LOG` reads them from a kept bench log.
 """
 
 from __future__ import annotations
@@ -209,6 +214,74 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
     }
 
 
+RACE_POLICIES = "parallel,beam,greedy,adaptive,evolutionary"
+
+
+def race(tasks: list[str], policies_: str, budget: int, repeat: int, jobs: int,
+         keep: Path | None = None) -> dict[str, Any]:
+    """Every policy at the same candidate budget, `repeat` seeds each, on the same tasks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
+               "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
+        db = keep or Path(tmp) / "race.duckdb"
+        command = ["kernelgraph", "bench", *tasks, "--policy", policies_, "--budget-candidates",
+                   str(budget), "--repeat", str(repeat), "--jobs", str(jobs), "--db", str(db)]
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", *command, "--json", "--quiet"], env=env,
+                              capture_output=True, text=True, timeout=12 * 3600)
+        if done.returncode not in (0, 1) or not db.exists():
+            raise RuntimeError(done.stderr[-3000:])
+        return {**race_figures(db), "wall_s": round(time.perf_counter() - started, 1),
+                "command": " ".join(Path(c).name if "/" in c else c for c in command)}
+
+
+def race_figures(db: Path) -> dict[str, Any]:
+    """Per policy: how many candidates (1-based, in log order, every finished iteration one,
+    as `projections.metrics.Efficiency` counts them) each run needed to reach the best that
+    `parallel` found on the same task with the same seed; mean and spread over the runs that
+    reached it, and how many did."""
+    import statistics
+
+    from eventstore.events import IterationFinished, RunRequested
+    from eventstore.log import EventLog
+
+    trails: dict[tuple[str, str, int], list[float | None]] = {}
+    with EventLog(db, read_only=True) as log:
+        for run in log.runs():
+            events = list(log.events(run_id=run.run_id))
+            requested = next((e for e in events if isinstance(e, RunRequested)), None)
+            if requested is None:
+                continue
+            trails[(requested.task_name, requested.policy, requested.seed)] = [
+                e.speedup if e.valid else None for e in events if isinstance(e, IterationFinished)]
+    mark: dict[tuple[str, int], float] = {}
+    for (task, policy, seed), trail in trails.items():
+        found = [x for x in trail if x is not None]
+        if policy == "parallel" and found:
+            mark[(task, seed)] = max(found)
+    needed: dict[str, list[int | None]] = {}
+    for (task, policy, seed), trail in sorted(trails.items()):
+        goal = mark.get((task, seed))
+        if goal is None:
+            continue
+        at = next((i for i, x in enumerate(trail, 1) if x is not None and x >= goal * (1 - 1e-9)),
+                  None)
+        needed.setdefault(policy, []).append(at)
+    out: dict[str, Any] = {}
+    for policy, ats in needed.items():
+        reached = [a for a in ats if a is not None]
+        out[policy] = {"runs": len(ats), "reached": len(reached),
+                       "mean_candidates": round(statistics.mean(reached), 2) if reached else None,
+                       "stdev_candidates": (round(statistics.stdev(reached), 2)
+                                            if len(reached) > 1 else None),
+                       "per_run": ats}
+    base = out.get("parallel", {}).get("mean_candidates")
+    halves = [p for p, f in out.items() if p != "parallel" and base and f["mean_candidates"]
+              and f["reached"] == f["runs"] and f["mean_candidates"] <= base / 2]
+    return {"to_reach_parallels_best": out, "policies_needing_at_most_half_of_parallel": halves,
+            "label": "simulated speedups (sim-tpu-v6e cost model), offline author"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -220,6 +293,12 @@ def main() -> None:
     parser.add_argument("--policies", default="parallel,beam,greedy,adaptive")
     parser.add_argument("--budget", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=1, help="iterations per node")
+    parser.add_argument("--race-policies", default=RACE_POLICIES,
+                        help="--part race: the policies compared")
+    parser.add_argument("--race-budget", type=int, default=12, help="--part race: candidates per run")
+    parser.add_argument("--race-repeat", type=int, default=3, help="--part race: seeds per policy")
+    parser.add_argument("--race-db", type=Path, default=None,
+                        help="--part race: read the figures from this kept bench log, run nothing")
     parser.add_argument("--climb-db", type=Path, default=None,
                         help="--part climb: read the figures from this kept bench log, run nothing")
     parser.add_argument("--climb-budget", type=int, default=12,
@@ -249,6 +328,11 @@ def main() -> None:
         out["climb"] = (climb_figures(args.climb_db, None, f"read from {args.climb_db}")
                         if args.climb_db else climb(chosen, args.climb_budget, args.jobs,
                                                     args.keep_db))
+    if "race" in parts:
+        chosen = tasks if args.tasks_given else [str(ROOT / "tasks")]
+        out["race"] = (race_figures(args.race_db) if args.race_db else
+                       race(chosen, args.race_policies, args.race_budget, args.race_repeat,
+                            args.jobs, args.keep_db))
     print(json.dumps(out, indent=None if args.json else 2))
 
 
