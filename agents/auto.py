@@ -233,32 +233,55 @@ class _AutoRun:
             cited = self.judged_before(it, code)
             if cited is not None:
                 return self.cite(state, it, plan, cited)
-            problem = judged.price_problem(checked, judged.parent_speedup(
-                self.cmd.parent if isinstance(self.cmd, ExpandNode) else None),
-                self.cmd.price_margin, self.cmd.target_name)
+            parent = judged.parent_speedup(
+                self.cmd.parent if isinstance(self.cmd, ExpandNode) else None)
+            problem = judged.price_problem(checked, parent, self.cmd.price_margin,
+                                           self.cmd.target_name)
             if problem:
-                finished = self.failed(state, it, "price", problem, plan=plan, code=code,
-                                       compiled=True, cites_event_id=checked.event_id,
-                                       estimate_speedup=checked.estimate_speedup)
-                return finished, False
-            phase = "test"
-            tests = await self.call(self.command(RunTests, f"it{it}/test", it, code_sha256=code),
-                                    TestsRun)
-            if not tests.passed:
-                problem = "; ".join(tests.reasons[:3]) or "wrong answer"
-                return self.failed(state, it, "test", problem, plan=plan, code=code,
-                                   compiled=True), False
-            phase = "autotune"
-            tuned = await self.call(self.command(
-                TuneKernel, f"it{it}/tune", it, code_sha256=code, budget=self.cmd.tune_budget,
-                verdict_sha256=tests.verdict_sha256), TuningSwept)
-            config, latency, speedup, verdict_sha, measured_on = (
-                dict(tests.config), tests.latency_s, tests.speedup, tests.verdict_sha256,
-                tests.measured_on or "simulated")
-            proof = tests.event_id
-            if tuned.best_latency_s is not None and (latency is None or tuned.best_latency_s < latency):
-                config, latency, speedup = dict(tuned.best_config), tuned.best_latency_s, tuned.best_speedup
-                verdict_sha, measured_on, proof = tuned.verdict_sha256, tuned.measured_on, tuned.event_id
+                # The default configuration is priced too slow; its others may not be. They
+                # are priced, and only one priced under the parent's latency is tested.
+                phase = "autotune"
+                beat_s = judged.latency_to_beat(checked, parent, self.cmd.price_margin)
+                rescued = await self.call(self.command(
+                    TuneKernel, f"it{it}/tune-priced", it, code_sha256=code,
+                    budget=self.cmd.tune_budget, verdict_sha256="", beat_latency_s=beat_s),
+                    TuningSwept) if beat_s is not None else None
+                if rescued is None or rescued.best_latency_s is None or (
+                        beat_s is not None and rescued.best_latency_s >= beat_s):
+                    tried = (f"; none of its {rescued.configs_priced} other configuration(s) "
+                             "was priced or tested faster" if rescued is not None else "")
+                    finished = self.failed(state, it, "price", problem + tried, plan=plan,
+                                           code=code, compiled=True,
+                                           cites_event_id=checked.event_id,
+                                           estimate_speedup=checked.estimate_speedup)
+                    return finished, False
+                config, latency, speedup = (dict(rescued.best_config), rescued.best_latency_s,
+                                            rescued.best_speedup)
+                verdict_sha, measured_on, proof = (rescued.verdict_sha256, rescued.measured_on,
+                                                   rescued.event_id)
+            else:
+                phase = "test"
+                tests = await self.call(self.command(RunTests, f"it{it}/test", it,
+                                                     code_sha256=code), TestsRun)
+                if not tests.passed:
+                    problem = "; ".join(tests.reasons[:3]) or "wrong answer"
+                    return self.failed(state, it, "test", problem, plan=plan, code=code,
+                                       compiled=True), False
+                phase = "autotune"
+                tuned = await self.call(self.command(
+                    TuneKernel, f"it{it}/tune", it, code_sha256=code,
+                    budget=self.cmd.tune_budget, verdict_sha256=tests.verdict_sha256),
+                    TuningSwept)
+                config, latency, speedup, verdict_sha, measured_on = (
+                    dict(tests.config), tests.latency_s, tests.speedup, tests.verdict_sha256,
+                    tests.measured_on or "simulated")
+                proof = tests.event_id
+                if tuned.best_latency_s is not None and (
+                        latency is None or tuned.best_latency_s < latency):
+                    config, latency, speedup = (dict(tuned.best_config), tuned.best_latency_s,
+                                                tuned.best_speedup)
+                    verdict_sha, measured_on, proof = (tuned.verdict_sha256, tuned.measured_on,
+                                                       tuned.event_id)
             phase = "profile"
             profile = await self.call(self.command(
                 ProfileKernel, f"it{it}/profile", it, code_sha256=code,

@@ -82,14 +82,16 @@ def repeats(default_key: str | None, keys: list[str | None]) -> dict[int, int]:
 
 
 def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
-                  keep: int = TESTED_AFTER_PRICING) -> tuple[list[dict[str, Any]], list[Json]]:
+                  keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
+                  ) -> tuple[list[dict[str, Any]], list[Json]]:
     """The `keep` configurations priced fastest that beat the default's price (every one
-    priced, when the default's own lowering failed), and a row per configuration saying
-    what became of it."""
+    priced, when the default's own lowering failed) and are priced under `below_s` when
+    given, and a row per configuration saying what became of it."""
     ranked = sorted((p for p in priced if p.latency_s is not None),
                     key=lambda p: p.latency_s or 0.0)
     chosen = [p for p in ranked
-              if default.latency_s is None or (p.latency_s or 0.0) < default.latency_s][:keep]
+              if (default.latency_s is None or (p.latency_s or 0.0) < default.latency_s)
+              and (below_s is None or (p.latency_s or 0.0) < below_s)][:keep]
     rows: list[Json] = []
     for p in priced:
         if any(p is c for c in chosen):
@@ -98,6 +100,8 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
             fate = f"not priced: {p.problem}"
         elif default.latency_s is not None and p.latency_s >= default.latency_s:
             fate = f"not tested: priced no faster than the default ({default.latency_s:.3g} s)"
+        elif below_s is not None and p.latency_s >= below_s:
+            fate = f"not tested: priced no faster than the parent to beat ({below_s:.3g} s)"
         else:
             fate = f"not tested: {keep} others priced faster"
         rows.append({"config": p.config, "estimate_s": p.latency_s,
@@ -194,7 +198,7 @@ class AutotunerAgent(Agent[TuneKernel]):
         skipped: list[Json] = [{"config": planned[i], "same_program_as":
                                 default if j < 0 else planned[j]} for i, j in again.items()]
         fresh = [f for i, f in enumerate(rest) if i not in again]
-        chosen, rows = worth_testing(base, fresh)
+        chosen, rows = worth_testing(base, fresh, below_s=cmd.beat_latency_s)
         return chosen, skipped, rows
 
     async def distinct(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],

@@ -84,6 +84,15 @@ def price_problem(checked: CompileChecked, parent: float | None, margin: float,
             "it was not tested")
 
 
+def latency_to_beat(checked: CompileChecked, parent: float | None, margin: float) -> float | None:
+    """The simulated latency a configuration must be priced under to beat `parent` by
+    `margin` (the baseline is the one the compile check priced against); None: unknown."""
+    if parent is None or not checked.estimate_s or not checked.estimate_speedup:
+        return None
+    baseline_s = checked.estimate_s * checked.estimate_speedup
+    return baseline_s / (parent * (1.0 + margin))
+
+
 def citation_fields(cited: IterationFinished) -> dict[str, Any]:
     """What an iteration that cites `cited` repeats of it."""
     return {"valid": cited.valid, "compiled": cited.compiled, "code_sha256": cited.code_sha256,

@@ -58,6 +58,8 @@ def kernel(blocks: list[int], *, scale: float = 1.0, broken: bool = False) -> st
 
 GOOD_FAST = kernel([64, 32])
 GOOD_SLOW = kernel([8])
+MEDIUM = kernel([64])
+RETUNABLE = kernel([8, 256])  # its default is the slow block; its other one the fastest
 WRONG = kernel([64], scale=2.0)
 BROKEN = kernel([64], broken=True)
 
@@ -69,11 +71,13 @@ SCRIPTS: dict[str, dict[int, list[str]]] = {
     "good": {i: [GOOD_FAST] for i in range(1, 10)},
     "malformed_then_good": {1: ["no code here, sorry", GOOD_FAST]},
     "fast_then_slow_child": {i: [GOOD_FAST] for i in range(1, 10)},
+    "medium_then_retunable_child": {i: [MEDIUM] for i in range(1, 10)},
 }
 
 CHILD_SCRIPTS: dict[str, dict[int, list[str]]] = {
     # what a node grown from a kernel (its request has a parent) writes instead
     "fast_then_slow_child": {1: [GOOD_SLOW], **{i: [GOOD_FAST] for i in range(2, 10)}},
+    "medium_then_retunable_child": {1: [RETUNABLE], **{i: [MEDIUM] for i in range(2, 10)}},
 }
 
 

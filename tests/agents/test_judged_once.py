@@ -16,6 +16,7 @@ import pytest
 
 from eventstore.events import (
     CompileChecked,
+    ConfigMeasured,
     IterationFinished,
     NodeEvaluated,
     RunFinished,
@@ -70,7 +71,8 @@ def test_a_kernel_written_again_cites_its_verdict_and_is_tested_once(search: lis
     # across the whole run, the fast kernel was compiled, tested and tuned once
     tests = [e for e in events if isinstance(e, TestsRun)]
     assert [t.code_sha256 for t in tests] == [fast[0].code_sha256]
-    assert len([e for e in events if isinstance(e, TuningSwept)]) == 1
+    assert len([e for e in events if isinstance(e, TuningSwept)
+                and e.code_sha256 == fast[0].code_sha256]) == 1
     original = [i for i in fast if i.cites_event_id is None]
     assert len(original) == 1, [(i.node_id, i.iteration, i.cites_event_id) for i in iterations]
     (judged,) = original
@@ -98,3 +100,54 @@ def test_a_kernel_priced_no_faster_than_its_parent_is_not_tested(search: list) -
     assert slow.estimate_speedup == check.estimate_speedup < parent.speedup
     assert "not faster" in slow.error and "was not tested" in slow.error
     assert not any(isinstance(e, TestsRun) and e.code_sha256 == slow.code_sha256 for e in events)
+    # its other configurations were priced before it was given up, and none was tested
+    (rescue,) = [e for e in events if isinstance(e, TuningSwept)
+                 and e.code_sha256 == slow.code_sha256]
+    assert rescue.configs_tried == 0 and rescue.best_latency_s is None
+    assert f"none of its {rescue.configs_priced} other configuration(s)" in slow.error
+    assert not any(isinstance(e, ConfigMeasured) and e.code_sha256 == slow.code_sha256
+                   for e in events)
+
+
+@pytest.fixture(scope="module")
+def retuned(tmp_path_factory: pytest.TempPathFactory) -> list:
+    tmp = tmp_path_factory.mktemp("retuned")
+    db = tmp / "runs.duckdb"
+    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1,
+                            tune_budget=2, policy="greedy",
+                            policy_params={"iterations": "2"},
+                            provider_options={"script": "medium_then_retunable_child"},
+                            limits=SearchLimits(max_nodes=2, concurrency=1))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KG_WORKSPACE", str(tmp / "work"))
+        env.setenv("KG_KNOWLEDGE_PATH", str(tmp / "knowledge"))
+        run_id = asyncio.run(run(db, request))
+    with EventLog(db, read_only=True) as log:
+        assert log.verify().ok
+        return list(log.events(run_id=run_id))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_child_priced_slow_at_its_default_is_tested_at_a_configuration_that_beats_its_parent(
+        retuned: list) -> None:
+    events = retuned
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.status == "completed", finished.reason
+    parent = next(e for e in events if isinstance(e, NodeEvaluated) and e.valid)
+    checks = {e.code_sha256: e for e in events if isinstance(e, CompileChecked) and e.ok}
+    child = [i for i in events if isinstance(i, IterationFinished) and i.valid
+             and i.code_sha256 != parent.code_sha256 and i.cites_event_id is None]
+    assert len(child) == 1, [(i.node_id[-5:], i.iteration, i.code_sha256[:8], i.speedup,
+                              i.tunables, i.cites_event_id is not None, i.failed_phase,
+                              i.error[:80]) for i in events if isinstance(i, IterationFinished)]
+    (won,) = child
+    priced = checks[won.code_sha256]
+    assert priced.estimate_speedup is not None and priced.estimate_speedup <= parent.speedup
+    assert won.tunables == {"block_rows": 256} and won.speedup > parent.speedup
+    proof = next(e for e in events if e.event_id == won.proof_event_id)
+    assert isinstance(proof, TuningSwept) and proof.configs_tried == 1 and proof.best_config == won.tunables
+    # tested through the full suite at that configuration only, never at its slow default
+    assert not any(isinstance(e, TestsRun) and e.code_sha256 == won.code_sha256 for e in events)
+    measured = [e for e in events if isinstance(e, ConfigMeasured) and e.code_sha256 == won.code_sha256]
+    assert [m.config for m in measured] == [{"block_rows": 256}] and measured[0].passed
