@@ -138,3 +138,18 @@ def test_coverage_attacks_are_rejected(task: str, candidate: str, expected: str)
     assert verdict.measurement is None
     assert check_receipt(verdict.receipt).ok
     assert "second_poison" in verdict.receipt["environment"]["interpret"]
+
+
+@pytest.mark.slow
+def test_a_kernel_wrong_everywhere_is_not_blamed_on_state_kept_across_calls(tmp_path: Path) -> None:
+    # every output 1% off: the traced program fails, and so does the direct call, for the
+    # same reason; "answers differently from its traced program" would send a fixer astray
+    source = (ROOT / "kernels" / "rmsnorm.py").read_text()
+    wrong = source.replace("* w_ref[...]).astype", "* w_ref[...] * 1.01).astype")
+    assert wrong != source
+    (tmp_path / "wrong.py").write_text(wrong)
+    verdict = evaluate(TASKS / "rmsnorm_small.py", tmp_path / "wrong.py",
+                       limits=Limits(wall_s=240.0))
+    assert verdict.verdict == "fail"
+    text = "\n".join(verdict.reasons)
+    assert "error" in text and "called directly (outside a trace)" not in text, text

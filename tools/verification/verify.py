@@ -308,7 +308,8 @@ class _Context:
 
     def _judge_eager(self, results: Sequence[wire.CaseResult]) -> None:
         """The built callable called directly on different inputs must answer like the
-        traced program: Python state kept across calls is a wrong kernel in use."""
+        traced program: Python state kept across calls is a wrong kernel in use. Where the
+        traced program already failed a case, its failure is the reason, not kept state."""
         for result in results:
             try:
                 case = self.suite.case(result.case_id)
@@ -316,6 +317,9 @@ class _Context:
                 self.consistency.append(f"called directly (outside a trace), the candidate "
                                         f"failed: {result.error or 'no such case'}")
                 continue
+            traced = self.cases.get(case.case_id)
+            if traced is not None and not traced.passed:
+                continue  # the traced program is wrong here too: that failure says why
             check = (failed_case(case, result.error) if result.error else compare_case(
                 case, [a.numpy() for a in result.outputs], self.suite.tolerance))
             if not check.passed:
