@@ -271,3 +271,22 @@ def test_a_lever_kernel_passes_the_verifier(name: str, lever_id: str, tmp_path: 
     suite = freeze_suite(load_task(TASKS / f"{name}.py"), seeds=(0, 1))
     verdict = evaluate(TASKS / f"{name}.py", candidate, suite=suite)
     assert verdict.verdict == "pass", (verdict.reasons, [d.message for d in verdict.diagnostics][:3])
+
+
+@pytest.mark.parametrize("name", SPEC_TASKS)
+def test_a_child_of_a_tuned_parent_never_writes_the_parents_code_again(name: str) -> None:
+    """The parent's code was written from its plan's spec; its tuned configuration moved the
+    blocks. A child whose variant moves them back would write the parent's code again (a
+    candidate spent on a kernel already judged), so that spec is no variant."""
+    facts = _facts(name)
+    root = _plan(name, "", 0)
+    written = variety.spec_of(facts, root["spec"], root["params"], _chip())
+    plan = planner.plan_text(facts, root, {"chip": _chip()}, name)
+    for knob in root["params"]:
+        tuned = {**root["params"], knob: root["params"][knob] * 2}
+        for seed in range(1001, 1009):
+            child = _plan(name, "", seed, parent={"plan": plan, "config": tuned})
+            if child["no_gain"]:
+                continue
+            spec = variety.spec_of(facts, child["spec"], child["params"], _chip())
+            assert spec != written, (knob, seed, child["evidence"][-3:])

@@ -222,8 +222,10 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     if profile_lever:
         moved = _apply(facts, profile_lever, base_params, chip)
         profile_spec = variety.spec_of(facts, variety.spec_dict_of(parent_spec), moved, chip)
+    written = (variety.spec_of(facts, given, {}, chip) if isinstance(given, dict) else None)
     choice = variety.choose_spec(facts, parent_spec, profile_spec, profile_lever, ctx,
-                                 root=parent is None, vmem_failed=vmem_failed)
+                                 root=parent is None, vmem_failed=vmem_failed,
+                                 written_spec=written)
     named = variety.hinted_levers(c, str(ctx.get("hint") or ""))
     if named:  # the catalogue lever itself, not the block move an older author mapped it to
         evidence = [e for e in evidence if not e.startswith("hint asks for")]

@@ -84,13 +84,21 @@ def _vmem(facts: TaskFacts, spec: Any, ctx: LeverContext) -> int:
     return WRITERS[facts.kernel_class].vmem_bytes(facts, spec)
 
 
+def _unlabelled(spec: Any) -> Any:
+    """The spec without the lever names it carries: two with the same knobs write one kernel."""
+    return replace(spec, levers=())
+
+
 def _label(spec: Any, *ids: str) -> Any:
     return replace(spec, levers=tuple(dict.fromkeys((*spec.levers, *[i for i in ids if i]))))
 
 
 def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, profile_lever: str,
-                ctx: dict[str, Any], *, root: bool, vmem_failed: bool) -> Choice:
-    """The spec this expansion writes (see the module docstring)."""
+                ctx: dict[str, Any], *, root: bool, vmem_failed: bool,
+                written_spec: Any | None = None) -> Choice:
+    """The spec this expansion writes (see the module docstring). `written_spec` is the spec
+    the parent's code was written from (before its tuned configuration): a variant equal to
+    it would write the parent's code again, so it is no variant either."""
     c = facts.kernel_class
     lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
     seed = int(ctx.get("seed") or 0)
@@ -141,7 +149,7 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         notes.append("a failure mentions VMEM: only specs that need no more VMEM than the parent")
     unique: dict[Any, str] = {}
     for s, lid in space:
-        if s != parent_spec:
+        if s != parent_spec and (written_spec is None or _unlabelled(s) != _unlabelled(written_spec)):
             unique.setdefault(s, lid)
     ordered = list(unique.items())
     if root and not hinted:  # a root's first variant is the class default
