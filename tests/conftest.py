@@ -1,8 +1,9 @@
 """Shared fixtures and the test run's layout.
 
 - `nats_server`: a real nats-server with JetStream, fresh for each test.
-- Every test session (every pytest-xdist worker) keeps agents' files and the knowledge
-  store in its own temporary folders, never in the user's `~/.cache/kernelgraph`.
+- Every test session (every pytest-xdist worker) keeps agents' files, the knowledge store
+  and the real TPU compiler's cache in its own temporary folders, never in the user's
+  `~/.cache/kernelgraph`.
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
@@ -79,6 +80,7 @@ def _session_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("kg-session")
     os.environ["KG_WORKSPACE"] = str(root / "work")
     os.environ["KG_KNOWLEDGE_PATH"] = str(root / "knowledge")
+    os.environ["KG_TPU_COMPILE_CACHE"] = str(root / "tpu-compile")  # no result from an earlier run
 
 
 @pytest.fixture
