@@ -41,14 +41,13 @@ async def run(db: Path, request: KernelRequest) -> str:
     return submitted.run_id
 
 
-@pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> list:
-    tmp = tmp_path_factory.mktemp("judged")
+def scripted_search(tmp: Path, script: str, tune_budget: int) -> list:
+    """A greedy search of two nodes, two iterations each, by the scripted provider; its events."""
     db = tmp / "runs.duckdb"
     request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1,
-                            tune_budget=1, policy="greedy",
+                            tune_budget=tune_budget, policy="greedy",
                             policy_params={"iterations": "2"},
-                            provider_options={"script": "fast_then_slow_child"},
+                            provider_options={"script": script},
                             limits=SearchLimits(max_nodes=2, concurrency=1))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KG_WORKSPACE", str(tmp / "work"))
@@ -57,6 +56,11 @@ def search(tmp_path_factory: pytest.TempPathFactory) -> list:
     with EventLog(db, read_only=True) as log:
         assert log.verify().ok
         return list(log.events(run_id=run_id))
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> list:
+    return scripted_search(tmp_path_factory.mktemp("judged"), "fast_then_slow_child", 1)
 
 
 @pytest.mark.slow
@@ -111,20 +115,7 @@ def test_a_kernel_priced_no_faster_than_its_parent_is_not_tested(search: list) -
 
 @pytest.fixture(scope="module")
 def retuned(tmp_path_factory: pytest.TempPathFactory) -> list:
-    tmp = tmp_path_factory.mktemp("retuned")
-    db = tmp / "runs.duckdb"
-    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1,
-                            tune_budget=2, policy="greedy",
-                            policy_params={"iterations": "2"},
-                            provider_options={"script": "medium_then_retunable_child"},
-                            limits=SearchLimits(max_nodes=2, concurrency=1))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("KG_WORKSPACE", str(tmp / "work"))
-        env.setenv("KG_KNOWLEDGE_PATH", str(tmp / "knowledge"))
-        run_id = asyncio.run(run(db, request))
-    with EventLog(db, read_only=True) as log:
-        assert log.verify().ok
-        return list(log.events(run_id=run_id))
+    return scripted_search(tmp_path_factory.mktemp("retuned"), "medium_then_retunable_child", 2)
 
 
 @pytest.mark.slow
