@@ -80,7 +80,8 @@ def test_an_honest_scalar_kernel_passes_with_a_0d_input_and_output(suite: Frozen
 
 
 def test_a_scalar_kernel_that_returns_shape_1_fails(suite: FrozenSuite, tmp_path: Path) -> None:
-    """Right values in the wrong shape: every case and the direct calls fail on shape."""
+    """Right values in the wrong shape: every case fails on shape. The direct calls fail the
+    same cases, so they are not reported apart (the traced failure is the reason)."""
     source = HONEST.read_text()
     assert source.count("return out.reshape(())") == 1
     wrong = tmp_path / "scalar_sum_1d.py"
@@ -90,6 +91,5 @@ def test_a_scalar_kernel_that_returns_shape_1_fails(suite: FrozenSuite, tmp_path
     shape_problem = "output 0 has shape (1,), the reference's is ()"
     assert all(any(shape_problem in p for o in c.outputs for p in o.problems)
                for c in verdict.cases)
-    assert any("called directly" in r and shape_problem in r for r in verdict.reasons), \
-        verdict.reasons
+    assert not any("called directly" in r for r in verdict.reasons), verdict.reasons
     assert verdict.measurement is None

@@ -70,9 +70,12 @@ def test_a_spilled_suite_has_the_in_memory_suites_hash_and_round_trips(tmp_path:
 
 _PEAK = """
 import json, os, resource, sys, threading, time
+from tools.correctness import testsuite
 from tools.correctness.footprint import suite_footprint
 from tools.correctness.testsuite import build_suite
 from tools.inputs.tasks import load_task
+
+testsuite.REPEAT_LIMIT_BYTES = 1 << 40  # every seed and probe at the 16 MiB tuning point
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

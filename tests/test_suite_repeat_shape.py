@@ -123,11 +123,15 @@ def test_a_small_tuning_point_keeps_todays_suite(tmp_path: Path) -> None:
     assert not any(n.startswith("the tuning point") for n in suite.notes)
 
 
-def test_no_shipped_tuning_point_is_over_the_limit() -> None:
-    """Today's tasks (tuning points up to 8 MiB of inputs) keep their frozen suites."""
+LARGE_TUNING_POINTS = {"matmul_bias_gelu_bf16": 1}
+"""Shipped tasks whose tuning point runs once, and the shape their repeats run at."""
+
+
+def test_only_the_shipped_tasks_sized_for_headroom_are_over_the_limit() -> None:
+    """The others (tuning points up to 8 MiB of inputs) keep their frozen suites."""
     for name, path in shipped_tasks().items():
         task = load_task(path, validate=False)
-        assert repeat_shape(task) == 0, (name, input_bytes(task, 0))
+        assert repeat_shape(task) == LARGE_TUNING_POINTS.get(name, 0), (name, input_bytes(task, 0))
 
 
 def test_without_a_declared_shape_under_the_limit_the_smallest_unseen_one(
