@@ -22,24 +22,10 @@ from tools.sandbox import wire
 from tools.sandbox.launcher import Limits
 from tools.verification.verify import evaluate
 
-MATMUL = '''
-import jax
-import jax.numpy as jnp
-
-NAME = "tiny_matmul"
-SHAPES = [(64, 128, 64), (32, 64, 32), (16, 32, 64)]
-
-
-def reference(a, b):
-    return jnp.dot(a, b, preferred_element_type=jnp.float32)
-
-
-def make_inputs(key, shape_index=0):
-    m, k, n = SHAPES[shape_index]
-    ka, kb = jax.random.split(key)
-    return (jax.random.normal(ka, (m, k), jnp.float32),
-            jax.random.normal(kb, (k, n), jnp.float32))
-'''
+MATMUL = (Path(__file__).parent / "evaltasks" / "matmul_small.py").read_text().replace(
+    'NAME = "matmul_small"\nSHAPES = [(256, 512, 256), (128, 384, 384)]',
+    'NAME = "tiny_matmul"\nSHAPES = [(64, 128, 64), (32, 64, 32), (16, 32, 64)]')
+assert "tiny_matmul" in MATMUL
 
 # Sorting rows: at shape 1 every seed permutes the same values, so the inputs differ by
 # seed but the output does not (a suite that cannot tell seeds apart there).
