@@ -246,8 +246,8 @@ class _AutoRun:
                     TuneKernel, f"it{it}/tune-priced", it, code_sha256=code,
                     budget=self.cmd.tune_budget, verdict_sha256="", beat_latency_s=beat_s),
                     TuningSwept) if beat_s is not None else None
-                if rescued is None or rescued.best_latency_s is None or (
-                        beat_s is not None and rescued.best_latency_s >= beat_s):
+                if (rescued is None or rescued.best_latency_s is None
+                        or rescued.best_latency_s >= (beat_s or 0.0)):
                     tried = (f"; none of its {rescued.configs_priced} other configuration(s) "
                              "was priced or tested faster" if rescued is not None else "")
                     finished = self.failed(state, it, "price", problem + tried, plan=plan,

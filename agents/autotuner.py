@@ -81,6 +81,15 @@ def repeats(default_key: str | None, keys: list[str | None]) -> dict[int, int]:
     return found
 
 
+def same_programs(default: dict[str, Any], planned: list[dict[str, Any]],
+                  default_key: str | None, keys: list[str | None]) -> tuple[dict[int, int], list[Json]]:
+    """`repeats` of the planned configurations' program keys, and a skipped row for each
+    naming the configuration whose program it repeats."""
+    again = repeats(default_key, keys)
+    return again, [{"config": planned[i], "same_program_as": default if j < 0 else planned[j]}
+                   for i, j in again.items()]
+
+
 def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
                   keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
                   ) -> tuple[list[dict[str, Any]], list[Json]]:
@@ -182,23 +191,11 @@ class AutotunerAgent(Agent[TuneKernel]):
         skipped as repeats, every priced row with what became of it)."""
         if not planned:
             return planned, [], []
-        cmd = ctx.cmd
-        task = await ctx.task_path()
-        code = await ctx.code_path(cmd.code_sha256)
-        gate = asyncio.Semaphore(LOWERINGS_AT_ONCE)
-
-        async def one(config: dict[str, Any]) -> api.PricedConfig:
-            async with gate:
-                return await ctx.run_tool(api.price_config, str(task), str(code), config,
-                                          cmd.target_name)
-
-        found = await asyncio.gather(*(one(config) for config in [default, *planned]))
-        base, rest = found[0], list(found[1:])
-        again = repeats(base.program_sha256, [f.program_sha256 for f in rest])
-        skipped: list[Json] = [{"config": planned[i], "same_program_as":
-                                default if j < 0 else planned[j]} for i, j in again.items()]
+        base, *rest = await self.lowered(ctx, api.price_config, [default, *planned])
+        again, skipped = same_programs(default, planned, base.program_sha256,
+                                       [f.program_sha256 for f in rest])
         fresh = [f for i, f in enumerate(rest) if i not in again]
-        chosen, rows = worth_testing(base, fresh, below_s=cmd.beat_latency_s)
+        chosen, rows = worth_testing(base, fresh, below_s=ctx.cmd.beat_latency_s)
         return chosen, skipped, rows
 
     async def distinct(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
@@ -208,18 +205,20 @@ class AutotunerAgent(Agent[TuneKernel]):
         Each lowering is sandboxed and runs nothing: far cheaper than a measurement."""
         if not planned:
             return planned, []
+        keys = await self.lowered(ctx, api.program_sha256, [default, *planned])
+        again, skipped = same_programs(default, planned, keys[0], list(keys[1:]))
+        return [c for i, c in enumerate(planned) if i not in again], skipped
+
+    async def lowered(self, ctx: AgentContext[TuneKernel], tool: Any,
+                      configs: list[dict[str, Any]]) -> list[Any]:
+        """`tool(task, code, config, target)` for each configuration, `LOWERINGS_AT_ONCE` at once."""
         cmd = ctx.cmd
         task = await ctx.task_path()
         code = await ctx.code_path(cmd.code_sha256)
         gate = asyncio.Semaphore(LOWERINGS_AT_ONCE)
 
-        async def key(config: dict[str, Any]) -> str | None:
+        async def one(config: dict[str, Any]) -> Any:
             async with gate:
-                return await ctx.run_tool(api.program_sha256, str(task), str(code), config,
-                                          cmd.target_name)
+                return await ctx.run_tool(tool, str(task), str(code), config, cmd.target_name)
 
-        keys = await asyncio.gather(*(key(config) for config in [default, *planned]))
-        found = repeats(keys[0], list(keys[1:]))
-        skipped: list[Json] = [{"config": planned[i], "same_program_as":
-                                default if j < 0 else planned[j]} for i, j in found.items()]
-        return [c for i, c in enumerate(planned) if i not in found], skipped
+        return list(await asyncio.gather(*(one(config) for config in configs)))

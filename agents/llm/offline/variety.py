@@ -84,11 +84,6 @@ def _vmem(facts: TaskFacts, spec: Any, ctx: LeverContext) -> int:
     return WRITERS[facts.kernel_class].vmem_bytes(facts, spec)
 
 
-def _unlabelled(spec: Any) -> Any:
-    """The spec without the lever names it carries: two with the same knobs write one kernel."""
-    return replace(spec, levers=())
-
-
 def _label(spec: Any, *ids: str) -> Any:
     return replace(spec, levers=tuple(dict.fromkeys((*spec.levers, *[i for i in ids if i]))))
 
@@ -149,7 +144,7 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         notes.append("a failure mentions VMEM: only specs that need no more VMEM than the parent")
     unique: dict[Any, str] = {}
     for s, lid in space:
-        if s != parent_spec and (written_spec is None or _unlabelled(s) != _unlabelled(written_spec)):
+        if s != parent_spec and s != written_spec:  # specs compare by knobs, not lever names
             unique.setdefault(s, lid)
     ordered = list(unique.items())
     if root and not hinted:  # a root's first variant is the class default
