@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,23 +144,30 @@ def policies(tasks: list[str], names: list[str], budget: int, iterations: int) -
     return json.loads(done.stdout)
 
 
-def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None) -> dict[str, Any]:
-    """A greedy bench at `budget` candidates per task, read back per task from its log (kept
-    at `keep` when given, for `kernelgraph replay` and `report`)."""
+def _bench_log(args: list[str], keep: Path | None,
+               read: Callable[[Path, float], dict[str, Any]]) -> dict[str, Any]:
+    """`kernelgraph bench ARGS` into a log (kept at `keep` when given, for `kernelgraph replay`
+    and `report`), read back by `read(log, wall seconds)`."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
                "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
-        db = keep or Path(tmp) / "climb.duckdb"
+        db = keep or Path(tmp) / "bench.duckdb"
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "kernelgraph", "bench", *tasks,
-                               "--policy", "greedy", "--budget-candidates", str(budget),
-                               "--jobs", str(jobs), "--db", str(db), "--json", "--quiet"],
+        done = subprocess.run([sys.executable, "-m", "kernelgraph", "bench", *args, "--db",
+                               str(db), "--json", "--quiet"],
                               env=env, capture_output=True, text=True, timeout=12 * 3600)
         wall = time.perf_counter() - started
         if done.returncode not in (0, 1) or not db.exists():
             raise RuntimeError(done.stderr[-3000:])
-        return climb_figures(db, wall, f"kernelgraph bench {' '.join(Path(t).name for t in tasks)} "
-                                       f"--policy greedy --budget-candidates {budget}")
+        return read(db, wall)
+
+
+def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None) -> dict[str, Any]:
+    """A greedy bench at `budget` candidates per task, read back per task from its log."""
+    command = (f"kernelgraph bench {' '.join(Path(t).name for t in tasks)} --policy greedy "
+               f"--budget-candidates {budget}")
+    return _bench_log([*tasks, "--policy", "greedy", "--budget-candidates", str(budget),
+                       "--jobs", str(jobs)], keep, lambda db, wall: climb_figures(db, wall, command))
 
 
 def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
@@ -220,19 +228,11 @@ RACE_POLICIES = "parallel,beam,greedy,adaptive,evolutionary"
 def race(tasks: list[str], policies_: str, budget: int, repeat: int, jobs: int,
          keep: Path | None = None) -> dict[str, Any]:
     """Every policy at the same candidate budget, `repeat` seeds each, on the same tasks."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "KG_WORKSPACE": str(Path(tmp) / "work"),
-               "KG_KNOWLEDGE_PATH": str(Path(tmp) / "knowledge")}
-        db = keep or Path(tmp) / "race.duckdb"
-        command = ["kernelgraph", "bench", *tasks, "--policy", policies_, "--budget-candidates",
-                   str(budget), "--repeat", str(repeat), "--jobs", str(jobs), "--db", str(db)]
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", *command, "--json", "--quiet"], env=env,
-                              capture_output=True, text=True, timeout=12 * 3600)
-        if done.returncode not in (0, 1) or not db.exists():
-            raise RuntimeError(done.stderr[-3000:])
-        return {**race_figures(db), "wall_s": round(time.perf_counter() - started, 1),
-                "command": " ".join(Path(c).name if "/" in c else c for c in command)}
+    args = [*tasks, "--policy", policies_, "--budget-candidates", str(budget), "--repeat",
+            str(repeat), "--jobs", str(jobs)]
+    command = " ".join(["kernelgraph", "bench", *(Path(a).name if "/" in a else a for a in args)])
+    return _bench_log(args, keep, lambda db, wall: {**race_figures(db), "wall_s": round(wall, 1),
+                                                    "command": command})
 
 
 def race_figures(db: Path) -> dict[str, Any]:
