@@ -1,4 +1,7 @@
-"""`baseline`: the XLA reference on the run's target, the denominator of every speedup."""
+"""`baseline`: the XLA reference on the run's target, the denominator of every speedup.
+
+On a simulated target the event says which program was priced (`priced_from`: XLA:TPU's, or
+the host's with the reason in `method`), as the verifier's receipts do."""
 
 from __future__ import annotations
 
@@ -30,4 +33,4 @@ class BaselineAgent(Agent[MeasureBaseline]):
         yield self.event(
             BaselineMeasured, ctx.cmd, latency_s=baseline.latency_s,
             measured_on=baseline.measured_on, target=baseline.target, method=baseline.method,
-            wall_s=time.perf_counter() - started)
+            priced_from=baseline.priced_from, wall_s=time.perf_counter() - started)

@@ -122,6 +122,9 @@ class BaselineMeasured(Event, frozen=True, kw_only=True, tag="BaselineMeasured")
     target: str
     method: str = ""
     wall_s: float = 0.0
+    # simulated: the program priced ("simulated, priced from XLA:TPU's program" or "... from
+    # the host program"; `method` says why a fallback); "" when timed, and in older logs
+    priced_from: str = ""
     phase: ClassVar[str | None] = "baseline"
 
 

@@ -25,6 +25,13 @@ def test_api_estimate_is_simulated_unverified_and_sound() -> None:
     assert kernel.bound in {"memory", "compute", "overhead"} and kernel.bytes > 0
     assert result.speedup == pytest.approx(result.baseline_s / result.latency_s)
     assert "unverified" in result.note
+    # the baseline says which program it was priced from, as the verifier's does
+    from tools.lowered import tpu_compiler
+    from tools.performance.simbaseline import HOST_PROGRAM, XLA_TPU_PROGRAM
+
+    wanted = XLA_TPU_PROGRAM if tpu_compiler.available() else HOST_PROGRAM
+    assert result.baseline_priced_from == wanted, result.baseline_method
+    assert result.baseline_method.startswith(f"{wanted} on v6e")
 
 
 @pytest.mark.slow

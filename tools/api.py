@@ -11,7 +11,8 @@ them in a thread (`AgentContext.run_tool`).
 - `evaluate`: the full verifier (compile check, correctness, firing audit, timing, receipt).
 - `compile_check`: the same pipeline on the tuning case only: a cheap first look whose
   verdict is about compiling, not about correctness.
-- `measure_baseline`: the XLA reference on a target (simulated roofline, or the device).
+- `measure_baseline`: the XLA reference on a target (simulated: priced from XLA:TPU's program
+  or the host's, labelled; or timed on the device).
 - `profile`: the profile summary of a passing verdict's measurement.
 - `autotune`: sweep a candidate's TUNABLES (one full evaluation per configuration).
 - `program_sha256`: the hash of a configuration's lowered program at the tuning point (a
@@ -168,28 +169,28 @@ class Baseline:
     target: str
     method: str
     breakdown: dict[str, Any]
+    priced_from: str = ""  # simulated: which program was priced (simbaseline's label)
 
 
 def measure_baseline(task: Task | str | Path, *, target: str = DEFAULT_TARGET) -> Baseline:
     """The XLA reference at the tuning point on `target`.
 
-    Simulated targets price XLA's optimised program on the chip's figures. Real targets
-    time the reference on the device (raises `TargetUnavailable` without one).
+    Simulated targets price XLA's optimised program on the chip's figures: XLA:TPU's where
+    libtpu is installed, else the host's, as `priced_from` and `method` say
+    (`tools.performance.simbaseline`). Real targets time the reference on the device
+    (raises `TargetUnavailable` without one).
     """
     loaded = task if isinstance(task, Task) else load_task(task)
     executor = get_executor(target)
     if executor.measured_on == "real":
         executor.require_available()  # type: ignore[union-attr]
         return _real_baseline(loaded, executor)
-    from tools.performance.baseline import estimate_baseline
-
     inputs = loaded.input_specs(0)  # shapes only: the reference is compiled, never run
-    cost = executor.reference_cost(loaded.reference, inputs)  # type: ignore[union-attr]
-    estimate = estimate_baseline(cost, executor.chip)  # type: ignore[union-attr]
+    found = executor.baseline(loaded.reference, inputs,  # type: ignore[union-attr]
+                              key=f"{loaded.source_sha256}:0")
     return Baseline(
-        latency_s=float(estimate.latency_s), measured_on="simulated", target=target,
-        method=f"roofline of XLA's optimised program on {executor.chip.name}",  # type: ignore[union-attr]
-        breakdown=msgspec.to_builtins(estimate),
+        latency_s=float(found.latency_s), measured_on="simulated", target=target,
+        method=found.method, breakdown=msgspec.to_builtins(found), priced_from=found.label,
     )
 
 

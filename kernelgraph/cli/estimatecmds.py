@@ -73,6 +73,8 @@ def estimate(
                       + (", ".join(f"{k}={v}" for k, v in result.config.items()) or "(default)"))
         console.print(f"estimated speedup (simulated, unverified): {result.speedup:.3f}x  "
                       f"latency {result.latency_s:.3e} s vs XLA baseline {result.baseline_s:.3e} s")
+        if result.baseline_method:
+            console.print(f"[dim]XLA baseline: {escape(result.baseline_method)}[/]")
         if not result.sound:
             console.print("[bold red]unsound[/]: " + escape("; ".join(result.reasons)))
         console.print(f"[dim]compile check: {escape(result.compile_check)}[/]")

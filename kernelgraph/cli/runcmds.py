@@ -209,7 +209,7 @@ class Progress:
         if kind == "TestSuiteFrozen":
             return f"suite frozen: {e.n_cases} cases, sha256 {e.suite_sha256[:12]}"
         if kind == "BaselineMeasured":
-            return f"XLA baseline: {e.latency_s:.3e} s ({e.measured_on})"
+            return f"XLA baseline: {e.latency_s:.3e} s ({e.priced_from or e.measured_on})"
         if kind == "PlanProposed":
             return f"{it} plan: {e.summary}" + (" (no kernel will pay off)" if e.no_gain else "")
         if kind == "KernelWritten":

@@ -133,6 +133,9 @@ def _render(verdict: Any, receipt_out: Path | None) -> None:
         label = "speedup (simulated)" if m.measured_on == "simulated" else "speedup (measured)"
         console.print(f"{label}: [bold]{m.speedup:.2f}x[/]  latency {m.latency_s:.3e} s vs "
                       f"XLA baseline {m.baseline_s:.3e} s")
+        if m.breakdown.get("baseline_method"):
+            console.print(f"XLA baseline: {m.breakdown['baseline_method']}", style="dim",
+                          highlight=False)
     colour = "green" if verdict.passed else "red"
     console.print(f"verdict: [bold {colour}]{verdict.verdict}[/]")
     if verdict.weak_sandbox:

@@ -65,9 +65,14 @@ class Estimate(msgspec.Struct, frozen=True):
     note: str = NOTE
     wall_s: float = 0.0
     compile_check: str = "emulated compile check"  # or the TPU compiler that judged it
-    # the baseline priced from XLA:TPU's optimised program (tools/performance/xla_tpu.py),
-    # beside the model's; None without libtpu
+    # XLA:TPU's optimised program priced per op (tools/performance/xla_tpu.py), where it was
+    # compiled; None without libtpu (or with beside_xla_tpu=False)
     baseline_xla_tpu: dict[str, Any] | None = None
+    # which program baseline_s is priced from (tools/performance/simbaseline.py) and, for a
+    # fallback to the host program, why
+    baseline_priced_from: str = ""
+    baseline_method: str = ""
+    baseline_host_s: float | None = None  # the host program priced by the model, beside
     program_sha256: str = ""
     """The sha256 of the lowered program: two configurations with the same one have one price."""
 
@@ -179,17 +184,16 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
              shape_index: int = 0, limits: Any = None, beside_xla_tpu: bool = True) -> Estimate:
     """Simulated latency and speedup of one configuration at one shape; unverified.
 
-    `beside_xla_tpu=False` leaves out the XLA:TPU-priced baseline (a compile of the reference;
-    the autotuner, which ranks configurations against each other, has no use for it)."""
+    The baseline is the verifier's (`simulated_baseline`, cached per task and shape in this
+    process); `beside_xla_tpu=False` leaves its per-op detail out of the result."""
     import hashlib
 
     from tools.inputs.candidate import read_candidate
     from tools.lowered import tpu_compiler
     from tools.lowered.mosaic import parse_lowered
-    from tools.performance import xla_tpu
-    from tools.performance.baseline import estimate_baseline, reference_cost
     from tools.performance.chips import get_chip
     from tools.performance.roofline import estimate_program
+    from tools.performance.simbaseline import simulated_baseline
 
     started = time.perf_counter()
     if target not in SIM_TARGETS:
@@ -209,9 +213,8 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
     program = estimate_program(lowered, chip, concrete)
-    baseline = estimate_baseline(reference_cost(task.reference_at(shape_index), abstract), chip)
-    beside = (xla_tpu.beside_model(task.reference_at(shape_index), abstract, chip)
-              if beside_xla_tpu else None)
+    baseline = simulated_baseline(task.reference_at(shape_index), abstract, chip,
+                                  key=f"{task.source_sha256}:{shape_index}")
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
     if not program.kernels:
         reasons.append("no pallas_call in the lowered program: nothing to simulate")
@@ -227,7 +230,10 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         shape_index=shape_index, shape=task.describe_shape(shape_index),
         outside_ops_s=program.outside_ops_s, reasons=reasons,
         wall_s=time.perf_counter() - started, compile_check=check.checker,
-        baseline_xla_tpu=beside, program_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        baseline_xla_tpu=baseline.xla_tpu if beside_xla_tpu else None,
+        baseline_priced_from=baseline.label, baseline_method=baseline.method,
+        baseline_host_s=baseline.host.latency_s,
+        program_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
 
 

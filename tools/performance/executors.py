@@ -1,8 +1,10 @@
 """Executors: how fast a candidate is, on one target, behind one interface.
 
 - `sim-tpu-v6e` (default), `sim-tpu-v5e`, `sim-tpu-v7`: the analytic model of
-  `tools.performance.roofline` on the lowered program the compile check produced. Every figure is
-  labelled `measured_on="simulated"`.
+  `tools.performance.roofline` on the lowered program the compile check produced, against the
+  XLA baseline of `tools.performance.simbaseline` (XLA:TPU's program where libtpu is
+  installed, else the host program; the breakdown says which). Every figure is labelled
+  `measured_on="simulated"`.
 - `tpu`, `gpu`: the candidate and the task's reference are timed on the device in a fresh
   sandboxed child (`tools.child.timing`), interleaved in both orders after warm-ups, each call
   ended by `block_until_ready`; the median of many runs is kept. Device time comes from an
@@ -29,9 +31,10 @@ import msgspec
 from kernelgraph.errors import KernelgraphError
 from tools import jaxprivate
 from tools.lowered.mosaic import LoweredProgram
-from tools.performance.baseline import ReferenceCost, estimate_baseline, reference_cost
+from tools.performance.baseline import ReferenceCost, reference_cost
 from tools.performance.chips import get_chip
 from tools.performance.roofline import estimate_program, roofline_floor_s
+from tools.performance.simbaseline import SimBaseline, host_program, simulated_baseline
 from tools.performance.timing import (
     CANDIDATE_FILE,
     TimingRequest,
@@ -90,10 +93,19 @@ class SimExecutor:
     def reference_cost(self, reference_fn: Callable[..., Any], args: Sequence[Any]) -> ReferenceCost:
         return reference_cost(reference_fn, args)
 
-    def estimate(self, lowered: LoweredProgram, reference_cost: ReferenceCost,
+    def baseline(self, reference_fn: Callable[..., Any], args: Sequence[Any], *,
+                 key: str = "") -> SimBaseline:
+        """The XLA baseline speedups divide (`simulated_baseline`: which program, and why)."""
+        return simulated_baseline(reference_fn, args, self.chip, key=key)
+
+    def estimate(self, lowered: LoweredProgram, reference_cost: SimBaseline | ReferenceCost,
                  inputs: Sequence[Any] | None = None,
                  cases: Sequence[Sequence[Any]] | None = None) -> Measurement:
-        """Price the lowered program; `inputs` (the case's arguments) supply the values of
+        """Price the lowered program against `reference_cost`: the baseline from
+        :meth:`baseline`, or a host program's cost (then priced from the host program, and
+        labelled so).
+
+        `inputs` (the case's arguments) supply the values of
         scalar-prefetch operands, so data-dependent index maps and conditions are evaluated.
 
         `cases`: several cases' arguments instead (only their scalar-prefetch operands are
@@ -106,7 +118,8 @@ class SimExecutor:
         else:
             priced = [estimate_program(lowered, self.chip, cases[0] if cases else inputs)]
         program = priced[0]
-        baseline = estimate_baseline(reference_cost, self.chip)
+        baseline = (reference_cost if isinstance(reference_cost, SimBaseline)
+                    else host_program(reference_cost, self.chip, "the caller gave its cost"))
         latency = statistics.fmean(p.latency_s for p in priced)
         breakdown = {
             "chip": self.chip.name,
@@ -116,8 +129,11 @@ class SimExecutor:
             "outside_bytes": program.outside_bytes,
             "hbm_bytes": program.hbm_bytes,
             "flops": program.flops,
-            "baseline": msgspec.to_builtins(baseline),
-            "reference_cost": msgspec.to_builtins(reference_cost),
+            "baseline_host": msgspec.to_builtins(baseline.host),
+            "baseline_priced_from": baseline.label,
+            "baseline_method": baseline.method,
+            "baseline_xla_tpu": baseline.xla_tpu,
+            "reference_cost": msgspec.to_builtins(baseline.reference_cost),
             "chip_figures": msgspec.to_builtins(self.chip),
             "case_latency_s": [p.latency_s for p in priced],
         }

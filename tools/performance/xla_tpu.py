@@ -14,10 +14,15 @@ operands and result that live in HBM, at HBM bandwidth), the larger of the two, 
 `KERNEL_LAUNCH_S` per fusion; ops run one after another. An async copy (copy-start) moves
 its operand's bytes through HBM with no launch of its own, overlapped with the ops XLA
 scheduled around it: the program takes the longer of its ops in sequence and its copies
-in sequence. `cost_analysis()`'s `optimal_seconds` (XLA's own estimate) is kept beside it.
+in sequence. A pure move (copy, reshape, transpose, slice, ...) the compiler gives no
+cycles for costs its HBM bytes and a launch; a custom call that only reserves a buffer
+(`AllocateBuffer`) costs nothing. Any other op without the compiler's cycles (a custom
+call such as TopK or a Mosaic kernel, a gather fusion, a while loop) has no rule here: it is
+named in ``unpriced``, never priced at zero, and such a program is not a baseline.
+`cost_analysis()`'s `optimal_seconds` (XLA's own estimate) is kept beside it.
 
-Nothing here replaces the host-program baseline (:mod:`tools.performance.baseline`); it is
-shown next to it (`estimate --json`: `baseline_xla_tpu`).
+This is the XLA baseline of simulated targets wherever it prices the whole program;
+:mod:`tools.performance.simbaseline` chooses between it and the host program.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ from tools.performance.roofline import KERNEL_LAUNCH_S
 
 _NOT_RUN = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                       "copy-done", "after-all", "partition-id", "replica-id"})
+# Ops that only move bytes: without the compiler's cycles they are priced by their HBM bytes.
+_MOVES = frozenset({"copy", "reshape", "transpose", "slice", "dynamic-slice",
+                    "dynamic-update-slice", "concatenate", "pad", "broadcast", "reverse",
+                    "bitcast-convert"})
+# Custom calls that do no work of their own (XLA:TPU reserves a buffer).
+_FREE_TARGETS = frozenset({"AllocateBuffer"})
 _INSTR = re.compile(r"^\s+(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(.*)$")
 
 
@@ -49,7 +60,20 @@ class FusionPrice(msgspec.Struct, frozen=True):
     compute_s: float
     memory_s: float
     latency_s: float
-    bound: str  # "compute" | "memory" | "overhead"
+    bound: str  # "compute" | "memory" | "overhead" | "unpriced"
+
+
+class ProgramPrice(msgspec.Struct, frozen=True):
+    """XLA:TPU's program priced op by op. ``unpriced`` names each op the pricer has no rule
+    for (no compiler cycles and not a pure move: a custom call such as TopK, a gather fusion,
+    a while loop); where it is not empty the latency leaves work out and is no baseline."""
+
+    ops: list[FusionPrice]
+    latency_s: float  # the longer of the ops in sequence and the async copies in sequence
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    unpriced: list[str] = []
 
 
 class XlaTpuBaseline(msgspec.Struct, frozen=True):
@@ -64,6 +88,7 @@ class XlaTpuBaseline(msgspec.Struct, frozen=True):
     compile_seconds: float
     source: str = "XLA:TPU optimised program (libtpu ahead of time); per op: max(compiler " \
                   "estimated_cycles at the clock, HBM bytes at bandwidth) + launch"
+    unpriced: list[str] = []  # ops with no pricing rule: the latency is not a baseline
 
 
 class XlaTpuError(KernelgraphError, RuntimeError):
@@ -96,11 +121,16 @@ def _cycles(rest: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def price_program(hlo: str, chip: Chip) -> tuple[list[FusionPrice], float, float, float]:
-    """Each launched op of the ENTRY computation priced; (ops, compute, memory, overhead)."""
+def price_program(hlo: str, chip: Chip) -> ProgramPrice:
+    """Each launched op of the ENTRY computation priced (assumptions in the module's text).
+
+    An op with the compiler's cycles: max(cycles at the clock, HBM bytes at bandwidth) plus
+    a launch; a pure move without them: its HBM bytes plus a launch; an async copy: its HBM
+    bytes, overlapped. Any other op has no rule: it is listed in ``unpriced``, never free."""
     entry = hlo[hlo.find("\nENTRY"):] if "\nENTRY" in hlo else ""
     types: dict[str, str] = {}
     priced: list[FusionPrice] = []
+    unpriced: list[str] = []
     for line in entry.splitlines()[1:]:
         m = _INSTR.match(line)
         if not m:
@@ -108,6 +138,9 @@ def price_program(hlo: str, chip: Chip) -> tuple[list[FusionPrice], float, float
         name, type_text, opcode, operand_text, rest = m.groups()
         types[name] = type_text
         if opcode in _NOT_RUN:
+            continue
+        target = re.search(r'custom_call_target="([^"]+)"', rest)
+        if opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
             continue
         operands = re.findall(r"%([\w.\-]+)", operand_text)
         if opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
@@ -117,17 +150,25 @@ def price_program(hlo: str, chip: Chip) -> tuple[list[FusionPrice], float, float
             continue
         hbm = _hbm_bytes(type_text) + sum(_hbm_bytes(types.get(o, "")) for o in operands)
         cycles = _cycles(rest)
-        compute = cycles / chip.clock_hz if cycles else 0.0
         memory = hbm / chip.hbm_bytes_per_s
+        if cycles is None and opcode not in _MOVES:  # no rule: named, never priced at zero
+            unpriced.append(f"{opcode} {name}" + (f" ({target.group(1)})" if target else ""))
+            priced.append(FusionPrice(name, opcode, hbm, None, 0.0, memory, 0.0, "unpriced"))
+            continue
+        compute = cycles / chip.clock_hz if cycles else 0.0
         launch = KERNEL_LAUNCH_S
         bound = max((("compute", compute), ("memory", memory), ("overhead", launch)),
                     key=lambda kv: kv[1])[0]
         priced.append(FusionPrice(name, opcode, hbm, cycles, compute, memory,
                                   max(compute, memory) + launch, bound))
-    compute = sum(f.compute_s for f in priced)
-    memory = sum(f.memory_s for f in priced)
-    overhead = sum(f.latency_s - max(f.compute_s, f.memory_s) for f in priced)
-    return priced, compute, memory, overhead
+    ran = [f for f in priced if f.bound != "unpriced"]
+    ops = sum(f.latency_s for f in ran if f.opcode != "copy-start")
+    copies = sum(f.latency_s for f in ran if f.opcode == "copy-start")
+    return ProgramPrice(
+        ops=priced, latency_s=max(ops, copies),
+        compute_s=sum(f.compute_s for f in ran), memory_s=sum(f.memory_s for f in ran),
+        overhead_s=sum(f.latency_s - max(f.compute_s, f.memory_s) for f in ran),
+        unpriced=unpriced)
 
 
 def tpu_baseline(reference_fn: Callable[..., Any], args: Sequence[Any],
@@ -146,32 +187,13 @@ def tpu_baseline(reference_fn: Callable[..., Any], args: Sequence[Any],
     if not compiled.ok or not compiled.hlo:
         raise XlaTpuError(f"XLA:TPU did not compile the reference for {chip.name}: "
                           f"{compiled.message or 'no program came back'}")
-    fusions, compute, memory, overhead = price_program(compiled.hlo, chip)
-    ops = sum(f.latency_s for f in fusions if f.opcode != "copy-start")
-    copies = sum(f.latency_s for f in fusions if f.opcode == "copy-start")
+    price = price_program(compiled.hlo, chip)
     return XlaTpuBaseline(
-        latency_s=max(ops, copies), compute_s=compute, memory_s=memory,
-        overhead_s=overhead, optimal_seconds=compiled.optimal_seconds, fusions=fusions,
-        chip=chip.name, compiler=compiled.compiler, compile_seconds=compiled.seconds)
+        latency_s=price.latency_s, compute_s=price.compute_s, memory_s=price.memory_s,
+        overhead_s=price.overhead_s, optimal_seconds=compiled.optimal_seconds,
+        fusions=price.ops, chip=chip.name, compiler=compiled.compiler,
+        compile_seconds=compiled.seconds, unpriced=price.unpriced)
 
 
-
-
-
-def beside_model(reference_fn: Callable[..., Any], args: Sequence[Any],
-                 chip: Chip) -> dict[str, Any] | None:
-    """What `estimate --json` shows next to the model's baseline: the XLA:TPU-priced one, or
-    why there is none; None where libtpu is not installed."""
-    from tools.lowered import tpu_compiler
-
-    if not tpu_compiler.available():
-        return None
-    try:
-        found = tpu_baseline(reference_fn, args, chip)
-    except (XlaTpuError, tpu_compiler.TpuCompilerError) as exc:
-        return {"error": str(exc)}
-    return msgspec.to_builtins(found)
-
-
-__all__ = ["FusionPrice", "XlaTpuBaseline", "XlaTpuError", "beside_model", "price_program",
+__all__ = ["FusionPrice", "ProgramPrice", "XlaTpuBaseline", "XlaTpuError", "price_program",
            "tpu_baseline"]

@@ -383,7 +383,8 @@ class _Context:
                 self.measurement = executor.time_program(self.task.path, self.programs[0])
             else:
                 inputs = [a.numpy() for a in self.suite.cases[0].inputs]
-                cost = executor.reference_cost(self.task.reference, inputs)
+                cost = executor.baseline(self.task.reference, inputs,
+                                         key=f"{self.task.source_sha256}:0")
                 lowered = parse_lowered(self.tuning_text)
                 # Each tuning-point seed case priced on its own scalar-prefetch values.
                 sources = {s for k in lowered.kernels for s in k.prefetch_sources}
@@ -464,7 +465,9 @@ class _Context:
                 "measured_on": measurement.measured_on, "speedup": measurement.speedup,
                 "latency_s": measurement.latency_s, "baseline_s": measurement.baseline_s,
                 "valid": getattr(measurement, "valid", True),
-                "program_sha256": measurement.breakdown.get("program_sha256")},
+                "program_sha256": measurement.breakdown.get("program_sha256"),
+                # which program the simulated baseline was priced from, and any fallback
+                "baseline_method": measurement.breakdown.get("baseline_method")},
             "timings": timings,
             "environment": environment(
                 self.response, self.sandbox, self.limits, self.deadlines,

@@ -1,0 +1,192 @@
+"""The simulated XLA baseline: which program it is priced from, said wherever it is shown.
+
+With libtpu, XLA:TPU's program; without it (found as the code finds it: no importable
+``libtpu``, or ``KG_TPU_COMPILER=0``), the host program, with the reason recorded. An op the
+pricer has no rule for never prices XLA:TPU's program below its work: that program is set
+aside and the fallback names the op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import msgspec
+import pytest
+from nats.aio.client import Client as NATS
+
+from agents.base import AgentContext, Workspace
+from agents.baseline import BaselineAgent
+from agents.commands import MeasureBaseline
+from eventstore.codec import decode_event, encode_event
+from eventstore.events import BaselineMeasured
+from tools import api
+from tools.lowered import tpu_compiler
+from tools.performance import simbaseline
+from tools.performance.baseline import reference_cost
+from tools.performance.chips import get_chip
+from tools.performance.simbaseline import (
+    HOST_PROGRAM,
+    XLA_TPU_PROGRAM,
+    choose,
+    simulated_baseline,
+)
+from tools.performance.xla_tpu import XlaTpuBaseline, price_program
+
+ROOT = Path(__file__).resolve().parent.parent
+RMSNORM = ROOT / "tests" / "evaltasks" / "rmsnorm_small.py"
+needs_libtpu = pytest.mark.skipif(
+    not tpu_compiler.available(),
+    reason="libtpu is not installed (pip install -e '.[tpu-compiler]'): no XLA:TPU program")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Nothing from an earlier test's baseline or compile is reused."""
+    monkeypatch.setenv(tpu_compiler.CACHE_ENV, str(tmp_path / "tpu-compile"))
+    tpu_compiler.CACHE._memory.clear()
+    simbaseline.clear_cache()
+    yield
+    simbaseline.clear_cache()
+    tpu_compiler.libtpu_version.cache_clear()
+
+
+@pytest.fixture
+def no_libtpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libtpu cannot be imported (as where the extra is not installed)."""
+    monkeypatch.setitem(sys.modules, "libtpu", None)  # find_spec("libtpu") is then None
+    tpu_compiler.libtpu_version.cache_clear()
+    assert tpu_compiler.libtpu_version() is None
+
+
+def _rmsnorm(x, w):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w
+
+
+ARGS = [jax.ShapeDtypeStruct((1024, 512), jnp.float32), jax.ShapeDtypeStruct((512,), jnp.float32)]
+
+
+def test_without_libtpu_the_host_program_is_priced_and_says_why(no_libtpu: None) -> None:
+    found = simulated_baseline(_rmsnorm, ARGS, get_chip("v6e"))
+    assert found.priced_from == "host" and found.label == HOST_PROGRAM
+    assert found.fallback == "libtpu is not installed" and found.xla_tpu is None
+    assert found.latency_s == found.host.latency_s > 0
+    assert found.method == f"{HOST_PROGRAM} on v6e (libtpu is not installed)"
+    baseline = api.measure_baseline(RMSNORM)
+    assert baseline.priced_from == HOST_PROGRAM and "(libtpu is not installed)" in baseline.method
+
+
+def test_switched_off_the_host_program_is_priced_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tpu_compiler.SWITCH_ENV, "0")
+    found = simulated_baseline(_rmsnorm, ARGS, get_chip("v6e"))
+    assert found.priced_from == "host" and found.fallback == "KG_TPU_COMPILER=0"
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_with_libtpu_the_baseline_is_xla_tpus_program_and_the_cache_knows_which(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    chip = get_chip("v6e")
+    found = simulated_baseline(_rmsnorm, ARGS, chip, key="rmsnorm")
+    assert found.priced_from == "xla-tpu" and found.label == XLA_TPU_PROGRAM
+    assert found.fallback == "" and found.xla_tpu is not None
+    assert found.latency_s == found.xla_tpu["latency_s"] != found.host.latency_s
+    assert simulated_baseline(_rmsnorm, ARGS, chip, key="rmsnorm") is found  # cached
+    monkeypatch.setenv(tpu_compiler.SWITCH_ENV, "0")  # another pricing: another key
+    assert simulated_baseline(_rmsnorm, ARGS, chip, key="rmsnorm").priced_from == "host"
+
+
+_HLO = """HloModule m
+
+ENTRY %main (p: f32[512,1024]) -> (f32[512,8], s32[512,8]) {
+  %p = f32[512,1024]{1,0:T(8,128)} parameter(0)
+  %copy = f32[512,1024]{0,1:T(8,128)S(1)} copy(%p), backend_config={"window_config":{"estimated_cycles":"6640"}}
+  ROOT %topk = (f32[512,8]{0,1:T(8,128)}, s32[512,8]{0,1:T(8,128)}) custom-call(%copy), custom_call_target="TopK", backend_config={"flag_configs":[]}
+}
+"""
+
+
+def test_an_op_without_a_pricing_rule_is_named_and_its_program_is_not_the_baseline() -> None:
+    """XLA:TPU's TopK custom call comes with no compiler cycles: the pricer names it rather
+    than price it at a launch, and the program's price (which leaves it out) is set aside for
+    the host program's, the fallback naming the op."""
+    chip = get_chip("v6e")
+    price = price_program(_HLO, chip)
+    assert price.unpriced == ["custom-call topk (TopK)"]
+    (copy, topk) = price.ops
+    assert copy.cycles == 6640 and copy.bound == "compute"
+    assert topk.bound == "unpriced" and topk.latency_s == 0.0
+    assert price.latency_s == copy.latency_s  # what is left out is not summed as free
+    found = XlaTpuBaseline(price.latency_s, price.compute_s, price.memory_s, price.overhead_s,
+                           None, price.ops, "v6e", "libtpu test", 0.0, unpriced=price.unpriced)
+    cost = reference_cost(lambda v: jax.lax.top_k(v, 8)[0],
+                          [jax.ShapeDtypeStruct((512, 1024), jnp.float32)])
+    chosen = choose(cost, chip, found)
+    assert chosen.priced_from == "host" and chosen.latency_s == chosen.host.latency_s
+    assert chosen.fallback == ("XLA:TPU's program has work the pricer has no rule for: "
+                               "custom-call topk (TopK)")
+    whole = choose(cost, chip, msgspec.structs.replace(found, unpriced=[]))
+    assert whole.priced_from == "xla-tpu" and whole.latency_s == price.latency_s
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_an_unpriced_op_sends_the_baseline_to_the_host_program_naming_it() -> None:
+    """top_k: XLA:TPU runs a TopK custom call the compiler gives no cycles for. Its price
+    without that op is not the baseline; the host program is, and the fallback says why."""
+    chip = get_chip("v6e")
+    x = jax.ShapeDtypeStruct((512, 1024), jnp.float32)
+    found = simulated_baseline(lambda v: jax.lax.top_k(v, 8)[0], [x], chip)
+    assert found.priced_from == "host" and found.latency_s == found.host.latency_s
+    assert "no rule for" in found.fallback and "(TopK)" in found.fallback
+    assert found.xla_tpu is not None and found.xla_tpu["unpriced"]
+
+
+def test_baseline_measured_carries_the_label_and_old_logs_still_decode(
+        tmp_path: Path, no_libtpu: None) -> None:
+    cmd = MeasureBaseline.create(run_id="run-b", node_id="root", task_sha256="0" * 64,
+                                 task_file="rmsnorm_small.py", target_name="sim-tpu-v6e")
+    workspace = Workspace(tmp_path / "work")
+    Workspace.write_once(workspace.task_file(cmd.task_sha256, cmd.task_file),
+                         RMSNORM.read_bytes())
+    agent = BaselineAgent(NATS(), workspace=workspace)
+
+    async def first() -> BaselineMeasured:
+        async for event in agent._run(AgentContext(agent, cmd)):
+            assert isinstance(event, BaselineMeasured)
+            return event
+        raise AssertionError("no event")
+
+    event = asyncio.run(first())
+    assert event.measured_on == "simulated" and event.priced_from == HOST_PROGRAM
+    assert event.method.endswith("(libtpu is not installed)")
+    assert decode_event(encode_event(event)) == event
+    old = encode_event(BaselineMeasured.create(
+        run_id="r", producer="p", node_id="root", latency_s=1e-5, measured_on="simulated",
+        target="sim-tpu-v6e")).replace(b',"priced_from":""', b"")
+    assert b"priced_from" not in old and decode_event(old).priced_from == ""
+
+
+@pytest.mark.slow
+def test_the_receipt_says_which_program_the_baseline_was_priced_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.correctness.testsuite import build_suite
+    from tools.inputs.tasks import load_task
+    from tools.sandbox.launcher import Limits
+
+    task = load_task(RMSNORM)
+    suite = build_suite(task, seeds=(0,))
+    verdict = api.evaluate(RMSNORM, ROOT / "kernels" / "rmsnorm.py", config={"block_rows": 64},
+                           suite=suite, limits=Limits(wall_s=120.0, memory_bytes=4 << 30))
+    assert verdict.verdict == "pass", verdict.reasons
+    method = verdict.receipt["measurement"]["baseline_method"]
+    if tpu_compiler.available():
+        assert method == f"{XLA_TPU_PROGRAM} on v6e"
+    else:
+        assert method.startswith(f"{HOST_PROGRAM} on v6e (")
+    assert verdict.measurement.breakdown["baseline_priced_from"] in method
