@@ -10,10 +10,15 @@
 - `disagreements`: every program the emulated check and the compiler judge differently
   (shipped, offline, edge and, with `--adversarial`, the adversarial corpus lowered in
   the sandbox); the compiler's verdict is the one the verifier uses.
-- `baselines` (`--baselines`): each shipped task's XLA baseline at its tuning point, the
-  model's (the host program) beside XLA:TPU's program priced per op
-  (tools/performance/xla_tpu.py) and XLA's own `optimal_seconds`; how many moved by more
-  than 10%.
+- `baselines` (`--baselines`): each shipped task's XLA baseline at its tuning point as
+  `simulated_baseline` prices it (tools/performance/simbaseline.py: XLA:TPU's program, or the
+  host program with the reason), beside the host program priced by the model (`host_s`, the
+  baseline before), XLA:TPU's program priced per op (`xla_tpu_s`, even where ops without a
+  pricing rule keep it from being the baseline) and XLA's own `optimal_seconds`; how many
+  baselines moved by more than 10%. `first_kernel_speedups_simulated_unverified`: the
+  offline author's first kernel (default knobs) per task priced by the model at the tuning
+  point, its speedup over the host-program baseline (before) and over the baseline now
+  (after); no correctness run, and kernels the model cannot count are left out.
 - `calibration_xla_v5e` (`--baselines`): the Pallas matmul guide's published v5e XLA rows
   (bf16 jnp.matmul at 1024, 4096, 8192) against the model, the XLA:TPU-priced program and
   `optimal_seconds`, each plus the timing method's dispatch constant.
@@ -70,30 +75,60 @@ def _seconds(programs: list) -> dict:
     }
 
 
-def _priced(functions: list, chip_name: str) -> list:
-    """(XLA:TPU-priced seconds, optimal_seconds) per (fn, args), compiled in one child."""
+def _lowered_for_tpu(functions: list) -> list[str]:
     import jax
 
+    return [jax.jit(fn).trace(*fargs).lower(lowering_platforms=("tpu",)).as_text()
+            for fn, fargs in functions]
+
+
+def _priced(functions: list, chip_name: str) -> list:
+    """(XLA:TPU-priced seconds, optimal_seconds, error) per (fn, args), compiled in one child."""
     from tools.lowered import tpu_compiler
     from tools.performance.chips import get_chip
     from tools.performance.xla_tpu import price_program
 
     chip = get_chip(chip_name)
-    texts = [jax.jit(fn).trace(*fargs).lower(lowering_platforms=("tpu",)).as_text()
-             for fn, fargs in functions]
     out = []
-    for compiled in tpu_compiler.compile_all(texts, chip.name, keep_hlo=True):
+    for compiled in tpu_compiler.compile_all(_lowered_for_tpu(functions), chip.name,
+                                             keep_hlo=True):
         if not compiled.ok:
             out.append((None, None, compiled.message[:200]))
             continue
-        ops, _, _, _ = price_program(compiled.hlo, chip)
-        serial = sum(f.latency_s for f in ops if f.opcode != "copy-start")
-        copies = sum(f.latency_s for f in ops if f.opcode == "copy-start")
-        out.append((max(serial, copies), compiled.optimal_seconds, ""))
+        price = price_program(compiled.hlo, chip)
+        out.append((price.latency_s, compiled.optimal_seconds,
+                    "unpriced: " + ", ".join(price.unpriced) if price.unpriced else ""))
     return out
 
 
+def _first_kernels(chip_name: str) -> dict:
+    """The offline author's first kernel (default knobs) per shipped task, priced by the model
+    at the tuning point: {task: (latency_s, sound)}; unverified, simulated."""
+    from tests import tpu_corpus
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import estimate_program
+
+    chip = get_chip(chip_name)
+    found = {}
+    for program in tpu_corpus.offline(chip_name):
+        name = program.name.split(" ")[1]
+        if name in found or not program.name.endswith(" default @ shape 0") or not program.text:
+            continue
+        priced = estimate_program(parse_lowered(program.text), chip, None)
+        found[name] = (priced.latency_s, not any(k.unsound for k in priced.kernels))
+    return found
+
+
+def _geomean(values: list) -> float | None:
+    import math
+
+    return round(math.exp(statistics.fmean(math.log(v) for v in values)), 3) if values else None
+
+
 def baselines(chip_name: str) -> dict:
+    """Each shipped task's baseline from both programs, and the offline author's first
+    kernels' simulated speedups against each (see the module's text)."""
     import functools
 
     import jax
@@ -101,27 +136,40 @@ def baselines(chip_name: str) -> dict:
 
     from kernelgraph.tasknames import shipped_tasks
     from tools.inputs.tasks import load_task
+    from tools.lowered import tpu_compiler
     from tools.performance import calibration
-    from tools.performance.baseline import estimate_baseline, reference_cost
     from tools.performance.chips import get_chip
+    from tools.performance.simbaseline import simulated_baseline
 
     chip = get_chip(chip_name)
-    names, functions, model = [], [], []
+    tasks = []
     for name, path in sorted(shipped_tasks().items()):
         task = load_task(path, validate=False)
         fargs = list(jax.eval_shape(functools.partial(task.make_inputs, 0, 0)))
-        reference = task.reference_at(0)
-        names.append(name)
-        functions.append((reference, fargs))
-        model.append(estimate_baseline(reference_cost(reference, fargs), chip).latency_s)
+        tasks.append((name, task.reference_at(0), fargs))
+    # one compile child for every reference; simulated_baseline then reads the cache
+    tpu_compiler.compile_all(_lowered_for_tpu([(f, a) for _, f, a in tasks]), chip.name,
+                             keep_hlo=True)
+    kernels = _first_kernels(chip_name)
     rows = []
-    for name, m, (priced, optimal, error) in zip(names, model, _priced(functions, chip_name),
-                                                 strict=True):
-        rows.append({"task": name, "model_s": m, "xla_tpu_s": priced, "optimal_s": optimal,
-                     "xla_tpu_over_model": round(priced / m, 3) if priced else None,
-                     "error": error})
-    moved = [r["task"] for r in rows if r["xla_tpu_over_model"]
-             and abs(r["xla_tpu_over_model"] - 1) > 0.10]
+    for name, reference, fargs in tasks:
+        found = simulated_baseline(reference, fargs, chip)
+        priced = found.xla_tpu or {}
+        host = found.host.latency_s
+        row = {"task": name, "host_s": host, "xla_tpu_s": priced.get("latency_s"),
+               "optimal_s": priced.get("optimal_seconds"), "baseline_s": found.latency_s,
+               "priced_from": found.label, "fallback": found.fallback,
+               "baseline_over_host": round(found.latency_s / host, 3),
+               "xla_tpu_over_host": round(priced["latency_s"] / host, 3)
+               if priced.get("latency_s") else None}
+        if name in kernels:
+            latency, sound = kernels[name]
+            row |= {"first_kernel_s": latency, "first_kernel_sound": sound,
+                    "speedup_before": round(host / latency, 3),
+                    "speedup_after": round(found.latency_s / latency, 3)}
+        rows.append(row)
+    moved = [r["task"] for r in rows if abs(r["baseline_over_host"] - 1) > 0.10]
+    sound = [r for r in rows if r.get("first_kernel_sound")]
     data = calibration.published()
     xla = [r for r in data["rows"] if r["variant"] == "xla"]
     model_rows = {calibration.config_name(r): calibration.model_seconds(r) for r in xla}
@@ -137,8 +185,20 @@ def baselines(chip_name: str) -> dict:
                       "xla_tpu_ratio": round((priced + dispatch) / published, 3) if priced else None,
                       "optimal_ratio": round((optimal + dispatch) / published, 3)
                       if optimal else None})
-    return {"baselines": rows, "baselines_moved_over_10pct": moved,
-            "calibration_xla_v5e": {"dispatch_s": dispatch, "rows": calib}}
+    return {
+        "baselines": rows,
+        "baselines_priced_from_xla_tpu": sum(r["priced_from"].endswith("XLA:TPU's program")
+                                             for r in rows),
+        "baselines_moved_over_10pct": moved,
+        "baselines_moved_over_10pct_count": len(moved),
+        "first_kernel_speedups_simulated_unverified": {
+            "kernels": len(sound),
+            "geomean_before": _geomean([r["speedup_before"] for r in sound]),
+            "geomean_after": _geomean([r["speedup_after"] for r in sound]),
+            "faster_than_xla_before": sum(r["speedup_before"] > 1 for r in sound),
+            "faster_than_xla_after": sum(r["speedup_after"] > 1 for r in sound)},
+        "calibration_xla_v5e": {"dispatch_s": dispatch, "rows": calib},
+    }
 
 
 def disagreements_part(chip: str) -> tuple[dict, bool]:
