@@ -75,6 +75,9 @@ log = logging.getLogger("kernelgraph.agents")
 K = TypeVar("K", bound=Command)
 E = TypeVar("E", bound=Event)
 
+MAX_WRITTEN_PLANS = 64
+"""How many of the run's written plans a planner is told about (the newest)."""
+
 FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "UnknownTarget")
 """Failures no other iteration can avoid: the run ends instead of planning again."""
 
@@ -216,7 +219,8 @@ class _AutoRun:
         try:
             plan = await self.call(self.command(
                 ProposePlan, f"it{it}/plan", it, parent=state.parent, failures=state.failures,
-                hint=self.cmd.hint, baseline_s=self.baseline_s), PlanProposed)
+                hint=self.cmd.hint, baseline_s=self.baseline_s,
+                written_plans=self.written_plans()), PlanProposed)
             if plan.no_gain:
                 return self.finished(it, valid=False, compiled=False, plan=plan,
                                      error="the planner concluded that no kernel will pay off"), True
@@ -331,6 +335,15 @@ class _AutoRun:
         state.failures.append({"iteration": it, "phase": phase, "error": error[:600]})
         return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
                              failed_phase=phase, error=error[:2000], **fields)
+
+    def written_plans(self) -> list[str]:
+        """The plans other nodes of this run wrote kernels from, oldest first (what a planner
+        avoids repeating; this node's own line is its parent chain, which it reads already)."""
+        planned = {(e.node_id, e.iteration): e.plan_sha256 for e in self.history.of_type(PlanProposed)
+                   if e.run_id == self.cmd.run_id and not e.no_gain and e.node_id != self.node_id}
+        written = [planned.get((e.node_id, e.iteration)) for e in self.history.of_type(KernelWritten)
+                   if e.run_id == self.cmd.run_id]
+        return list(dict.fromkeys(sha for sha in written if sha))[-MAX_WRITTEN_PLANS:]
 
     def judged_before(self, it: int, code: str) -> IterationFinished | None:
         """The earlier iteration of this run that judged `code`, unless this iteration's own

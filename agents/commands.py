@@ -116,6 +116,9 @@ class ProposePlan(_LlmCommand, frozen=True, kw_only=True, tag="ProposePlan"):
     hint: str = ""
     feedback: str = ""
     baseline_s: float | None = None
+    written_plans: list[str] = []
+    """The plan sha256s of the kernels other nodes of the run wrote before this plan: an author
+    that can tell its choices apart avoids writing one of them again."""
 
 
 class WriteKernel(_LlmCommand, frozen=True, kw_only=True, tag="WriteKernel"):

@@ -1,8 +1,8 @@
 """`planner`: writes the optimisation plan the implementer follows.
 
 From the task, the chip's figures, the parent kernel (code, plan, profile, tuned config),
-the failures so far in this trajectory, a strategy hint, human feedback and retrieved
-knowledge. A plan that concludes, with evidence, that no kernel will pay off is a recorded
+the failures so far in this trajectory, a strategy hint, human feedback, retrieved
+knowledge and the plans other nodes of the run already wrote kernels from. A plan that concludes, with evidence, that no kernel will pay off is a recorded
 result (`PlanProposed.no_gain`), not a failure.
 """
 
@@ -45,8 +45,10 @@ class PlannerAgent(Agent[ProposePlan]):
                           *profile.get("suggestions", []), fields["task_source"][:2000]])
         snippets = await ctx.run_tool(retrieve, ctx, query)
         baseline = f"{cmd.baseline_s:.4g} s" if cmd.baseline_s else "(not measured)"
+        written = [await ctx.get_text(sha) for sha in dict.fromkeys(cmd.written_plans)]
         context.update(parent=parent, failures=list(cmd.failures), hint=cmd.hint,
-                       knowledge=snippets, baseline_s=cmd.baseline_s, feedback=cmd.feedback)
+                       knowledge=snippets, baseline_s=cmd.baseline_s, feedback=cmd.feedback,
+                       written_plans=written)
         prompt = render_prompt(
             "plan", **fields, baseline=baseline, measured_on="simulated" if cmd.target_name.startswith(
                 "sim-") else "measured", parent=render_parent(parent),

@@ -290,3 +290,28 @@ def test_a_child_of_a_tuned_parent_never_writes_the_parents_code_again(name: str
                 continue
             spec = variety.spec_of(facts, child["spec"], child["params"], _chip())
             assert spec != written, (knob, seed, child["evidence"][-3:])
+
+
+@pytest.mark.parametrize("name", SPEC_TASKS)
+def test_no_two_nodes_of_a_run_write_one_spec_until_the_space_is_exhausted(name: str) -> None:
+    """Siblings of one parent under every hint (some not applicable here) and a few seeds: each
+    is told the plans the run wrote before it, so none writes a spec another node wrote, across
+    hints too (a sibling whose hinted lever does not apply falls back on the whole space)."""
+    facts = _facts(name)
+    c = facts.kernel_class
+    root = _plan(name, "", 0)
+    parent = {"plan": planner.plan_text(facts, root, {"chip": _chip()}, name), "config": root["params"]}
+    written: list[str] = [parent["plan"]]
+    seen = {repr(variety.spec_of(facts, root["spec"], {}, _chip())): "root"}
+    for ordinal, lever_id in enumerate(_catalogue_ids(c)[:8] * 2, start=1):
+        ctx = {"chip": _chip(), "seed": ordinal * 1000 + 1, "hint": _hint(lever_id, c),
+               "parent": parent, "failures": [], "written_plans": list(written)}
+        decision = planner.choose(facts, ctx)
+        if decision["no_gain"]:
+            assert "exhausted" in decision.get("stop", ""), decision["evidence"][-2:]
+            continue
+        spec = repr(variety.spec_of(facts, decision["spec"], {}, _chip()))
+        exhausted = any("exhausted" in e for e in decision["evidence"])
+        assert spec not in seen or exhausted, (lever_id, ordinal, seen.get(spec), decision["evidence"][-3:])
+        seen.setdefault(spec, f"{lever_id}/{ordinal}")
+        written.append(planner.plan_text(facts, decision, {"chip": _chip()}, name))

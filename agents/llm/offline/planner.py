@@ -223,9 +223,10 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
         moved = _apply(facts, profile_lever, base_params, chip)
         profile_spec = variety.spec_of(facts, variety.spec_dict_of(parent_spec), moved, chip)
     written = (variety.spec_of(facts, given, {}, chip) if isinstance(given, dict) else None)
+    elsewhere = _written_elsewhere(facts, ctx, chip)
     choice = variety.choose_spec(facts, parent_spec, profile_spec, profile_lever, ctx,
                                  root=parent is None, vmem_failed=vmem_failed,
-                                 written_spec=written)
+                                 written_spec=written, written_elsewhere=elsewhere)
     named = variety.hinted_levers(c, str(ctx.get("hint") or ""))
     if named:  # the catalogue lever itself, not the block move an older author mapped it to
         evidence = [e for e in evidence if not e.startswith("hint asks for")]
@@ -239,6 +240,17 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     return {"no_gain": False, "kernel_class": c, "levers": list(FIXED_LEVERS[c]) + list(choice.spec.levers),
             "params": params, "spec": spec, "not_applicable": choice.not_applicable,
             "evidence": evidence}
+
+
+def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:
+    """The specs other nodes of the run wrote kernels from (their plans' json), untuned."""
+    specs = []
+    for text in ctx.get("written_plans") or []:
+        decisions = plan_spec(str(text))
+        given = decisions.get("spec")
+        if isinstance(given, dict) and decisions.get("kernel_class") == facts.kernel_class:
+            specs.append(variety.spec_of(facts, given, {}, chip))
+    return specs
 
 
 def _apply(facts: TaskFacts, lever: str, params: dict[str, int], chip: dict[str, Any]) -> dict[str, int]:

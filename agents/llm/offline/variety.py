@@ -5,12 +5,15 @@ with a catalogue lever in the hint, that lever's variants, then each of them com
 one more lever; without one, the profile's choice, then every lever's variants. The seed
 picks a position (`levers.seed_index`), so children with different seeds or hints get
 different specs until the space is exhausted, and the plan says when it is. A hinted lever
-that does not apply ends the expansion with its reason instead of a duplicate kernel.
+that does not apply ends the expansion with its reason instead of a duplicate kernel. Specs
+other nodes of the run already wrote kernels from are left out too (a sibling whose hinted
+lever does not apply, or two paths to one combination of levers, would write them again).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,10 +93,12 @@ def _label(spec: Any, *ids: str) -> Any:
 
 def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, profile_lever: str,
                 ctx: dict[str, Any], *, root: bool, vmem_failed: bool,
-                written_spec: Any | None = None) -> Choice:
+                written_spec: Any | None = None,
+                written_elsewhere: Iterable[Any] = ()) -> Choice:
     """The spec this expansion writes (see the module docstring). `written_spec` is the spec
     the parent's code was written from (before its tuned configuration): a variant equal to
-    it would write the parent's code again, so it is no variant either."""
+    it would write the parent's code again, so it is no variant either; nor is any of
+    `written_elsewhere`, the specs other nodes of the run wrote."""
     c = facts.kernel_class
     lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
     seed = int(ctx.get("seed") or 0)
@@ -142,16 +147,20 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         limit = _vmem(facts, parent_spec, lctx)
         space = [(s, lid) for s, lid in space if _vmem(facts, s, lctx) <= limit]
         notes.append("a failure mentions VMEM: only specs that need no more VMEM than the parent")
+    taken = [parent_spec, written_spec, *written_elsewhere]  # specs compare by knobs, not names
     unique: dict[Any, str] = {}
     for s, lid in space:
-        if s != parent_spec and s != written_spec:  # specs compare by knobs, not lever names
+        if s not in taken:
             unique.setdefault(s, lid)
     ordered = list(unique.items())
-    if root and not hinted:  # a root's first variant is the class default
-        ordered = [(parent_spec, ""), *ordered]
+    if root and not hinted and parent_spec not in written_elsewhere:
+        ordered = [(parent_spec, ""), *ordered]  # a root's first variant is the class default
+    skipped = sum(1 for s in dict.fromkeys(s for s, _ in space) if s in written_elsewhere)
+    if skipped:
+        notes.append(f"{skipped} variant(s) left out: other nodes of this run wrote them already")
     if not ordered:
         return Choice(parent_spec, "", notes, na, stop="every lever of this class is exhausted for "
-                      "this kernel: no spec differs from the parent's")
+                      "this kernel: no spec differs from the parent's and from those the run wrote")
     position = index % len(ordered)
     if index >= len(ordered):
         notes.append(f"seed {seed} (variant index {index}) is past the {len(ordered)} distinct specs "
