@@ -83,18 +83,17 @@ def _shapes(args: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def simulated_baseline(reference_fn: Callable[..., Any], args: Sequence[Any], chip: Chip, *,
-                       key: str = "", host_cost: ReferenceCost | None = None) -> SimBaseline:
+                       key: str = "") -> SimBaseline:
     """The simulated XLA baseline of ``reference_fn(*args)`` on ``chip``.
 
-    ``key``: what identifies the reference (a task's sha256 and shape); "" caches nothing.
-    ``host_cost``: the host program's cost where the caller already has it."""
+    ``key``: what identifies the reference (a task's sha256 and shape); "" caches nothing."""
     cache_key = (key, _shapes(args), chip.name, pricing_wanted()) if key else None
     if cache_key is not None:
         with _LOCK:
             hit = _CACHE.get(cache_key)
         if hit is not None:
             return hit
-    cost = host_cost if host_cost is not None else reference_cost(reference_fn, args)
+    cost = reference_cost(reference_fn, args)
     found, why = _xla_tpu(reference_fn, args, chip)
     result = choose(cost, chip, found, why)
     if cache_key is not None:
