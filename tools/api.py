@@ -21,7 +21,8 @@ them in a thread (`AgentContext.run_tool`).
   which the autotuner ranks configurations on simulated targets before testing any.
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
-- `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`).
+- `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`);
+  `scale_notes`: what it changed in the factors asked for, to say once.
 - `receipt_json` / `receipt_problems`: a receipt as text; why a receipt does not hold
   (hash, signature, verdict and speedup re-derived), for the auditor.
 """
@@ -262,12 +263,15 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
     A JAXBench task gets a file that is the original plus ``SCALES = [...]``, written once
     where every process can read it: the suite, the baseline, the verifier, the timing child
     and an agent given its source all load the same sizes from the path (or the source)
-    alone. The scaled task is checked here (abstract evaluation only): a scale whose config
+    alone. The scaled task is checked here (abstract evaluation only): a factor that breaks
+    the task's structure is replaced by the nearest that keeps it (`tools.inputs.scalefit`;
+    `scale_notes` says what changed, and the suite repeats it); a scale whose config still
     does not hold is dropped with a note the suite repeats; a tuning scale that does not
     hold, a task whose inputs no CONFIG entry sizes, and a kernelgraph task (its sizes are
     its SHAPES) raise `TaskError` with the reason. The suite and the receipt record the
-    scales that held (`FrozenSuite.scales`, receipt `suite.scales`).
+    scales used (`FrozenSuite.scales`, receipt `suite.scales`).
     """
+    from tools.inputs.scalefit import fit_scales
     from tools.inputs.scaling import parse_scales, write_scaled_task
 
     try:
@@ -280,9 +284,26 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
     if original.format != "jaxbench":
         raise TaskError(task, "--scale applies to JAXBench CONFIG sizes; this task's sizes "
                         "are its SHAPES (edit them, or make_inputs)")
-    path = write_scaled_task(task, factors)
+    fitted = fit_scales(task, factors)
+    path = write_scaled_task(task, fitted.scales, fitted.keep, fitted.notes)
     load_task(path)  # the scaled task must hold: refuse here, with the reason
     return path
+
+
+def scale_notes(task: str | Path) -> tuple[str, ...]:
+    """What `scaled_task` changed in the factors asked for, and why (a factor that broke the
+    task's structure, the one used instead), read from the scaled file; () for a task file
+    whose factors held as asked or that is not scaled."""
+    import ast
+
+    from tools.inputs.files import read_python_source
+
+    _, text = read_python_source(Path(task), TaskError)
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "SCALE_NOTES" for t in node.targets):
+            return tuple(str(n) for n in ast.literal_eval(node.value))
+    return ()
 
 
 def candidate_configs(candidate: str | Path) -> list[dict[str, Any]]:
@@ -384,6 +405,7 @@ __all__ = [
     "receipt_problems",
     "recipe_of",
     "render",
+    "scale_notes",
     "scaled_task",
     "suite_from_recipe",
 ]

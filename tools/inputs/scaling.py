@@ -53,15 +53,23 @@ class ConfigRoles:
     sizes: tuple[str, ...]  # entries that size an input
     indices: tuple[str, ...]  # entries that set integer inputs' values
     traced: bool  # False: create_inputs could not be traced; every integer >= 16 is a size
+    held: tuple[str, ...] = ()  # SCALE_KEEP: entries kept at full size, neither of the above
 
     @property
     def scaled(self) -> tuple[str, ...]:
         return self.sizes + self.indices
 
 
-def _candidates(config: dict[str, Any]) -> list[str]:
-    return [k for k, v in config.items()
-            if isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE]
+def _candidates(config: dict[str, Any], held: Sequence[str] = ()) -> list[str]:
+    return [k for k, v in config.items() if k not in held
+            and isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SIZE]
+
+
+def held_entries(module: ModuleType) -> tuple[str, ...]:
+    """The entries a scaled task file keeps at full size (``SCALE_KEEP``, written by
+    :mod:`tools.inputs.scalefit` when scaling them would break the task)."""
+    held = getattr(module, "SCALE_KEEP", ())
+    return tuple(str(name) for name in held) if isinstance(held, list | tuple) else ()
 
 
 def _specs(module: ModuleType, config: dict[str, Any]) -> tuple[Any, ...]:
@@ -110,12 +118,14 @@ def _make_integer_inputs(module: ModuleType,
 
 
 def config_roles(module: ModuleType, config: dict[str, Any]) -> ConfigRoles:
-    """Which integer entries of ``config`` are sizes and which are indices (module doc)."""
-    names = _candidates(config)
+    """Which integer entries of ``config`` are sizes and which are indices (module doc);
+    the entries the file keeps at full size (``SCALE_KEEP``) are neither."""
+    held = tuple(k for k in held_entries(module) if k in config)
+    names = _candidates(config, held)
     try:
         base = _specs(module, config)
     except Exception:  # not traceable: the old rule, every integer >= MIN_SIZE is a size
-        return ConfigRoles(tuple(names), (), traced=False)
+        return ConfigRoles(tuple(names), (), traced=False, held=held)
     sizes, rest = [], []
     for name in names:
         try:
@@ -137,7 +147,7 @@ def config_roles(module: ModuleType, config: dict[str, Any]) -> ConfigRoles:
             if doubled is None or any(not np.array_equal(values[i], doubled[i])
                                       for i in values):
                 indices.append(name)
-    return ConfigRoles(tuple(sizes), tuple(indices), traced=True)
+    return ConfigRoles(tuple(sizes), tuple(indices), traced=True, held=held)
 
 
 def scale_config(config: dict[str, Any], names: Sequence[str], scale: float) -> dict[str, Any]:
@@ -159,7 +169,7 @@ def select_configs(task: Task, roles: ConfigRoles, explicit: bool) -> Task:
 
     configs = task._configs or ()
     base = dict(task.module.CONFIG)
-    notes: list[str] = []
+    notes: list[str] = [str(n) for n in getattr(task.module, "SCALE_NOTES", ())]
     if roles.traced and not roles.sizes:
         if explicit and any(s.get("scale") != 1.0 for s in task.shapes):
             raise TaskError(task.path, "--scale cannot change this task's sizes: no CONFIG "
@@ -198,12 +208,22 @@ def select_configs(task: Task, roles: ConfigRoles, explicit: bool) -> Task:
 def config_problem(task: Task, index: int) -> str | None:
     """Why the config at ``index`` of a loaded JAXBench task does not hold (None: it does)."""
     base = dict(task.module.CONFIG)
-    roles = ConfigRoles(task.config_sizes, (), traced=True)
+    held = tuple(k for k in held_entries(task.module) if k in base)
+    roles = ConfigRoles(task.config_sizes, (), traced=True, held=held)
     try:
         full = integer_inputs(task.module, base)
     except Exception:  # then the integer inputs are not compared
         full = None
     return _config_problem(task, index, (task._configs or ())[index], base, roles, full)[0]
+
+
+def probe_config(task: Task, config: dict[str, Any], roles: ConfigRoles,
+                 full: dict[int, np.ndarray] | None) -> str | None:
+    """Why ``config`` does not hold for ``task`` (None: it does), ``task`` being loaded at
+    its full sizes and ``full`` its integer inputs there: the check a scaled config gets."""
+    probe = dataclasses.replace(task, shapes=({"scale": None},), _configs=(config,),
+                                _specs={}, _statics={})
+    return _config_problem(probe, 0, config, dict(task.module.CONFIG), roles, full)[0]
 
 
 def _config_problem(task: Task, index: int, config: dict[str, Any], base: dict[str, Any],
@@ -292,10 +312,12 @@ def parse_scales(text: str | Sequence[str] | Sequence[float] | None) -> tuple[fl
     return tuple(factors)
 
 
-def write_scaled_task(path: str | Path, scales: Sequence[float]) -> Path:
-    """A task file that is ``path`` with ``SCALES = [...]`` appended, written once where
-    every process can read it (named by its content; JAXBench's ``<task>/baseline.py``
-    layout kept, so the task keeps its name)."""
+def write_scaled_task(path: str | Path, scales: Sequence[float], keep: Sequence[str] = (),
+                      notes: Sequence[str] = ()) -> Path:
+    """A task file that is ``path`` with ``SCALES = [...]`` appended (and ``SCALE_KEEP``, the
+    entries kept at full size, and ``SCALE_NOTES``, why, when a scale had to be fitted:
+    :mod:`tools.inputs.scalefit`), written once where every process can read it (named by
+    its content; JAXBench's ``<task>/baseline.py`` layout kept, so the task keeps its name)."""
     from tools.inputs.files import read_python_source
     from tools.inputs.tasks import TaskError
 
@@ -304,6 +326,10 @@ def write_scaled_task(path: str | Path, scales: Sequence[float]) -> Path:
     if SCALED_MARK in text:  # already scaled: scale the original sizes instead
         text = text[: text.index(SCALED_MARK)].rstrip() + "\n"
     text += (f"\n\n{SCALED_MARK}\nSCALES = {[float(s) for s in scales]!r}\n")
+    if keep:
+        text += f"SCALE_KEEP = {[str(k) for k in keep]!r}\n"
+    if notes:
+        text += f"SCALE_NOTES = {[str(n) for n in notes]!r}\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     root = Path(tempfile.gettempdir()) / f"kernelgraph-scaled-{os.getuid()}" / digest
     folder = root / source.parent.name if source.stem == "baseline" else root

@@ -1,0 +1,50 @@
+"""--scale keeps a task's structure: a factor that breaks it (a group count the channels must
+stay a multiple of, a weight sized by one entry and its axis by another) is replaced by the
+nearest factor that keeps it, recorded as the scale used and said once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kernelgraph.cli import app, load_commands
+from tools.api import load_task, scale_notes, scaled_task
+from tools.correctness.testsuite import build_suite
+
+TASKS = Path(__file__).parent / "scaletasks"
+load_commands()
+
+
+def test_a_factor_that_breaks_a_fixed_group_count_is_replaced_by_the_nearest_that_keeps_it(
+) -> None:
+    path = scaled_task(TASKS / "groupnorm_fixed_groups" / "baseline.py", "0.125,0.0625")
+    task = load_task(path)
+    assert task.scales[0] == 0.1875  # 64 * 0.1875 = 12 -> 16 channels: one per group
+    assert task._configs[0]["channels"] % 16 == 0
+    assert all(c["channels"] % 16 == 0 and c["channels"] >= 16 for c in task._configs)
+    (note, *_) = scale_notes(path)
+    assert "--scale 0.125 breaks the task's structure" in note and "0.1875" in note
+    suite = build_suite(task, seeds=(0,), unseen=False, probes=False)
+    assert suite.scales[0] == 0.1875  # the scale used, in the suite (and so the receipt)
+    assert any("0.1875, the nearest factor that keeps it" in n for n in suite.notes)
+
+
+def test_a_factor_that_breaks_sizes_tied_together_is_replaced_and_a_holding_one_is_kept(
+) -> None:
+    path = scaled_task(TASKS / "layernorm_tied_sizes" / "baseline.py", "0.125")
+    task = load_task(path)
+    config = task._configs[0]
+    assert 2 * config["width"] == config["features"] and task.scales == (task.shapes[0]["scale"],)
+    assert task.scales[0] != 0.125 and abs(task.scales[0] - 0.125) <= 0.125
+    held = scaled_task(TASKS / "layernorm_tied_sizes" / "baseline.py", "0.5")  # 16 and 32: holds as asked
+    assert load_task(held).scales == (0.5,) and scale_notes(held) == ()
+
+
+def test_the_command_line_says_the_scale_used_once() -> None:
+    runner = CliRunner()
+    candidate = TASKS.parent / "candidates"
+    result = runner.invoke(app, ["estimate", str(TASKS / "groupnorm_fixed_groups"),
+                                 str(next(candidate.glob("*.py"))), "--scale", "0.125"])
+    assert result.output.count("breaks the task's structure") == 1, result.output
+    assert "groupnorm_fixed_groups" in result.output and "kernelgraph-scaled" not in result.output
