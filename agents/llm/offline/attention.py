@@ -7,6 +7,10 @@ the K/V index map sends query head h to key/value head h // (q_heads / kv_heads)
 skipped with `pl.when` and their index map is clamped, so they are not fetched either.
 A KV tail (length not a multiple of the block) is masked.
 
+Operands in (batch, seq, heads, depth) layout are swapped to (batch, heads, seq, depth)
+outside the kernel (and the output back). An additive score bias (..., q_len, kv_len), its
+leading axes a suffix of q's (batch, heads), is read block by block beside the scores.
+
 The schedule is an `AttentionSpec` (heads per block, score layout, exp form, MXU dtype,
 buffering, ...); `attention_levers` maps specs to specs and `render` writes one out.
 """
@@ -53,10 +57,21 @@ class AttentionSpec:
     levers: tuple[str, ...] = field(default=(), compare=False)
 
 
+def bhsd(facts: TaskFacts, role: str) -> tuple[int, ...]:
+    """The tuning shape of operand `role` ("q", "k", "v") as (..., heads, seq, depth)."""
+    shape = facts.args[facts.detail[role]].shape
+    if facts.detail.get("layout") == "bshd":
+        return (shape[0], shape[2], shape[1], *shape[3:])
+    return shape
+
+
+def has_bias(facts: TaskFacts) -> bool:
+    return facts.detail.get("bias") is not None
+
+
 def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
     del chip
-    q = facts.args[facts.detail["q"]].shape
-    k = facts.args[facts.detail["k"]].shape
+    q, k = bhsd(facts, "q"), bhsd(facts, "k")
     block_q = min(512, -(-q[-2] // SUBLANES) * SUBLANES)
     block_kv = min(512, -(-k[-2] // SUBLANES) * SUBLANES)
     return {"block_q": block_q, "block_kv": block_kv}
@@ -78,7 +93,7 @@ def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] 
 def geometry(facts: TaskFacts) -> dict[str, int]:
     """Groups, heads, lengths and depth at the tuning point."""
     d = facts.detail
-    q, k = facts.args[d["q"]].shape, facts.args[d["k"]].shape
+    q, k = bhsd(facts, "q"), bhsd(facts, "k")
     q_heads, kv_heads = (q[-3], k[-3]) if len(q) == 4 else (1, 1)
     return {"groups": int(np.prod(q[:-2])), "q_len": q[-2], "kv_len": k[-2], "depth": q[-1],
             "repeat": q_heads // max(kv_heads, 1), "itemsize": np.dtype(facts.args[d["q"]].dtype).itemsize}
@@ -89,6 +104,8 @@ def effective(facts: TaskFacts, spec: AttentionSpec) -> tuple[int, int, int]:
     bq = g["q_len"] if g["q_len"] <= spec.block_q else spec.block_q
     bkv = g["kv_len"] if spec.kv_in_one_block or g["kv_len"] <= spec.block_kv else spec.block_kv
     hb = spec.heads_per_block if g["groups"] % spec.heads_per_block == 0 and g["repeat"] == 1 else 1
+    if has_bias(facts):  # bias blocks are per (batch x head) group; a bias block spans lanes
+        hb, bkv = 1, min(g["kv_len"], -(-bkv // 128) * 128)
     return hb, bq, bkv
 
 
@@ -98,6 +115,8 @@ def vmem_bytes(facts: TaskFacts, spec: AttentionSpec) -> int:
     isz, d = g["itemsize"], g["depth"]
     total = (1 if spec.single_buffer_q else 2) * hb * bq * d * isz + spec.buffers * 2 * hb * bkv * d * isz
     total += 2 * hb * bq * d * isz + 2 * 4 * hb * bq * bkv  # out blocks, scores and probabilities
+    if has_bias(facts):
+        total += 2 * bq * bkv * np.dtype(facts.args[facts.detail["bias"]].dtype).itemsize
     if not spec.kv_in_one_block:
         stats = 2 * hb * (bq * 128 if spec.layout == "rows" else 8 * bq) * 4
         total += stats + (4 * hb * bq * d if spec.accumulate == "scratch" else 0)
@@ -144,7 +163,7 @@ def _operand_casts(spec: AttentionSpec) -> tuple[str, str, str]:
     return "jnp.float32", ".astype(jnp.float32)", ""
 
 
-def _kernel_source(spec: AttentionSpec) -> str:
+def _kernel_source(spec: AttentionSpec, bias: bool = False) -> str:
     q_dtype, kv_cast, p_cast = _operand_casts(spec)
     exp = "jnp.exp2" if spec.exp == "exp2" else "jnp.exp"
     rows_layout = spec.layout == "rows"
@@ -161,7 +180,10 @@ def _kernel_source(spec: AttentionSpec) -> str:
     normalized = "acc * (1.0 / row_sum)" if spec.normalize == "reciprocal" else "acc / row_sum"
     finish = normalized if rows_layout else f"jnp.swapaxes({normalized}, -1, -2)"
     load_q = f"(q_ref[rows].astype(jnp.float32) * scale).astype({q_dtype})"
-    mask = [
+    add_bias = ["        s = s + b_ref[rows].astype(jnp.float32)"
+                + (" * _LOG2E  # the scores are in log2 units" if spec.exp == "exp2" else "")
+                ] if bias else []
+    mask = [*add_bias,
         "        if CAUSAL or kv_len % block_kv:",
         f"            kv_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, {kv_dim})",
         "            valid = kv_pos < kv_len",
@@ -176,7 +198,8 @@ def _kernel_source(spec: AttentionSpec) -> str:
         "        if kv_len % block_kv:",
         "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
         "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
-    head = ["", "", "def _kernel(q_ref, k_ref, v_ref, o_ref, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
+    refs = "q_ref, k_ref, v_ref, b_ref, o_ref" if bias else "q_ref, k_ref, v_ref, o_ref"
+    head = ["", "", f"def _kernel({refs}, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
             f'    """{strategy_line(spec).split(";")[0]}: one (q block, KV block) step of the softmax."""',
             f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
     if spec.kv_in_one_block:
@@ -234,6 +257,8 @@ def _batch_dims(x):
 def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%,
            buffers: int = %BUFFERS%):
     q, k, v = %Q%, %K%, %V%
+    if BSHD:  # (batch, seq, heads, depth) -> (batch, heads, seq, depth): a layout op outside
+        q, k, v = (jnp.swapaxes(x, 1, 2) if x.ndim == 4 else x for x in (q, k, v))
     if (q.ndim not in (3, 4) or k.shape != v.shape or k.ndim != q.ndim
             or q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]):
         raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not attention operands")
@@ -248,6 +273,8 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     hb = heads_per_block if groups % heads_per_block == 0 and repeat == 1 else 1
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
+    if BIAS:  # one (batch x head) group per block; the bias block's last axis is on the lanes
+        hb, bkv = 1, min(kv_len, pl.cdiv(bkv, LANES) * LANES)
     sub = SUB_Q if bq % (SUB_Q * SUBLANES) == 0 else 1
     q3 = q.reshape(groups, q_len, depth)
     k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
@@ -266,19 +293,35 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     q_spec = (pl.BlockSpec((head, bq, depth), q_index, pipeline_mode=pl.Buffered(1)) if SINGLE_BUFFER_Q
               else pl.BlockSpec((head, bq, depth), q_index))
     kv_spec = %KV_SPEC%
+    operands, in_specs = [q3, k3, v3], [q_spec, kv_spec, kv_spec]
+    if BIAS:
+        bias = %BIAS%
+        if (bias.ndim < 2 or bias.ndim - 2 > len(lead) or bias.shape[-2:] != (q_len, kv_len)
+                or bias.shape[:-2] != lead[len(lead) - bias.ndim + 2:]):
+            raise ValueError(f"{bias.shape=} is not a score bias for {q.shape=} and {k.shape=}")
+        bias_groups = int(np.prod(bias.shape[:-2]))  # q group g reads bias group g % bias_groups
+
+        def bias_index(%GRID_ARGS%):
+            if CAUSAL:
+                j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
+            return (g % bias_groups, i, j)
+
+        operands.append(bias.reshape(bias_groups, q_len, kv_len))
+        in_specs.append(pl.BlockSpec((None, bq, bkv), bias_index))
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%)%LOG2E%, block_q=bq, block_kv=bkv, kv_len=kv_len,
                           sub_q=sub),
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
         grid=%GRID%,
-        in_specs=[q_spec, kv_spec, kv_spec],
+        in_specs=in_specs,
         out_specs=pl.BlockSpec((head, bq, depth), q_index),
         scratch_shapes=%SCRATCH%,
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary"),
             vmem_limit_bytes=VMEM_LIMIT_BYTES),
-    )(q3, k3, v3)
-    return out.reshape(q.shape)
+    )(*operands)
+    out = out.reshape(q.shape)
+    return jnp.swapaxes(out, 1, 2) if BSHD and out.ndim == 4 else out
 
 
 def build(block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%, buffers: int = %BUFFERS%):
@@ -316,6 +359,7 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     kind = ("causal" if d["causal"] else "non-causal") + (" grouped-query" if d.get("kv_heads") else "")
+    kind += " biased" if has_bias(facts) else ""
     doc = (f"{kind} flash attention kernel for {task_name}: online softmax over KV blocks, "
            "f32 running max/sum/accumulator in VMEM.\n\n"
            f"Schedule: {strategy_line(spec)}.\n"
@@ -325,6 +369,9 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
         tunables_literal(tunables), f"CAUSAL = {bool(d['causal'])}",
         f"KV_IN_ONE_BLOCK = {spec.kv_in_one_block}", f"SINGLE_BUFFER_Q = {spec.single_buffer_q}",
         f"SUB_Q = {spec.sub_q}", f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+        f"BSHD = {d.get('layout') == 'bshd'}  # operands given as (batch, seq, heads, depth)",
+        f"BIAS = {has_bias(facts)}  # an additive score bias input",
+        "LANES = 128",
         "MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)",
         *(["_LOG2E = 1.4426950408889634  # exp(x) == exp2(x * log2(e))"] if spec.exp == "exp2" else [])])
     pipelined = spec.buffers != 2 or spec.tune_schedule
@@ -334,13 +381,14 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
             else "(pl.cdiv(q_len, bq), groups // hb, pl.cdiv(kv_len, bkv))")
     body = (_WRAPPER.replace("%NAME%", "attention_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]]).replace("%V%", names[d["v"]])
+            .replace("%BIAS%", names[d["bias"]] if has_bias(facts) else "None")
             .replace("%SCALE%", scale).replace("%LOG2E%", " * _LOG2E" if spec.exp == "exp2" else "")
             .replace("%PER_BLOCK%", "" if spec.kv_in_one_block else "    per_block = (hb,) if hb > 1 else ()\n")
             .replace("%KV_SPEC%", kv_spec).replace("%GRID%", grid).replace("%SCRATCH%", _scratch(spec))
             .replace("%GRID_ARGS%", "g, i, j" if spec.grid_order == "gq" else "i, g, j")
             .replace("%BQ%", str(spec.block_q)).replace("%BKV%", str(spec.block_kv))
             .replace("%HB%", str(spec.heads_per_block)).replace("%BUFFERS%", str(spec.buffers)))
-    return header(doc) + "\n" + constants + "\n" + _kernel_source(spec) + body
+    return header(doc) + "\n" + constants + "\n" + _kernel_source(spec, has_bias(facts)) + body
 
 
 def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,

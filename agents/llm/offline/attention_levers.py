@@ -6,7 +6,14 @@ Each returns the distinct `AttentionSpec`s it can make of the parent's, best gue
 
 from __future__ import annotations
 
-from agents.llm.offline.attention import AttentionSpec, effective, geometry, row_tile, vmem_bytes
+from agents.llm.offline.attention import (
+    AttentionSpec,
+    effective,
+    geometry,
+    has_bias,
+    row_tile,
+    vmem_bytes,
+)
 from agents.llm.offline.common import scoped_vmem
 from agents.llm.offline.levers import (
     LeverContext,
@@ -57,6 +64,8 @@ def grid_order(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | 
 @lever(C, "head_packing")
 def head_packing(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     g = geometry(ctx.facts)
+    if has_bias(ctx.facts):
+        return NotApplicable("the score bias is read per (batch x head) group: one group per block")
     if g["repeat"] != 1:
         return NotApplicable(f"grouped-query heads ({g['repeat']} query heads per kv head) read their "
                              "kv head through the index map; a packed block would need a gather")
@@ -71,6 +80,9 @@ def reduction_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSp
     depth = geometry(ctx.facts)["depth"]
     if spec.layout == "transposed":
         return NotApplicable("scores are already (kv, q): reductions run across sublanes")
+    if has_bias(ctx.facts):
+        return NotApplicable("the score bias is read in (q, kv) blocks; (kv, q) scores would "
+                             "need it transposed in the kernel")
     if depth % 128 == 0:
         return NotApplicable(f"head_dim {depth} already fills the lanes; a transposed accumulator "
                              "would only move the cross-lane work")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.llm.offline import patterns
+from agents.llm.offline import batchdims, patterns, pershape
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
@@ -128,7 +128,7 @@ def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str],
     scope.update(pinned)
     specs = [jax.ShapeDtypeStruct(tuple(scope[d] if isinstance(d, str) else d for d in a.dims),
                                   np.dtype(a.dtype)) for a in args]
-    return jax.make_jaxpr(reference)(*specs)
+    return batchdims.merge_batch_dims(jax.make_jaxpr(reference)(*specs))  # Mosaic: one batch dim
 
 
 def _trace(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
@@ -144,6 +144,12 @@ def _trace(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[st
             named = [s for s in symbols if s not in pinned and re.search(rf"\b{s}\b", first)]
             if not named:
                 return None, pinned, first[:120]
+            for one in reversed(named[1:]):  # pin as few as work, inner (later) dims first
+                try:
+                    fewer = {**pinned, one: dim_values[one]}
+                    return _symbolic_jaxpr(reference, args, symbols, minimum, fewer), fewer, ""
+                except Exception:  # this one alone is not enough: pin them all
+                    continue
             pinned.update({s: dim_values[s] for s in named})
 
 
@@ -252,7 +258,7 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     closed, pinned, failure = _trace(reference, args, symbols, minimum, dim_values)
     shape_note = ""
     if closed is None:  # the reference does Python arithmetic on a dimension
-        closed = jax.make_jaxpr(reference)(*inputs)
+        closed = batchdims.merge_batch_dims(jax.make_jaxpr(reference)(*inputs))
         shape_note = f"traced at the tuning shapes only (symbolic tracing failed: {failure})"
         pinned = dict(dim_values)
     elif pinned:
@@ -272,10 +278,16 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         facts.reasons.append(shape_note)
     facts.pinned = pinned
     fixed = sorted(set(pinned) & varying)
-    if fixed:  # a body traced at one size of a dim that takes others would be wrong there
-        facts.reasons.append("the reference cannot be written out as a kernel body: it fixes "
-                             f"dims {', '.join(fixed)} in Python, and they take other sizes "
-                             "at the unseen shapes")
+    if fixed:  # a body traced at one size of a dim that takes others is wrong there: one per shape
+        per = _per_shape_bodies(task, args, symbols, minimum, sorted(pinned), shapes)
+        if isinstance(per, str):
+            facts.reasons.append("the reference cannot be written out as a kernel body: it fixes "
+                                 f"dims {', '.join(fixed)} in Python, and they take other sizes "
+                                 f"at the unseen shapes ({per})")
+        else:
+            facts.body_source, facts.outs = per.source, per.outs
+            facts.reasons.append(f"one body per shape: the reference fixes {', '.join(fixed)} in "
+                                 f"Python; bodies traced at {len(per.keys)} sets of their sizes")
     else:
         try:
             facts.body_source = function_source("_body", eqns, invars, outvars, symbols, consts)
@@ -287,6 +299,25 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         facts.unsupported = ((why or "no kernel body can be written") + "; and no other "
                              "kernel class fits (" + facts.reasons[-1] + ")")
     return facts
+
+
+def _per_shape_bodies(task: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
+                      pinned: list[str], shapes: list[list[tuple[int, ...]]]) -> Any:
+    """`pershape.bodies` for the task's shapes (the tuning point, then the unseen ones)."""
+    import jax
+
+    indices = [0, *task.unseen_shape_indices]
+    references = [task.reference_at(i) for i in indices]
+    out_shapes = [[tuple(o.shape) for o in jax.tree.leaves(jax.eval_shape(r, *task.input_specs(i)))]
+                  for r, i in zip(references, indices, strict=True)]
+    out_dtypes = [str(o.dtype) for o in jax.tree.leaves(jax.eval_shape(references[0], *task.input_specs(0)))]
+
+    def trace(reference: Any, index: int, sizes: dict[str, int]) -> Any:
+        del index
+        return _symbolic_jaxpr(reference, args, symbols, minimum, sizes)
+
+    return pershape.bodies(references, [a.dims for a in args], shapes, symbols, pinned, trace,
+                           out_shapes, out_dtypes)
 
 
 def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: list[Any],
@@ -302,18 +333,21 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
         q = _trace_to_input(dots[0].invars[0], producers, invars)
         k = _trace_to_input(dots[0].invars[1], producers, invars)
         v = _trace_to_input(dots[1].invars[1], producers, invars)
-        if None not in (q, k, v) and len({q, k, v}) == 3 and args[q].shape[-1] == args[v].shape[-1]:
-            match = patterns.match_attention(reference, inputs, (q, k, v), "iota" in names)
-            if match and len(args[q].shape) in (3, 4):
-                facts.kernel_class = "attention"
-                facts.detail = {"q": q, "k": k, "v": v, **match}
-                grouped = (f", grouped-query ({args[q].shape[-3]} query heads over "
-                           f"{match['kv_heads']} key/value heads)" if match["kv_heads"] else "")
-                facts.reasons.append(f"two dot_generals around exp/{reductions[0].primitive.name}: "
-                                     f"softmax(q k^T) v, scale {match['scale']}, "
-                                     f"causal={match['causal']}{grouped} (checked on the tuning "
-                                     "inputs)")
-                return
+        hint = (q, k, v) if None not in (q, k, v) and len({q, k, v}) == 3 else None
+        match = patterns.match_attention(reference, inputs, hint, "iota" in names)
+        if match:  # q, k, v (and a score bias) found by the numbers: no kernel body needed
+            facts.kernel_class = "attention"
+            facts.detail = match
+            q_heads = _bhsd_heads(args[match["q"]].shape, match["layout"])
+            grouped = (f", grouped-query ({q_heads} query heads over {match['kv_heads']} "
+                       "key/value heads)" if match["kv_heads"] else "")
+            extra = ("" if match["layout"] == "bhsd" else ", (batch, seq, heads, depth) layout")
+            extra += "" if match["bias"] is None else f", additive score bias {args[match['bias']].name}"
+            facts.reasons.append(f"two dot_generals around exp/{reductions[0].primitive.name}: "
+                                 f"softmax(q k^T) v, scale {match['scale']}, "
+                                 f"causal={match['causal']}{grouped}{extra} (checked on the "
+                                 "tuning inputs)")
+            return
         facts.reasons.append("two dots and a softmax, but not q k^T / v shaped")
     if len(dots) == 1:
         detail, why = _classify_matmul(invars, eqns, outvars, args, facts.symbols, consts)
@@ -325,6 +359,10 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
             return
         facts.reasons.append(f"one dot_general, not a matmul with epilogue: {why}")
     _decide_rows(facts, reference, inputs, eqns, dots, reductions)
+
+
+def _bhsd_heads(shape: tuple[int, ...], layout: str) -> int:
+    return shape[2] if layout == "bshd" else shape[-3]
 
 
 def _decide_special(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...],

@@ -44,32 +44,100 @@ def _repeat_heads(q: np.ndarray, kv: np.ndarray) -> np.ndarray | None:
 
 
 def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-                      causal: bool) -> np.ndarray:
-    s = np.einsum("...qd,...kd->...qk", q, k) * scale
+                      causal: bool, bias: np.ndarray | None = None) -> np.ndarray:
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if bias is not None:
+        s = s + bias
     if causal:
         n_q, n_k = s.shape[-2:]
         s = np.where(np.arange(n_q)[:, None] >= np.arange(n_k)[None, :], s, -np.inf)
     s = s - s.max(-1, keepdims=True)
     p = np.exp(s)
     p = p / p.sum(-1, keepdims=True)
-    return np.einsum("...qk,...kd->...qd", p, v)
+    return np.matmul(p, v)
 
 
-def match_attention(reference: Any, inputs: tuple[Any, ...], qkv: tuple[int, int, int],
+def _misfit(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest error relative to the output's largest magnitude; inf on a shape mismatch."""
+    if got.shape != want.shape:
+        return float("inf")
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+
+
+def _tolerance(dtype: Any) -> float:
+    """How far a reference computed in `dtype` may sit from the float64 model: softmax, the
+    probabilities and their product rounded to 16 bits lose about 2**-6 of the largest output."""
+    return 2e-3 if np.dtype(dtype).itemsize >= 4 else 4e-2
+
+
+def _to_bhsd(x: np.ndarray, layout: str) -> np.ndarray:
+    return np.swapaxes(x, 1, 2) if layout == "bshd" else x
+
+
+def _bias_fits(bias: np.ndarray, q: np.ndarray, k: np.ndarray) -> bool:
+    """Additive score bias: trailing (q_len, kv_len), leading axes a suffix of q's heads."""
+    lead = q.shape[:-2]
+    return (bias.ndim >= 2 and bias.shape[-2:] == (q.shape[-2], k.shape[-2])
+            and bias.ndim - 2 <= len(lead) and bias.shape[:-2] == lead[len(lead) - bias.ndim + 2:])
+
+
+def _assignments(arrays: list[np.ndarray], hint: tuple[int, int, int] | None
+                 ) -> list[tuple[int, int, int, int | None, str]]:
+    """(q, k, v, bias, layout) whose shapes make attention, the jaxpr's hint first."""
+    import itertools
+
+    import jax.numpy as jnp
+
+    floats = [i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating)]  # bf16 too
+    found = []
+    for q, k, v in itertools.permutations(floats, 3):
+        if arrays[k].shape != arrays[v].shape or arrays[q].ndim not in (3, 4):
+            continue
+        rest = [i for i in floats if i not in (q, k, v)]
+        for layout in ("bhsd", "bshd") if arrays[q].ndim == 4 else ("bhsd",):
+            qs, ks = (_to_bhsd(arrays[i], layout) for i in (q, k))
+            if ks.ndim != qs.ndim or qs.shape[-1] != ks.shape[-1] or _repeat_heads(qs, ks) is None:
+                continue
+            biases = [b for b in rest if _bias_fits(arrays[b], qs, ks)]
+            if len(rest) - len(biases) > 0 or len(biases) > 1:
+                continue  # an input the model would leave unread
+            found.append((q, k, v, biases[0] if biases else None, layout))
+    found.sort(key=lambda a: (a[:3] != hint, a[:3] != (0, 1, 2)))
+    return found
+
+
+def match_attention(reference: Any, inputs: tuple[Any, ...], hint: tuple[int, int, int] | None,
                     causal_hint: bool) -> dict[str, Any] | None:
-    """Scale, causality and head grouping that reproduce the reference, or None."""
-    q, k, v = (np.asarray(inputs[i], np.float64) for i in qkv)
-    k_full, v_full = _repeat_heads(q, k), _repeat_heads(q, v)
-    if k_full is None or v_full is None:
+    """Which inputs are q, k, v (and an additive score bias), their layout ((batch, heads,
+    seq, depth) or (batch, seq, heads, depth)), the scale, causality and head grouping that
+    reproduce the reference, or None. Compared on the first batch entry, in float64."""
+    import jax
+
+    arrays = [np.asarray(x) for x in inputs]
+    outs = jax.tree.leaves(reference(*inputs))
+    if len(outs) != 1:
         return None
-    (want,) = _outputs(reference, inputs)[:1]
-    for causal in (causal_hint, not causal_hint):
-        for scale_kind in ("rsqrt_d", "one"):
-            scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
-            if _close(softmax_attention(q, k_full, v_full, scale, causal), want):
-                grouped = q.ndim == 4 and k.shape[-3] != q.shape[-3]
-                return {"causal": causal, "scale": scale_kind,
-                        "kv_heads": int(k.shape[-3]) if grouped else None}
+    want, tol = np.asarray(outs[0], np.float64), _tolerance(outs[0].dtype)
+    for q_i, k_i, v_i, b_i, layout in _assignments(arrays, hint):
+        q, k, v = (_to_bhsd(arrays[i][:1].astype(np.float64), layout) for i in (q_i, k_i, v_i))
+        k_full, v_full = _repeat_heads(q, k), _repeat_heads(q, v)
+        if k_full is None or v_full is None or want.shape != arrays[q_i].shape[:-1] + v.shape[-1:]:
+            continue
+        bias = None if b_i is None else arrays[b_i].astype(np.float64)
+        if bias is not None and bias.ndim == q.ndim:
+            bias = bias[:1]
+        target = want[:1]
+        fits = []
+        for causal in (causal_hint, not causal_hint):
+            for scale_kind in ("rsqrt_d", "one"):
+                scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+                got = _to_bhsd(softmax_attention(q, k_full, v_full, scale, causal, bias), layout)
+                fits.append((_misfit(got, target), causal, scale_kind))
+        error, causal, scale_kind = min(fits, key=lambda f: f[0])
+        if error <= tol:
+            grouped = q.ndim == 4 and k.shape[-3] != q.shape[-3]
+            return {"q": q_i, "k": k_i, "v": v_i, "bias": b_i, "layout": layout, "causal": causal,
+                    "scale": scale_kind, "kv_heads": int(k.shape[-3]) if grouped else None}
     return None
 
 

@@ -64,7 +64,7 @@ def extents(facts: TaskFacts) -> dict[str, int]:
     if c == "matmul_epilogue":
         return {"block_m": v[d["m"]], "block_n": v[d["n"]], "block_k": v[d["k"]]}
     if c == "attention":
-        q, k = facts.args[d["q"]].shape, facts.args[d["k"]].shape
+        q, k = attention.bhsd(facts, "q"), attention.bhsd(facts, "k")
         return {"block_q": q[-2], "block_kv": k[-2]}
     if c == "linear_attention":
         return scan.extents(facts)
