@@ -17,7 +17,13 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from eventstore.events import Event, IterationFinished, RunFinished, RunRequested
+from eventstore.events import (
+    BaselineMeasured,
+    Event,
+    IterationFinished,
+    RunFinished,
+    RunRequested,
+)
 from kernelgraph.client import KernelRequest, RequestError, check_request, submit, wait
 from projections.metrics import FAST_P, Metrics, efficiency_of, fast_p, geomean_floored
 
@@ -177,8 +183,10 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         entry = per_policy.setdefault(requested.policy, {
             "runs": 0, "tasks": set(), "kernels": 0, "compiled": 0, "correct_kernels": 0,
             "results": [], "labels": set(), "candidates": 0, "wall_s": 0.0, "tokens": 0,
-            "efficiency": []})
+            "efficiency": [], "baselines": set()})
         entry["runs"] += 1
+        entry["baselines"] |= {e.priced_from or e.measured_on for e in events
+                               if isinstance(e, BaselineMeasured)}
         entry["tasks"].add(requested.task_name)
         kernels = [e for e in events if isinstance(e, IterationFinished)]
         entry["kernels"] += len(kernels)
@@ -205,6 +213,8 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
             "runs": e["runs"],
             "tasks": len(e["tasks"]),
             "measured_on": sorted(e["labels"]) or ["simulated"],
+            # which program the simulated baselines were priced from (or "real")
+            "baseline_priced_from": sorted(e["baselines"]),
             "compile_rate": _ratio(e["compiled"], e["kernels"]),
             "correctness_rate": _ratio(e["correct_kernels"], e["kernels"]),
             "runs_correct": len(correct),

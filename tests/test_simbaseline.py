@@ -190,3 +190,21 @@ def test_the_receipt_says_which_program_the_baseline_was_priced_from(
     else:
         assert method.startswith(f"{HOST_PROGRAM} on v6e (")
     assert verdict.measurement.breakdown["baseline_priced_from"] in method
+
+
+def test_bench_says_which_program_its_runs_baselines_were_priced_from() -> None:
+    from eventstore.events import RunRequested
+    from kernelgraph.bench import summarise
+
+    def run(run_id: str, priced_from: str) -> list:
+        return [RunRequested.create(run_id=run_id, producer="t", node_id="root",
+                                    task_name=run_id, task_sha256="h", policy="beam",
+                                    target="sim-tpu-v6e", provider="offline"),
+                BaselineMeasured.create(run_id=run_id, producer="t", node_id="root",
+                                        latency_s=1e-5, measured_on="simulated",
+                                        target="sim-tpu-v6e", priced_from=priced_from)]
+
+    both = summarise({"a": run("a", XLA_TPU_PROGRAM), "b": run("b", HOST_PROGRAM)})
+    assert both["beam"]["baseline_priced_from"] == sorted([XLA_TPU_PROGRAM, HOST_PROGRAM])
+    old = summarise({"c": run("c", "")})  # a log from before the field: its origin only
+    assert old["beam"]["baseline_priced_from"] == ["simulated"]
