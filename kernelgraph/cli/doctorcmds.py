@@ -45,7 +45,8 @@ def doctor(
             console.print(f"  {_LABELS.get(name, name):<38} {mark}", highlight=False)
         tpu = found["tpu_compiler"]
         console.print(f"  {'TPU compiler (libtpu)':<38} "
-                      + (f"[green]{tpu}[/]" if tpu else "not installed (emulated compile check)"),
+                      + (f"[green]{tpu}[/]" if tpu else "not installed (emulated compile check; "
+                                                          "XLA baseline priced from the host program)"),
                       highlight=False)
         if found["problem"]:
             console.print(f"problem: {found['problem']}", highlight=False)
