@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import attention, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline import attention, conv, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, drop_unused_imports
 
@@ -52,6 +52,8 @@ def _source(facts: TaskFacts, params: dict[str, Any], task_name: str, chip: dict
         return scan.scan_source(facts, params, task_name, chip)
     if c == "grouped_matmul":
         return grouped.grouped_source(facts, params, task_name, chip)
+    if c == "convolution":
+        return conv.conv_source(facts, params, task_name, chip)
     return rows.rows_source(facts, params, task_name)
 
 

@@ -9,7 +9,8 @@ the same axis. The classes, tried in order:
 3. `matmul_epilogue`: one dot_general of two inputs, then elementwise ops on its result;
 4. `attention`: softmax(q k^T * scale) v (optionally causal, optionally grouped-query),
    checked against the numbers; so are `paged_attention`, `linear_attention` and
-   `grouped_matmul` (`patterns`), tried first;
+   `grouped_matmul` (`patterns`), tried first, then `convolution` (one
+   `conv_general_dilated` fed by layout ops, then any epilogue: `conv_match`);
 5. `rows_generic`: anything whose rows (leading axis) are independent, checked by probing;
 6. `single_block`: the whole arrays as one block.
 
@@ -32,7 +33,7 @@ from agents.llm.offline import batchdims, patterns, pershape
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
-           "linear_attention", "grouped_matmul", "rows_generic", "single_block")
+           "linear_attention", "grouped_matmul", "convolution", "rows_generic", "single_block")
 
 UNARY = {
     "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "neg", "abs", "sqrt", "rsqrt",
@@ -328,6 +329,18 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
     args = facts.args
     if _decide_special(facts, reference, inputs, names):
         return
+    if "conv_general_dilated" in names:
+        from agents.llm.offline import conv_match
+
+        conv, why = conv_match.match(facts, reference, inputs, invars, eqns, outvars, consts)
+        if conv is not None:
+            facts.kernel_class, facts.detail = "convolution", conv
+            facts.reasons.append(f"one conv_general_dilated ({conv['spatial']}-D, strides "
+                                 f"{conv['strides']}, {conv['groups']} group(s)) fed by layout ops, "
+                                 "then an epilogue" + (" that keeps images independent"
+                                                       if conv["batch"] else " over the whole batch"))
+            return
+        facts.reasons.append(f"a convolution, but not the convolution class: {why}")
     if len(dots) == 2 and "exp" in names and reductions:
         producers = _producer_map(eqns)
         q = _trace_to_input(dots[0].invars[0], producers, invars)

@@ -1,0 +1,288 @@
+"""Convolutions (`lax.conv_general_dilated`, 1-D to 3-D) as window-tap matmuls on the MXU.
+
+Mosaic has no convolution rule, so the kernel writes one as K_h x K_w (x K_d) matmuls: for
+each tap of the window, a shifted window of the padded input times that tap's
+(in_channels/groups x out_channels/groups) weight slice, accumulated in f32.
+
+Layout work outside the kernel (transposes, pads, strided slices, reshapes) makes every
+tap's window one contiguous row range of a 2-D (rows, channels) slab:
+- the input goes channels-last (any `dimension_numbers`: NHWC, NCHW, NDHWC, ...) and gets
+  the conv's padding;
+- a stride s splits each spatial axis into s phases (`x[p::s]`), so output position o and
+  tap k read phase (k*d) % s at row o + (k*d) // s: every tap is a stride-1 window of one
+  phase (d: the dilation);
+- the phase's spatial axes are flattened with the last one padded to a sublane multiple,
+  so a tap is the row range [offset, offset + rows) of the slab; the output comes out
+  "wide" (the padded last axis) and its extra columns are sliced off after the kernel;
+- feature groups are a grid axis: group g's input channels times its weight block.
+
+Grid (cdiv(N, block_images), groups), both `parallel`; per step `block_images` whole images
+(all phases, all rows) and the group's whole weight are in VMEM. The reference's epilogue
+(bias, activation, normalisation, pooling, the layout back) then runs in a second Pallas
+kernel on the conv's output: on blocks of images when it keeps images independent
+(`conv_match` probes it), else on the whole batch in one block (a batch norm).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import (
+    dim_check_source,
+    header,
+    pow2_floor,
+    scoped_vmem,
+    sublane_tile,
+    tunables_literal,
+)
+from agents.llm.offline.jaxpr_source import NARY_HELPER
+
+LEVERS = ["window_tap_matmuls", "f32_accumulator", "stride_phase_split", "image_blocks_parallel",
+          "epilogue_kernel_per_image_block"]
+STRATEGY = ("Convolution as one MXU matmul per window tap on a phase-split, flattened image "
+            "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
+            "in a second kernel per image block (whole batch when it mixes images).")
+
+
+def geometry(space: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+             padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...], sublanes: int
+             ) -> tuple[list[int], list[int], tuple[tuple[int, int], ...], int, int]:
+    """(output sizes, phase sizes, (phase, row offset) per tap, output rows, slab rows) of one
+    image: the phase-split, flattened layout every tap reads as one contiguous row range."""
+    nd = len(space)
+    padded = [space[i] + padding[i][0] + padding[i][1] for i in range(nd)]
+    outs = [max(0, (padded[i] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
+            for i in range(nd)]
+    phase_dims = [max(1, -(-padded[i] // strides[i])) for i in range(nd)]
+    phase_dims[-1] = -(-phase_dims[-1] // sublanes) * sublanes
+    flat = [math.prod(phase_dims[i + 1:]) for i in range(nd)]
+    taps = []
+    for k in itertools.product(*(range(n) for n in kernel)):
+        where = [k[i] * dilation[i] for i in range(nd)]
+        phase = 0
+        for i in range(nd):
+            phase = phase * strides[i] + where[i] % strides[i]
+        taps.append((phase, sum(where[i] // strides[i] * flat[i] for i in range(nd))))
+    rows = outs[0] * flat[0]
+    length = max(math.prod(phase_dims), rows + max(offset for _, offset in taps))
+    return outs, phase_dims, tuple(taps), rows, -(-length // sublanes) * sublanes
+
+
+def _shapes(facts: TaskFacts) -> dict[str, Any]:
+    """The conv's operand and slab sizes at the tuning point (for VMEM sizing)."""
+    d = facts.detail
+    xs, ws = d["lhs_shape"], d["rhs_shape"]
+    ls, rs = d["lhs_spec"], d["rhs_spec"]
+    space = tuple(xs[a] for a in ls[2:])
+    kernel = tuple(ws[a] for a in rs[2:])
+    features, group_in = ws[rs[0]], ws[rs[1]]
+    dtypes = [facts.args[d["lhs"]].dtype, facts.args[d["rhs"]].dtype]
+    _, _, taps, rows, length = geometry(space, kernel, d["strides"], d["padding"], d["dilation"],
+                                        sublane_tile(dtypes))
+    return {"n": xs[ls[0]], "features": features, "group_in": group_in,
+            "group_out": features // d["groups"], "phases": math.prod(d["strides"]),
+            "taps": len(taps), "rows": rows, "length": length,
+            "itemsize": max(np.dtype(t).itemsize for t in dtypes)}
+
+
+def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
+    s = _shapes(facts)
+    block = pow2_floor(max(1, min(s["n"], 8)))
+    while block > 1 and vmem_bytes(facts, {"block_images": block})[0] > scoped_vmem(chip) // 2:
+        block //= 2
+    return {"block_images": block}
+
+
+def extents(facts: TaskFacts) -> dict[str, int]:
+    return {"block_images": _shapes(facts)["n"]}
+
+
+def grid_text(params: dict[str, int]) -> str:
+    return (f"conv grid (cdiv(N, {params['block_images']}), groups), both parallel: input slab "
+            "(i, g, 0, 0, 0) with every phase, weights (g, 0, 0, 0), wide output (i, g, 0, 0); "
+            "epilogue grid over the same image blocks (or one whole-batch block).")
+
+
+def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
+    s = _shapes(facts)
+    b = params["block_images"]
+    item = s["itemsize"]
+    slab = b * s["phases"] * s["length"] * s["group_in"] * item
+    weight = s["taps"] * s["group_in"] * s["group_out"] * item
+    out = b * s["rows"] * s["group_out"] * 4
+    total = 2 * (slab + weight + out) + s["rows"] * s["group_out"] * 4
+    return total, (f"2 x ({b} images x {s['phases']} phases x {s['length']} rows x {s['group_in']} "
+                   f"channels slab + {s['taps']} taps x {s['group_in']}x{s['group_out']} weights + "
+                   f"{b} x {s['rows']}x{s['group_out']} out) + f32 accumulator = {total:,} B")
+
+
+_TEMPLATE = '''
+
+def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows):
+    """Each image of the block: one MXU matmul per window tap, accumulated in f32."""
+
+    def _image(b, carry):
+        acc = jnp.zeros((rows, o_ref.shape[-1]), jnp.float32)
+        for t, (phase, offset) in enumerate(taps):
+            window = x_ref[b, phase, pl.ds(offset, rows), :]
+            acc += jnp.dot(window, w_ref[t], preferred_element_type=jnp.float32)
+        o_ref[b] = acc.astype(o_ref.dtype)
+        return carry
+
+    lax.fori_loop(0, x_ref.shape[0], _image, 0)
+
+
+def _conv(lhs, rhs, *, block_images):
+    """The conv of lhs and rhs (conv_general_dilated) with this task's parameters, in a Pallas kernel;
+    outside it only layout: transposes, pads, strided slices, reshapes."""
+    x = jnp.transpose(lhs, (LHS_SPEC[0], *LHS_SPEC[2:], LHS_SPEC[1]))  # (N, *space, C)
+    w = jnp.transpose(rhs, (*RHS_SPEC[2:], RHS_SPEC[1], RHS_SPEC[0]))  # (*window, C/G, O)
+    n, *space, channels = x.shape
+    *window, group_in, features = w.shape
+    if channels != group_in * GROUPS or features % GROUPS:
+        raise ValueError(f"{lhs.shape=} and {rhs.shape=} do not make {GROUPS} feature groups")
+    group_out = features // GROUPS
+    outs, phase_dims, taps, rows, length = _geometry(
+        tuple(space), tuple(window), STRIDES, PADDING, DILATION, SUBLANE_TILE)
+    config = [(0, 0, 0)] + [(lo, phase_dims[i] * STRIDES[i] - space[i] - lo, 0)
+                            for i, (lo, _) in enumerate(PADDING)] + [(0, 0, 0)]
+    x = lax.pad(x, jnp.zeros((), x.dtype), config)
+    phases = [x[(slice(None), *(slice(p, None, s) for p, s in zip(phase, STRIDES, strict=True)), slice(None))]
+              for phase in itertools.product(*(range(s) for s in STRIDES))]
+    x = jnp.stack(phases, axis=1).reshape(n, len(phases), -1, channels)
+    x = jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
+    x = x.reshape(n, len(phases), length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
+    w = w.reshape(len(taps), group_in, GROUPS, group_out).transpose(2, 0, 1, 3)
+    block = min(block_images, n)
+    out = pl.pallas_call(
+        functools.partial(_conv_kernel, taps=taps, rows=rows),
+        out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
+        grid=(pl.cdiv(n, block), GROUPS),
+        in_specs=[
+            pl.BlockSpec((block, None, len(phases), length, group_in), lambda i, g: (i, g, 0, 0, 0)),
+            pl.BlockSpec((None, len(taps), group_in, group_out), lambda i, g: (g, 0, 0, 0)),
+        ],
+        out_specs=pl.BlockSpec((block, None, rows, group_out), lambda i, g: (i, g, 0, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+    )(x, w)
+    out = out.transpose(0, 2, 1, 3).reshape(n, outs[0], *phase_dims[1:], features)
+    out = out[(slice(None), slice(None), *(slice(0, o) for o in outs[1:]), slice(None))]
+    return jnp.transpose(out, tuple(np.argsort((OUT_SPEC[0], *OUT_SPEC[2:], OUT_SPEC[1]))))
+
+
+def _epilogue_kernel(*refs, dims, n_in):
+    """The reference's ops after the convolution, on one block."""
+    values = [ref[...] for ref in refs[:n_in]]
+    outs = _epilogue(*values, **dims)
+    for ref, value in zip(refs[n_in:], outs, strict=True):
+        value = value.astype(ref.dtype)
+        ref[...] = value if value.shape == ref.shape else value.reshape(ref.shape)
+
+
+def _whole(shape):
+    zeros = (0,) * len(shape)
+    return pl.BlockSpec(tuple(shape), lambda i: zeros)
+
+
+def _images(shape, block):
+    rest = (0,) * (len(shape) - 1)
+    return pl.BlockSpec((block, *shape[1:]), lambda i: (i, *rest))
+
+
+def _epilogue_block(block, n, out_shapes):
+    """Images per epilogue step: `block` when every output's block keeps the (8, 128) rule."""
+    if BATCH is None:
+        return n
+    for shape in out_shapes:
+        if len(shape) == 1 or (len(shape) == 2 and block % SUBLANES):
+            return n
+    return min(block, n)
+
+
+@functools.partial(jax.jit, static_argnames=("block_images",))
+def %NAME%(%ARGS%, *, block_images: int = %BLOCK%):
+%CHECKS%
+    if block_images < 1:
+        raise ValueError(f"{block_images=} must be positive")
+    args = (%ARGS%,)
+    lhs, rhs = _operands(*args, **dims)
+    y = _conv(lhs, rhs, block_images=block_images)
+    ins = (y, *(args[i] for i in EPILOGUE_ARGS))
+    avals = jax.eval_shape(functools.partial(_epilogue, **dims), *ins)
+    shapes = [tuple(a.shape) or (1, 1) for a in avals]
+    n = y.shape[0]
+    block = _epilogue_block(block_images, n, shapes)
+    if block < n:
+        in_specs = [_images(y.shape, block)] + [_whole(x.shape) for x in ins[1:]]
+        out_specs = [_images(shape, block) for shape in shapes]
+        step_dims = {**dims, BATCH: block}
+    else:
+        in_specs = [_whole(x.shape) for x in ins]
+        out_specs = [_whole(shape) for shape in shapes]
+        step_dims = dims
+    outs = pl.pallas_call(
+        functools.partial(_epilogue_kernel, dims=step_dims, n_in=len(ins)),
+        out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
+        grid=(pl.cdiv(n, block),),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(*ins)
+    outs = [o.reshape(a.shape) for o, a in zip(outs, avals, strict=True)]
+    return %RETURN%
+
+
+def build(block_images: int = %BLOCK%):
+    return functools.partial(%NAME%, block_images=block_images)
+'''
+
+
+def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
+                chip: dict[str, Any] | None = None) -> str:
+    d = facts.detail
+    blocks = default_blocks(facts, chip)
+    given = params.get("block_images")
+    block = given if isinstance(given, int) and given > 0 else blocks["block_images"]
+    tunables = params.get("tunables") or {
+        "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2]))}
+    names = [a.name for a in facts.args]
+    sub = sublane_tile([a.dtype for a in facts.args])
+    per_image = ("per block of images" if d["batch"] else
+                 "on the whole batch in one block (it mixes images)")
+    doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as one MXU "
+           f"matmul per window tap, f32 accumulation; strides {d['strides']}, padding "
+           f"{d['padding']}, dilation {d['dilation']}, {d['groups']} feature group(s). The "
+           f"reference's epilogue ({', '.join(d['epilogue_ops']) or 'none'}) runs in a second "
+           f"kernel {per_image}.\n\n"
+           f"Blocks: {block} image(s) per step (TUNABLES block_images).\n"
+           f"Levers applied: {', '.join(LEVERS)}.\n\n"
+           + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    constants = "\n".join([
+        tunables_literal(tunables),
+        f"LHS_SPEC = {d['lhs_spec']!r}",
+        f"RHS_SPEC = {d['rhs_spec']!r}",
+        f"OUT_SPEC = {d['out_spec']!r}",
+        f"STRIDES = {d['strides']!r}",
+        f"PADDING = {d['padding']!r}",
+        f"DILATION = {d['dilation']!r}",
+        f"GROUPS = {d['groups']}",
+        f"OUT_DTYPE = jnp.{d['out_dtype']}",
+        f"SUBLANE_TILE = {sub}",
+        f"EPILOGUE_ARGS = {tuple(d['epilogue_args'])!r}",
+        f"BATCH = {d['batch']!r}",
+    ])
+    geometry_source = inspect.getsource(geometry).replace("def geometry(", "def _geometry(")
+    body = (_TEMPLATE.replace("%NAME%", "conv_kernel").replace("%ARGS%", ", ".join(names))
+            .replace("%CHECKS%", dim_check_source(names, d["arg_dims"]))
+            .replace("%RETURN%", "outs[0]" if len(facts.outs) == 1 else "tuple(outs)")
+            .replace("%BLOCK%", str(block)))
+    text = (header(doc).replace("import functools\n", "import functools\nimport math\n", 1)
+            .replace("import functools\n", "import functools\nimport itertools\n", 1))
+    return (text + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + d["operands_source"] + "\n\n\n"
+            + d["epilogue_source"] + "\n\n\n" + geometry_source + body)

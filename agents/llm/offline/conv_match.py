@@ -1,0 +1,172 @@
+"""Recognise a convolution task: one `conv_general_dilated` between layout-only prologues
+and an epilogue, read from the jaxpr (the `convolution` class of `classify`).
+
+The reference splits in three: the prologue (the ops that turn inputs into the conv's lhs
+and rhs: transposes, reshapes, dtype converts; they stay layout work outside the kernel),
+the convolution itself (written by `conv` as window-tap matmuls inside a Pallas kernel),
+and the epilogue (everything after it: bias, activations, normalisations, pooling, the
+layout back), written out as a `_epilogue` body that runs in a second Pallas kernel.
+
+When the epilogue keeps images independent (probed: a bumped first image moves only the
+first output row, and a prefix of the batch gives the prefix of the output), the reference
+is traced again with the batch axis under its own symbol, so the epilogue runs on blocks of
+images; otherwise it runs on the whole batch in one block (a batch norm, say).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
+
+LAYOUT = {"transpose", "reshape", "convert_element_type", "broadcast_in_dim", "squeeze",
+          "expand_dims"}
+BATCH = "NB"  # the batch axis's own symbol in the per-image trace
+
+
+def _input_of(v: Any, producers: dict[Any, Any], invars: list[Any]) -> tuple[int | None, list[Any]]:
+    """The input a conv operand comes from through layout ops, and those ops (in order)."""
+    chain: list[Any] = []
+    while v not in invars:
+        e = producers.get(v)
+        if e is None or e.primitive.name not in LAYOUT or len(e.invars) != 1:
+            return None, []
+        chain.append(e)
+        v = e.invars[0]
+    return invars.index(v), chain[::-1]
+
+
+def conv_parts(invars: list[Any], eqns: list[Any], outvars: list[Any]
+               ) -> tuple[dict[str, Any] | None, str]:
+    """(parts, "") for a single conv fed by layout ops, else (None, why not)."""
+    convs = [e for e in eqns if e.primitive.name == "conv_general_dilated"]
+    if len(convs) != 1:
+        return None, f"{len(convs)} convolutions (the convolution class takes one)"
+    conv = convs[0]
+    p = conv.params
+    if any(d != 1 for d in p["lhs_dilation"]):
+        return None, "an input-dilated (transposed) convolution"
+    if p["batch_group_count"] != 1:
+        return None, "batch_group_count > 1"
+    padding = tuple(tuple(pair) for pair in p["padding"])
+    if not all(isinstance(v, int) for pair in padding for v in pair):
+        return None, "the padding depends on the shapes (symbolic)"
+    producers = {v: e for e in eqns for v in e.outvars}
+    lhs, lhs_chain = _input_of(conv.invars[0], producers, invars)
+    rhs, rhs_chain = _input_of(conv.invars[1], producers, invars)
+    if lhs is None or rhs is None or lhs == rhs:
+        return None, "the conv's operands are not two inputs reached through layout ops"
+    prologue = list(dict.fromkeys([*lhs_chain, *rhs_chain]))
+    skip = set(map(id, prologue)) | {id(conv)}
+    epilogue = [e for e in eqns if id(e) not in skip]
+    private = {id(v) for e in prologue for v in e.outvars}
+    used = {id(v) for e in epilogue for v in e.invars} | {id(v) for v in outvars}
+    if used & private:
+        return None, "the epilogue reuses the conv's transformed operands"
+    epilogue_args = [i for i, v in enumerate(invars) if id(v) in used]
+    dn = p["dimension_numbers"]
+    return {
+        "conv": conv, "prologue": prologue, "epilogue": epilogue, "lhs": lhs, "rhs": rhs,
+        "epilogue_args": epilogue_args,
+        "strides": tuple(int(s) for s in p["window_strides"]), "padding": padding,
+        "dilation": tuple(int(d) for d in p["rhs_dilation"]),
+        "lhs_spec": tuple(dn.lhs_spec), "rhs_spec": tuple(dn.rhs_spec), "out_spec": tuple(dn.out_spec),
+        "groups": int(p["feature_group_count"]), "out_dtype": str(conv.outvars[0].aval.dtype),
+        "spatial": len(p["window_strides"]),
+    }, ""
+
+
+def images_independent(reference: Any, inputs: tuple[Any, ...], lhs: int) -> bool:
+    """A bumped first image moves only the first output row, and a batch prefix gives the
+    output's prefix (every output leads with the batch axis)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = inputs[lhs]
+    n = x.shape[0]
+    if n < 2 or not jnp.issubdtype(x.dtype, jnp.floating):
+        return False
+    full = [np.asarray(o) for o in jax.tree.leaves(reference(*inputs))]
+    if any(o.ndim == 0 or o.shape[0] != n for o in full):
+        return False
+    bumped = tuple(a.at[0].add(jnp.asarray(0.5, a.dtype)) if i == lhs else a
+                   for i, a in enumerate(inputs))
+    moved = [np.asarray(o) for o in jax.tree.leaves(reference(*bumped))]
+    if not all(np.array_equal(a[1:], b[1:], equal_nan=True) for a, b in zip(full, moved, strict=True)):
+        return False
+    half = n // 2
+    prefix = tuple(a[:half] if i == lhs else a for i, a in enumerate(inputs))
+    part = [np.asarray(o) for o in jax.tree.leaves(reference(*prefix))]
+    return all(np.allclose(p, f[:half], rtol=1e-5, atol=1e-5, equal_nan=True)
+               for p, f in zip(part, full, strict=True))
+
+
+def _sources(parts: dict[str, Any], invars: list[Any], outvars: list[Any], symbols: list[str],
+             consts: dict[Any, Any]) -> tuple[str, str]:
+    conv = parts["conv"]
+    operands = function_source("_operands", parts["prologue"], invars, list(conv.invars), symbols,
+                               consts)
+    epilogue = function_source("_epilogue", parts["epilogue"],
+                               [conv.outvars[0], *(invars[i] for i in parts["epilogue_args"])],
+                               outvars, symbols, consts)
+    # a symbolic power prints as `a^2` and `jaxpr_source.dim_source` keeps the `^`, which
+    # Python reads as xor (14 ^ 2 == 12, not 196); the emitter writes no other `^`
+    return operands.replace(" ^ ", " ** "), epilogue.replace(" ^ ", " ** ")
+
+
+def _per_image_trace(facts: Any, reference: Any, lhs: int) -> tuple[Any, list[Any]] | None:
+    """The jaxpr with the batch axis of the conv's input under its own symbol, or None."""
+    from agents.llm.offline.classify import Arg, _symbolic_jaxpr
+
+    x = facts.args[lhs]
+    if not x.dims or x.dims[0] == 1:
+        return None
+    args = [Arg(a.name, a.dtype, a.shape, (BATCH, *a.dims[1:]) if i == lhs else a.dims)
+            for i, a in enumerate(facts.args)]
+    symbols = [*facts.symbols, BATCH]
+    try:
+        closed = _symbolic_jaxpr(reference, args, symbols, {}, dict(facts.pinned))
+    except Exception:  # the reference computes with the batch size in Python: no per-image body
+        return None
+    return closed, [a.dims for a in args]
+
+
+def match(facts: Any, reference: Any, inputs: tuple[Any, ...], invars: list[Any],
+          eqns: list[Any], outvars: list[Any], consts: dict[Any, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The convolution class's detail for `classify`, or (None, why not)."""
+    if any("fixes dims" in r for r in facts.reasons):
+        return None, "the reference fixes dims in Python that take other sizes"
+    parts, why = conv_parts(invars, eqns, outvars)
+    if parts is None:
+        return None, why
+    per_image = images_independent(reference, inputs, parts["lhs"])
+    arg_dims = [a.dims for a in facts.args]
+    symbols = list(facts.symbols)
+    if per_image:
+        traced = _per_image_trace(facts, reference, parts["lhs"])
+        again = None
+        if traced is not None:
+            inv2, eqns2, outs2, consts2 = flatten(traced[0])
+            again, _ = conv_parts(inv2, eqns2, outs2)
+        if again is None:
+            per_image = False
+        else:
+            parts, invars, outvars, consts = again, inv2, outs2, consts2
+            arg_dims, symbols = traced[1], [*symbols, BATCH]
+    try:
+        operands, epilogue = _sources(parts, invars, outvars, symbols, consts)
+    except EmitError as exc:
+        return None, f"the conv's prologue or epilogue cannot be written out: {exc}"
+    import jax
+
+    concrete = flatten(jax.make_jaxpr(reference)(*inputs))[1]
+    (at_tuning,) = [e for e in concrete if e.primitive.name == "conv_general_dilated"]
+    detail = {k: v for k, v in parts.items() if k not in ("conv", "prologue", "epilogue")}
+    detail.update(lhs_shape=tuple(at_tuning.invars[0].aval.shape),
+                  rhs_shape=tuple(at_tuning.invars[1].aval.shape))
+    detail.update(operands_source=operands, epilogue_source=epilogue, symbols=symbols,
+                  arg_dims=arg_dims, batch=BATCH if per_image else None,
+                  epilogue_ops=sorted({e.primitive.name for e in parts["epilogue"]}))
+    return detail, ""
