@@ -329,6 +329,16 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
     args = facts.args
     if _decide_special(facts, reference, inputs, names):
         return
+    if "cumsum" in names:
+        from agents.llm.offline import cumulative
+
+        offsets = cumulative.match_grouped_offsets(reference, inputs, names)
+        if offsets is not None:
+            facts.kernel_class, facts.detail = "grouped_matmul", offsets
+            facts.reasons.append("a scan over groups from the cumsum of integer group sizes: "
+                                 "consecutive row groups of lhs times one rhs each (checked on "
+                                 "the tuning inputs and with the groups halved)")
+            return
     if "conv_general_dilated" in names:
         from agents.llm.offline import conv_match
 
