@@ -399,7 +399,8 @@ def _decide_special(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...],
                     names: set[str]) -> bool:
     """The classes told apart by a float64 model on the tuning inputs (`patterns`)."""
     if "gather" in names and "exp" in names:
-        paged = patterns.match_paged_attention(reference, inputs)
+        paged = (patterns.match_paged_attention(reference, inputs)
+                 or patterns.match_ragged_paged_attention(reference, inputs))
         if paged is not None:
             facts.kernel_class, facts.detail = "paged_attention", paged
             facts.reasons.append("softmax attention of one query per sequence over key/value "

@@ -113,7 +113,7 @@ def dim_source(d: Any) -> str:
     """A dimension (int or symbolic expression) as a Python expression of the dim names."""
     if isinstance(d, int | np.integer):
         return str(int(d))
-    text = str(d)
+    text = str(d).replace("^", "**")  # jax writes a power of a dim as `D0^2`; ^ is XOR in Python
     try:
         tree = pyast.parse_expression(text)
     except SyntaxError:

@@ -9,6 +9,11 @@ sequence owns, so it is not fetched either; inside the last page, positions at o
 length are masked. The query is one row per (sequence, head): it is reshaped to
 (batch, heads, 1, head_dim) outside the kernel (a layout op), so its block's last two dims
 are whole dims. The table is flattened the same way, to one SMEM vector.
+
+Pages laid out (pages, page_size, kv_heads, depth) are transposed to (kv_heads, pages,
+page_size, depth) outside the kernel; query head h reads key/value head h // (heads /
+kv_heads) through the index map. Where each sequence's query row is given by a start offset
+(`cu_q_lens`), the starts are scalar-prefetched too and the query's index map reads its row.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def grid_text(params: dict[str, int]) -> str:
 
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     del params
-    page, depth = facts.args[facts.detail["k"]].shape[-2:]
+    shape = facts.args[facts.detail["k"]].shape
+    page, depth = (shape[1], shape[3]) if facts.detail.get("layout") == "pshd" else shape[-2:]
     total = 2 * 4 * (depth + 2 * page * depth) + 2 * 4 * depth + 4 * (depth + 2 * LANES)
     return total, (f"2 x 4 B x (1x{depth} q + 2 x {page}x{depth} k,v page) + 2 x 4 B x {depth} out "
                    f"+ scratch 4 B x ({depth} acc + 2 x {LANES} padded m,l) = {total:,} B")
@@ -41,8 +47,8 @@ _TEMPLATE = '''
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
-def _kernel(tables_ref, lengths_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *,
-            scale, page_size):
+def _kernel(tables_ref, lengths_ref, *refs, scale, page_size):
+    q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref = refs[-7:]  # after the starts, if given
     b, p = pl.program_id(0), pl.program_id(2)
     length = lengths_ref[b]
 
@@ -75,29 +81,35 @@ def _kernel(tables_ref, lengths_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, a
 
 @jax.jit
 def %NAME%(%ARGS%):
-    q, k_pages, v_pages, tables, lengths = %Q%, %K%, %V%, %T%, %L%
-    batch, heads, depth = q.shape
+    q, k_pages, v_pages, tables, lengths, starts = %Q%, %K%, %V%, %T%, %L%, %S%
+    if PAGES_HEADS_THIRD:  # (pages, page_size, kv_heads, depth) -> (kv_heads, pages, ...)
+        k_pages, v_pages = (jnp.transpose(x, (2, 0, 1, 3)) for x in (k_pages, v_pages))
+    tokens, heads, depth = q.shape
+    batch = tables.shape[0]
+    starts = None if starts is None else starts[:batch]
+    kv_heads = k_pages.shape[0]
     if (q.ndim != 3 or k_pages.ndim != 4 or k_pages.shape != v_pages.shape
-            or k_pages.shape[0] != heads or k_pages.shape[-1] != depth
-            or tables.ndim != 2 or tables.shape[0] != batch or lengths.shape != (batch,)):
+            or heads % kv_heads or k_pages.shape[-1] != depth or tables.ndim != 2
+            or lengths.shape != (batch,) or (starts is not None and starts.shape != (batch,))):
         raise ValueError(f"{q.shape=}, {k_pages.shape=}, {v_pages.shape=}, {tables.shape=}, "
                          f"{lengths.shape=} are not paged-attention operands")
     page_size = k_pages.shape[2]
     pages = tables.shape[1]
+    repeat = heads // kv_heads  # query head h reads key/value head h // repeat
 
-    def page_index(b, h, p, tables_ref, lengths_ref):
+    def page_index(b, h, p, tables_ref, lengths_ref, *starts_ref):
         last_owned = jnp.maximum(lengths_ref[b] - 1, 0) // page_size
-        return (h, tables_ref[b * pages + jnp.minimum(p, last_owned)], 0, 0)
+        return (h // repeat, tables_ref[b * pages + jnp.minimum(p, last_owned)], 0, 0)
 
     spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=2,
+        num_scalar_prefetch=2 if starts is None else 3,
         grid=(batch, heads, pages),
         in_specs=[
-            pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n: (b, h, 0, 0)),
+            pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n, *s: (s[0][b] if s else b, h, 0, 0)),
             pl.BlockSpec((None, None, page_size, depth), page_index),
             pl.BlockSpec((None, None, page_size, depth), page_index),
         ],
-        out_specs=pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n: (b, h, 0, 0)),
+        out_specs=pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n, *s: (b, h, 0, 0)),
         scratch_shapes=[pltpu.VMEM((1, 1), jnp.float32), pltpu.VMEM((1, 1), jnp.float32),
                         pltpu.VMEM((1, depth), jnp.float32)],
     )
@@ -108,7 +120,8 @@ def %NAME%(%ARGS%):
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary")),
     )(tables.reshape(-1).astype(jnp.int32), lengths.astype(jnp.int32),
-      q.reshape(batch, heads, 1, depth), k_pages, v_pages)
+      *(() if starts is None else (starts.astype(jnp.int32),)),
+      q.reshape(tokens, heads, 1, depth), k_pages, v_pages)
     return out.reshape(batch, heads, depth)
 
 
@@ -129,5 +142,7 @@ def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     body = (_TEMPLATE.replace("%NAME%", "paged_attention_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]])
             .replace("%V%", names[d["v"]]).replace("%T%", names[d["tables"]])
-            .replace("%L%", names[d["lengths"]]).replace("%SCALE%", scale))
-    return header(doc) + "\nTUNABLES = {}\n" + body
+            .replace("%L%", names[d["lengths"]]).replace("%SCALE%", scale)
+            .replace("%S%", names[d["starts"]] if d.get("starts") is not None else "None"))
+    heads_third = f"PAGES_HEADS_THIRD = {d.get('layout') == 'pshd'}  # pages given as (pages, page, heads, depth)\n"
+    return header(doc) + "\nTUNABLES = {}\n" + heads_third + body

@@ -185,6 +185,56 @@ def match_paged_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, 
     return None
 
 
+def match_ragged_paged_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:
+    """Decode attention over pages laid out (pages, page_size, kv_heads, depth): queries
+    (tokens, heads, depth), each sequence's query the row its start (`cu_q_lens[b]`) points
+    at; an int block table (B, n), int lengths (B,) and int query starts (B + 1,); query head
+    h reads key/value head h // (heads / kv_heads)."""
+    import jax.numpy as jnp
+
+    arrays = [np.asarray(x) for x in inputs]
+    floats = [i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating)]
+    ints = [i for i, x in enumerate(arrays) if np.issubdtype(x.dtype, np.integer)]
+    if len(floats) != 3 or len(ints) != 3 or len(arrays) != 6:
+        return None
+    qi = next((i for i in floats if arrays[i].ndim == 3), None)
+    pages = [i for i in floats if arrays[i].ndim == 4]
+    ti = next((i for i in ints if arrays[i].ndim == 2), None)
+    if qi is None or len(pages) != 2 or ti is None:
+        return None
+    batch = arrays[ti].shape[0]
+    li = next((i for i in ints if arrays[i].shape == (batch,)), None)
+    si = next((i for i in ints if arrays[i].shape == (batch + 1,)), None)
+    ki, vi = pages
+    q, k, v = (arrays[i].astype(np.float64) for i in (qi, ki, vi))
+    if li is None or si is None or k.shape != v.shape or k.shape[-1] != q.shape[-1]:
+        return None
+    heads, kv_heads, page = q.shape[1], k.shape[2], k.shape[1]
+    if heads % kv_heads:
+        return None
+    tables, lengths, starts = arrays[ti], arrays[li], arrays[si]
+    if np.any(starts[:batch] < 0) or np.any(starts[:batch] >= q.shape[0]):
+        return None
+    want, tol = np.asarray(reference(*inputs), np.float64), _tolerance(arrays[qi].dtype)
+    keys = np.repeat(k[tables].reshape(batch, -1, kv_heads, q.shape[-1]), heads // kv_heads, axis=2)
+    values = np.repeat(v[tables].reshape(batch, -1, kv_heads, q.shape[-1]), heads // kv_heads, axis=2)
+    rows = q[starts[:batch]]  # (B, heads, depth)
+    fits = []
+    for scale_kind in ("rsqrt_d", "one"):
+        scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+        s = np.einsum("bhd,bshd->bhs", rows, keys) * scale
+        s = np.where(np.arange(keys.shape[1])[None, None, :] < lengths[:, None, None], s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        got = np.einsum("bhs,bshd->bhd", p / p.sum(-1, keepdims=True), values)
+        fits.append((_misfit(got, want), scale_kind))
+    error, scale_kind = min(fits)
+    if error > tol:
+        return None
+    del page
+    return {"q": qi, "k": ki, "v": vi, "tables": ti, "lengths": li, "starts": si,
+            "scale": scale_kind, "layout": "pshd"}
+
+
 def match_linear_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:
     """Three same-shaped float inputs (..., S, D), in the order q, k, v: the output is
     tril(q k^T) v (causal, no normalisation), with or without a 1/sqrt(D) scale."""
