@@ -32,8 +32,41 @@ SUBLANES = 8
 '''
 
 
+_SCHEDULE = re.compile(r"^(?:Schedule|Strategy): (.*?)\.?$")
+_LEVERS = re.compile(r"^Levers applied: (.*?)\.?$")
+_EVIDENCE = re.compile(r"^Class evidence: (.*)$")
+
+
 def header(doc: str) -> str:
-    return HEADER.format(doc=doc.replace('"""', "'''"))
+    """The file's module docstring, laid out for the person who reads the winner: what the
+    kernel does (the author's first paragraph), its blocks and schedule one per line, the
+    levers applied, why the task got this kernel class, and where to look in the file."""
+    lines = doc.strip().splitlines()
+    kept: list[str] = []
+    schedule: list[str] = []
+    levers = ""
+    evidence: list[str] = []
+    for line in lines:
+        if m := _SCHEDULE.match(line):
+            schedule += [p.strip() for p in m.group(1).split("; ") if p.strip()]
+        elif m := _LEVERS.match(line):
+            levers = m.group(1)
+        elif m := _EVIDENCE.match(line):
+            evidence.append(m.group(1))
+        else:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    text = "\n".join(kept)
+    if schedule:
+        text += "\n\nBlocks and schedule:\n" + "\n".join(f"- {p}" for p in schedule)
+    if levers:
+        text += f"\n\nLevers applied: {levers}."
+    if evidence:
+        text += "\n\nWhy this kernel class:\n" + "\n".join(f"- {e}" for e in evidence)
+    text += ("\n\nReading this file: `build(...)` returns the kernel, its keyword arguments the "
+             "knobs; `TUNABLES` lists the values the autotuner tries, the first the default.")
+    return HEADER.format(doc=text.replace('"""', "'''"))
 
 
 def dims_expr(dims: tuple[Any, ...]) -> str:

@@ -1,8 +1,11 @@
 """Write a traced jaxpr out as standalone Python source, so a candidate file can carry it.
 
 A candidate runs in a sandbox with nothing but its own file, so the reference's math is
-copied in as code: one line per equation, `jax.lax.<prim>_p.bind(...)` with the params as
-literals. The jaxpr is traced with symbolic dimensions (`jax.export.symbolic_shape`), so
+copied in as code: one line per equation, written as the `jnp`/`lax` function or operator a
+person would write, which binds the same primitive with the same params
+(:mod:`agents.llm.offline.jaxpr_readable`: `jnp.square(x)`, `x / y`, `jnp.sum(x, axis=1)`),
+its result named by what it holds; a primitive with no such form is written as its bind,
+`lax.<prim>_p.bind(...)` with the params as literals. The jaxpr is traced with symbolic dimensions (`jax.export.symbolic_shape`), so
 every shape in it is an expression of named dims; the emitted function takes those dims as
 keyword arguments and a kernel binds them to its block sizes.
 
@@ -25,6 +28,7 @@ import ast
 import enum
 import functools
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +36,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
+from agents.llm.offline.jaxpr_readable import Namer, expression
 from kernelgraph import pyast
 
 INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
@@ -159,11 +164,14 @@ def param_source(value: Any) -> str:
 class Emitter:
     """Names variables and writes equations as source lines."""
 
-    def __init__(self, consts: dict[Any, Any] | None = None) -> None:
+    def __init__(self, consts: dict[Any, Any] | None = None,
+                 reserved: Sequence[str] = (), readable: bool = True) -> None:
+        self.readable = readable  # False: every equation as its primitive's bind
         self.names: dict[Any, str] = {}
         self.consts = consts or {}
         self.helpers: dict[str, str] = {}  # rewrite helpers the emitted lines call
         self.splats: dict[Any, Any] = {}  # one-element arrays broadcast from a literal
+        self.namer = Namer(set(reserved))
 
     def constant_of(self, v: Any) -> Any:
         """The value of a literal or of a one-element array broadcast from one, else None."""
@@ -183,15 +191,19 @@ class Emitter:
                                 "a kernel may not bake in tables")
             return literal_source(value.reshape(()).item(), value.dtype)
         if v not in self.names:
-            self.names[v] = f"v{len(self.names)}"
+            self.names[v] = self.namer.fresh("value")
         return self.names[v]
 
     def bind_name(self, v: Any, name: str) -> None:
         self.names[v] = name
+        self.namer.used.add(name)
 
     def line(self, eqn: Any) -> str:
         name = eqn.primitive.name
         args = [self.name(v) for v in eqn.invars]
+        for v in eqn.outvars:
+            if v not in self.names and not isinstance(v, jcore.Literal):
+                self.names[v] = self.namer.for_op(name)
         outs = [self.name(v) for v in eqn.outvars]
         target = ", ".join(outs) + ("," if len(outs) == 1 and eqn.primitive.multiple_results else "")
         if (name == "broadcast_in_dim" and isinstance(eqn.invars[0], jcore.Literal)
@@ -218,15 +230,20 @@ class Emitter:
         if name == "dot_general" and _narrow_float_dot(eqn):
             # bf16/f16 operands: accumulate in f32 as XLA does on a TPU, round once at the end
             params["preferred_element_type"] = np.dtype(np.float32)
-            cast = f".astype({dtype_source(eqn.outvars[0].aval.dtype)})"
+            cast = f".astype({readable_dtype(eqn.outvars[0].aval.dtype)})"
         if name == "iota" and np.dtype(params["dtype"]).kind not in "iu":
             # Mosaic's iota is integer-only: count in int32, then convert (exact below 2**24)
             params["dtype"] = np.dtype(np.int32)
-            cast = f".astype({dtype_source(eqn.outvars[0].aval.dtype)})"
+            cast = f".astype({readable_dtype(eqn.outvars[0].aval.dtype)})"
+        readable = (expression(eqn.replace(params=params), self, dim_source)
+                    if self.readable else None)
+        if readable is not None:
+            return f"{target} = {readable}{cast}"
         kwargs = [f"{k}={param_source(v)}" for k, v in sorted(params.items())
                   if k not in _DROPPED_PARAMS]
         kwargs += [f"{k}=None" for k in sorted(params) if k in _DROPPED_PARAMS]
         if name in ELEMENTWISE_NARY and len(args) > 1:
+            self.helpers.setdefault("nary", HELPERS["nary"])
             return f"{target} = _nary(lax.{name}_p, dict({', '.join(kwargs)}), {', '.join(args)})"
         return f"{target} = lax.{name}_p.bind({', '.join(args + kwargs)}){cast}"
 
@@ -319,7 +336,7 @@ def _is_finite_rewrite(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str
     """|x| < inf: the same answer (NaN and +-inf give False) from ops the TPU cost model
     prices; `is_finite` lowers to a Mosaic op it has no rule for."""
     del eqn, emitter
-    return "", f"lax.lt(lax.abs({args[0]}), lax.full_like({args[0]}, float('inf')))"
+    return "", f"jnp.abs({args[0]}) < jnp.inf"
 
 
 REWRITES = {"gather": _gather_rewrite, "top_k": _top_k_rewrite, "is_finite": _is_finite_rewrite}
@@ -366,14 +383,49 @@ HELPERS = {
 }
 
 
-NARY_HELPER = '''
-
-def _nary(prim, params, *args):
+HELPERS["nary"] = '''def _nary(prim, params, *args):
     """An n-ary elementwise primitive with scalar operands broadcast to the others' shape."""
     shape = jnp.broadcast_shapes(*(jnp.shape(a) for a in args))
     args = [jnp.broadcast_to(jnp.asarray(a), shape) if jnp.shape(a) != shape else a for a in args]
     return prim.bind(*args, **params)
+
+
 '''
+
+# Helpers a body needs are written above it by `function_source` itself (`_nary` only for an
+# n-ary primitive with no public form); a kernel file that prepends this adds nothing.
+NARY_HELPER = ""
+
+_DIVISION = re.compile(r"^(\s+[\w, ]+ = )(\S+) / (\S+)$", re.M)
+
+
+def has_float_division(source: str) -> bool:
+    """Whether an emitted body divides floats (`x / y`: integer division is `lax.div`)."""
+    return bool(_DIVISION.search(source))
+
+
+def divisions_as(source: str, function: str) -> str:
+    """An emitted body with each float division `x / y` written `function(x, y)`."""
+    return _DIVISION.sub(lambda m: f"{m.group(1)}{function}({m.group(2)}, {m.group(3)})", source)
+
+
+def readable_dtype(dtype: Any) -> str:
+    """`jnp.bfloat16`, `jnp.float32`: a dtype as written in a kernel."""
+    from agents.llm.offline.jaxpr_readable import dtype_name
+
+    return dtype_name(dtype)
+
+
+def live(eqns: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
+    """The equations the outputs depend on (a reference's unused intermediates, such as the
+    sign `logsumexp` computes and drops, are not written)."""
+    needed = {v for v in outputs if not isinstance(v, jcore.Literal)}
+    kept: list[Any] = []
+    for eqn in reversed(eqns):
+        if eqn.effects or any(v in needed for v in eqn.outvars):
+            kept.append(eqn)
+            needed.update(v for v in eqn.invars if not isinstance(v, jcore.Literal))
+    return kept[::-1]
 
 
 def function_source(
@@ -383,12 +435,17 @@ def function_source(
     outputs: Sequence[Any],
     dims: Sequence[str],
     consts: dict[Any, Any] | None = None,
+    *,
+    readable: bool = True,
 ) -> str:
-    """`def fn_name(*inputs, <dims>)` evaluating `eqns`; returns the outputs as a tuple."""
-    emitter = Emitter(consts)
+    """`def fn_name(*inputs, <dims>)` evaluating `eqns`; returns the outputs as a tuple.
+    ``readable=False`` writes every equation as its primitive's bind (the form the readable
+    one is checked against)."""
+    emitter = Emitter(consts, reserved=[fn_name, *dims, *(f"a{i}" for i in range(len(inputs)))],
+                      readable=readable)
     for i, v in enumerate(inputs):
         emitter.bind_name(v, f"a{i}")
-    body = [emitter.line(e) for e in eqns]
+    body = [emitter.line(e) for e in live(eqns, outputs)]
     results = [emitter.name(v) for v in outputs]
     arg_list = ", ".join(f"a{i}" for i in range(len(inputs)))
     dim_list = ", ".join(f"{d}=None" for d in dims)

@@ -29,7 +29,7 @@ from agents.llm.offline.common import (
     sublane_tile,
     tunables_literal,
 )
-from agents.llm.offline.jaxpr_source import NARY_HELPER
+from agents.llm.offline.jaxpr_source import NARY_HELPER, divisions_as
 from agents.llm.offline.levers import deepest_buffering
 
 DEFAULT_HBM_BYTES_PER_S = 1.64e12  # v6e, when the request's chip figures leave it out
@@ -125,8 +125,8 @@ _RECIPROCAL_DIV = '''
 def _div(x, y):
     """x / y as one reciprocal per element of the smaller (broadcast) divisor and a multiply."""
     if jnp.issubdtype(jnp.result_type(x, y), jnp.floating) and jnp.size(y) < jnp.size(x):
-        return _nary(lax.mul_p, dict(out_dtype=None), x, (1.0 / jnp.asarray(y)).astype(jnp.result_type(x, y)))
-    return _nary(lax.div_p, dict(), x, y)
+        return x * (1.0 / jnp.asarray(y)).astype(jnp.result_type(x, y))
+    return x / y
 '''
 
 _ROW_WRAPPER = '''
@@ -293,7 +293,7 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     body = facts.body_source
     helpers = NARY_HELPER
     if spec.reciprocal_div:
-        body = body.replace("_nary(lax.div_p, dict(), ", "_div(")
+        body = divisions_as(body, "_div")
         helpers += _RECIPROCAL_DIV
     kernel = _SUB_TILE_KERNEL if spec.sub_rows > 1 or spec.tune_schedule else _WHOLE_KERNEL
     wrapper = (_ROW_WRAPPER.replace("%BUFFERS%", str(spec.buffers))

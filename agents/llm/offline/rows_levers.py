@@ -7,6 +7,7 @@ Each returns the distinct `RowsSpec`s it can make of the parent's, best guess fi
 from __future__ import annotations
 
 from agents.llm.offline.common import scoped_vmem
+from agents.llm.offline.jaxpr_source import has_float_division
 from agents.llm.offline.levers import (
     LeverContext,
     NotApplicable,
@@ -92,7 +93,7 @@ def inner_loop(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplica
 
 @lever(C, "transcendentals")
 def transcendentals(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
-    if "lax.div_p" not in (ctx.facts.body_source or ""):
+    if not has_float_division(ctx.facts.body_source or ""):
         return NotApplicable("the body has no division; each transcendental it has (tanh, logistic, "
                              "rsqrt, exp) is already a single EUP op")
     if spec.reciprocal_div:
