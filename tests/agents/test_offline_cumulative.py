@@ -61,3 +61,31 @@ def test_its_kernel_computes_the_reference_in_interpret_mode(tmp_path: Path) -> 
         with pltpu.force_tpu_interpret_mode():
             got = jax.block_until_ready(namespace["build"]()(*inputs))
         np.testing.assert_allclose(np.asarray(got), np.asarray(task.reference(*inputs)), rtol=1e-4, atol=1e-4)
+
+
+DECAYED = Path(__file__).resolve().parents[1] / "evaltasks" / "decayed_cumsum.py"
+
+
+def test_a_float_cumsum_becomes_a_triangular_matmul_in_the_body() -> None:
+    facts = classify_task(DECAYED)
+    assert not facts.unsupported, facts.unsupported
+    assert facts.kernel_class == "rows_generic", facts.reasons
+    assert "cumsum" not in facts.body_source and facts.body_source.count("dot_general") == 2
+
+
+def test_the_triangular_cumsum_kernel_computes_the_reference_in_interpret_mode() -> None:
+    """Forward and reverse cumsums, at the tuning point and the unseen shape."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tools.api import load_task
+
+    facts = classify_task(DECAYED)
+    namespace: dict[str, Any] = {"__name__": "candidate"}
+    exec(compile(candidate_source(facts, planner.default_params(facts, {}), "t"), "t", "exec"), namespace)
+    task = load_task(DECAYED)
+    for shape_index in (0, *task.unseen_shape_indices):
+        inputs = task.make_inputs(6, shape_index)
+        with pltpu.force_tpu_interpret_mode():
+            got = jax.block_until_ready(namespace["build"]()(*inputs))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(task.reference(*inputs)), rtol=1e-4, atol=1e-4)

@@ -267,13 +267,12 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
                       + " traced at their tuning sizes (the reference computes with them in "
                       "Python)")
     invars, eqns, outvars, consts = flatten(closed)
-    if any(e.primitive.name == "reduce_window_sum" for e in eqns):
-        from agents.llm.offline import windows
+    if {e.primitive.name for e in eqns} & {"reduce_window_sum", "cumsum"}:
+        from agents.llm.offline import cumulative, windows
 
-        pooled = windows.without_windows(closed)
-        if pooled is not None:
-            closed = pooled
-            invars, eqns, outvars, consts = flatten(closed)
+        for rewrite in (windows.without_windows, cumulative.without_cumsums):
+            closed = rewrite(closed) or closed
+        invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
     out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
     outs = [(_out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]

@@ -49,13 +49,20 @@ def _pooled(x: Any, params: dict[str, Any]) -> Any:
 def without_windows(closed: Any) -> Any | None:
     """`closed` with every poolable `reduce_window_sum` as a pooling matmul; None when it has
     none, or one that is not poolable."""
+    _, eqns, _, _ = flatten(closed)
+    windows = [e for e in eqns if e.primitive.name == "reduce_window_sum"]
+    if not windows or not all(poolable(e.params, len(e.invars[0].aval.shape)) for e in windows):
+        return None
+    return rewritten(closed, {"reduce_window_sum": lambda ins, params: _pooled(ins[0], params)})
+
+
+def rewritten(closed: Any, rules: dict[str, Any]) -> Any:
+    """`closed` re-traced over its own (symbolic) input shapes, each equation whose primitive
+    has a rule computed by it (`rule(inputs, params) -> output`), every other one bound as is."""
     import jax
     from jax.extend import core as jcore
 
     invars, eqns, outvars, consts = flatten(closed)
-    windows = [e for e in eqns if e.primitive.name == "reduce_window_sum"]
-    if not windows or not all(poolable(e.params, len(e.invars[0].aval.shape)) for e in windows):
-        return None
 
     def run(*args: Any) -> list[Any]:
         env: dict[Any, Any] = dict(consts)
@@ -66,8 +73,8 @@ def without_windows(closed: Any) -> Any | None:
 
         for e in eqns:
             ins = [read(v) for v in e.invars]
-            if e.primitive.name == "reduce_window_sum":
-                outs = [_pooled(ins[0], e.params)]
+            if e.primitive.name in rules:
+                outs = [rules[e.primitive.name](ins, e.params)]
             else:
                 got = e.primitive.bind(*ins, **e.params)
                 outs = list(got) if e.primitive.multiple_results else [got]
