@@ -54,7 +54,9 @@ def geometry(space: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int
              padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...], sublanes: int
              ) -> tuple[list[int], list[int], tuple[tuple[int, int], ...], int, int]:
     """(output sizes, phase sizes, (phase, row offset) per tap, output rows, slab rows) of one
-    image: the phase-split, flattened layout every tap reads as one contiguous row range."""
+    image: the phase-split, flattened layout every tap reads as one contiguous row range. The
+    first phase axis gets the extra rows the last tap's window reaches past the image, so one
+    pad makes the whole slab."""
     nd = len(space)
     padded = [space[i] + padding[i][0] + padding[i][1] for i in range(nd)]
     outs = [max(0, (padded[i] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
@@ -70,8 +72,9 @@ def geometry(space: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int
             phase = phase * strides[i] + where[i] % strides[i]
         taps.append((phase, sum(where[i] // strides[i] * flat[i] for i in range(nd))))
     rows = outs[0] * flat[0]
-    length = max(math.prod(phase_dims), rows + max(offset for _, offset in taps))
-    return outs, phase_dims, tuple(taps), rows, -(-length // sublanes) * sublanes
+    reach = -(-(rows + max(offset for _, offset in taps)) // flat[0])
+    phase_dims[0] = max(phase_dims[0], -(-reach // sublanes) * sublanes if nd == 1 else reach)
+    return outs, phase_dims, tuple(taps), rows, math.prod(phase_dims)
 
 
 def _shapes(facts: TaskFacts) -> dict[str, Any]:
@@ -153,25 +156,31 @@ def _conv(lhs, rhs, *, block_images):
     config = [(0, 0, 0)] + [(lo, phase_dims[i] * STRIDES[i] - space[i] - lo, 0)
                             for i, (lo, _) in enumerate(PADDING)] + [(0, 0, 0)]
     x = lax.pad(x, jnp.zeros((), x.dtype), config)
-    phases = [x[(slice(None), *(slice(p, None, s) for p, s in zip(phase, STRIDES, strict=True)), slice(None))]
-              for phase in itertools.product(*(range(s) for s in STRIDES))]
-    x = jnp.stack(phases, axis=1).reshape(n, len(phases), -1, channels)
-    x = jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
-    x = x.reshape(n, len(phases), length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
-    w = w.reshape(len(taps), group_in, GROUPS, group_out).transpose(2, 0, 1, 3)
+    if any(s > 1 for s in STRIDES):  # one strided slice per phase
+        phases = [x[(slice(None), *(slice(p, None, s) for p, s in zip(phase, STRIDES, strict=True)),
+                     slice(None))] for phase in itertools.product(*(range(s) for s in STRIDES))]
+        x = jnp.stack(phases, axis=1)
+    count = math.prod(STRIDES)
+    if GROUPS == 1:  # reshapes only: no data moves
+        x = x.reshape(n, 1, count, length, channels)
+        w = w.reshape(1, len(taps), group_in, features)
+    else:
+        x = x.reshape(n, count, length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
+        w = w.reshape(len(taps), group_in, GROUPS, group_out).transpose(2, 0, 1, 3)
     block = min(block_images, n)
     out = pl.pallas_call(
         functools.partial(_conv_kernel, taps=taps, rows=rows),
         out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
         grid=(pl.cdiv(n, block), GROUPS),
         in_specs=[
-            pl.BlockSpec((block, None, len(phases), length, group_in), lambda i, g: (i, g, 0, 0, 0)),
+            pl.BlockSpec((block, None, count, length, group_in), lambda i, g: (i, g, 0, 0, 0)),
             pl.BlockSpec((None, len(taps), group_in, group_out), lambda i, g: (g, 0, 0, 0)),
         ],
         out_specs=pl.BlockSpec((block, None, rows, group_out), lambda i, g: (i, g, 0, 0)),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
     )(x, w)
-    out = out.transpose(0, 2, 1, 3).reshape(n, outs[0], *phase_dims[1:], features)
+    out = out if GROUPS == 1 else out.transpose(0, 2, 1, 3)
+    out = out.reshape(n, outs[0], *phase_dims[1:], features)
     out = out[(slice(None), slice(None), *(slice(0, o) for o in outs[1:]), slice(None))]
     return jnp.transpose(out, tuple(np.argsort((OUT_SPEC[0], *OUT_SPEC[2:], OUT_SPEC[1]))))
 
