@@ -32,6 +32,11 @@ def test_api_estimate_is_simulated_unverified_and_sound() -> None:
     wanted = XLA_TPU_PROGRAM if tpu_compiler.available() else HOST_PROGRAM
     assert result.baseline_priced_from == wanted, result.baseline_method
     assert result.baseline_method.startswith(f"{wanted} on v6e")
+    if wanted == XLA_TPU_PROGRAM:  # the compiler's price beside, never the baseline
+        assert result.baseline_xla_tpu is not None
+        assert result.baseline_s == result.baseline_xla_tpu["latency_s"]
+        assert result.baseline_xla_tpu["compiler_latency_s"] > 0
+        assert result.baseline_xla_tpu["compiler_latency_s"] != result.baseline_s
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from eventstore.events import BaselineMeasured
 from tools import api
 from tools.lowered import tpu_compiler
 from tools.performance import simbaseline
-from tools.performance.baseline import reference_cost
+from tools.performance.baseline import DotShape, dot_seconds, reference_cost
 from tools.performance.chips import get_chip
 from tools.performance.simbaseline import (
     HOST_PROGRAM,
@@ -119,7 +119,10 @@ def test_an_op_without_a_pricing_rule_is_named_and_its_program_is_not_the_baseli
     price = price_program(_HLO, chip)
     assert price.unpriced == ["custom-call topk (TopK)"]
     (copy, topk) = price.ops
-    assert copy.cycles == 6640 and copy.bound == "compute"
+    # the compiler's cycles are kept beside; the copy's price is its HBM bytes and a launch
+    assert copy.cycles == 6640 and copy.compiler_compute_s == pytest.approx(6640 / chip.clock_hz)
+    assert copy.compute_s == 0.0 and copy.bound == "memory"
+    assert copy.latency_s == pytest.approx(512 * 1024 * 4 / chip.hbm_bytes_per_s + 1e-6)
     assert topk.bound == "unpriced" and topk.latency_s == 0.0
     assert price.latency_s == copy.latency_s  # what is left out is not summed as free
     found = XlaTpuBaseline(price.latency_s, price.compute_s, price.memory_s, price.overhead_s,
@@ -208,3 +211,120 @@ def test_bench_says_which_program_its_runs_baselines_were_priced_from() -> None:
     assert both["beam"]["baseline_priced_from"] == sorted([XLA_TPU_PROGRAM, HOST_PROGRAM])
     old = summarise({"c": run("c", "")})  # a log from before the field: its origin only
     assert old["beam"]["baseline_priced_from"] == ["simulated"]
+
+
+def _fusion_hlo(body: str, cycles: int, params: str = "f32[1024,1024]") -> str:
+    """One fusion over ``params`` whose fused computation is ``body`` (its ROOT last)."""
+    args = ", ".join(f"%p{i}" for i in range(len(params.split(";"))))
+    decls = "\n".join(f"  %p{i} = {t}{{1,0:T(8,128)}} parameter({i})"
+                      for i, t in enumerate(params.split(";")))
+    inner = "\n".join(f"  %q{i} = {t}{{1,0:T(8,128)}} parameter({i})"
+                       for i, t in enumerate(params.split(";")))
+    return f"""HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%fused (q0: f32[1024,1024]) -> f32[1024,1024] {{
+{inner}
+{body}
+}}
+
+ENTRY %main (p0: f32[1024,1024]) -> f32[1024,1024] {{
+{decls}
+  ROOT %f = f32[1024,1024]{{1,0:T(8,128)}} fusion({args}), kind=kLoop, calls=%fused, backend_config={{"window_config":{{"estimated_cycles":"{cycles}"}}}}
+}}
+"""
+
+
+_EXP = """  %m = f32[1024,1024]{1,0:T(8,128)} multiply(%q0, %q0)
+  %c = f32[] constant(2)
+  %two = f32[1024,1024]{1,0} broadcast(%c), dimensions={}
+  %twice = f32[1024,1024]{1,0} convert(%two)
+  %d = f32[1024,1024]{1,0} add(%m, %twice)
+  ROOT %e = f32[1024,1024]{1,0:T(8,128)} exponential(%d)"""
+
+
+def test_the_baseline_never_takes_the_compilers_cycles() -> None:
+    """A fusion whose compiler estimate is enormous (or tiny) is priced by the kernel model's
+    rules: a multiply and an add (one VPU op per element each; the converted broadcast
+    constant is folded), an exp (one EUP and one VPU op per element), the larger of that and
+    its HBM bytes, plus a launch. The compiler's figure is kept beside, and the baseline the
+    speedup divides by is the model's price whatever it says."""
+    chip = get_chip("v6e")
+    n = 1024 * 1024
+    compute = max(3 * n / chip.vpu_ops_per_s, n / chip.transcendentals_per_s)
+    memory = 2 * 4 * n / chip.hbm_bytes_per_s
+    model = max(compute, memory) + 1e-6
+    huge, tiny = (price_program(_fusion_hlo(_EXP, c), chip) for c in (10**9, 1))
+    for price in (huge, tiny):
+        assert price.unpriced == []
+        (op,) = price.ops
+        assert (op.vpu_ops, op.transcendentals) == (3 * n, n)
+        assert op.compute_s == pytest.approx(compute) and price.latency_s == pytest.approx(model)
+    assert huge.compiler_latency_s == pytest.approx(10**9 / chip.clock_hz + 1e-6)
+    cost = reference_cost(lambda v: jnp.exp(v * v + 2), [jax.ShapeDtypeStruct((1024, 1024),
+                                                                             jnp.float32)])
+    found = XlaTpuBaseline(huge.latency_s, huge.compute_s, huge.memory_s, huge.overhead_s,
+                           None, huge.ops, "v6e", "libtpu test", 0.0,
+                           compiler_latency_s=huge.compiler_latency_s)
+    chosen = choose(cost, chip, found)
+    assert chosen.priced_from == "xla-tpu" and chosen.latency_s == pytest.approx(model)
+    assert chosen.latency_s < huge.compiler_latency_s / 100
+
+
+def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> None:
+    """A reduction costs one VPU op per input element; a convolution (XLA:TPU's form of a
+    dot) takes the reference's dot priced on the MXU as the host baseline prices it; one
+    without a dot shape given, or an op with no rule (a gather), is named, never free."""
+    chip = get_chip("v6e")
+    reduce = """  %z = f32[] constant(0)
+  ROOT %r = f32[1024]{0} reduce(%q0, %z), dimensions={1}, to_apply=%add"""
+    (op,) = price_program(_fusion_hlo(reduce, 5), chip).ops
+    assert op.vpu_ops == 1024 * 1024 and op.transcendentals == 0
+    conv = """  %q1 = f32[1024,1024]{1,0} parameter(1)
+  ROOT %v = f32[1024,1024]{1,0} convolution(%q0, %q1), dim_labels=bf_io->bf"""
+    hlo = _fusion_hlo(conv, 10**9, "f32[1024,1024];f32[1024,1024]")
+    dot = DotShape(1, 1024, 1024, 1024, "float32")
+    (op,) = price_program(hlo, chip, [dot]).ops
+    assert op.mxu_s == pytest.approx(dot_seconds(dot, chip)) and op.compute_s == op.mxu_s
+    assert op.latency_s == pytest.approx(max(op.mxu_s, op.memory_s) + 1e-6)
+    assert price_program(hlo, chip).unpriced == [
+        "fusion f (a dot or convolution with no shape given)"]
+    gather = """  %i = s32[8,1]{1,0} constant({{0},{1},{2},{3},{4},{5},{6},{7}})
+  ROOT %g = f32[8,1024]{1,0} gather(%q0, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,1024}"""
+    price = price_program(_fusion_hlo(gather, 100), chip)
+    assert price.unpriced == ["fusion f (gather g)"] and price.ops[0].bound == "unpriced"
+
+
+_COPY = """HloModule m
+
+%fused (q0: f32[1024,1024], q1: f32[1024,1024]) -> f32[1024,1024] {
+  %q0 = f32[1024,1024]{1,0:T(8,128)} parameter(0)
+  %q1 = f32[1024,1024]{1,0:T(8,128)S(1)} parameter(1)
+  ROOT %m = f32[1024,1024]{1,0:T(8,128)} multiply(%q0, %q1)
+}
+
+ENTRY %main (p0: f32[1024,1024], p1: f32[1024,1024]) -> f32[1024,1024] {
+  %p0 = f32[1024,1024]{1,0:T(8,128)} parameter(0)
+  %p1 = f32[1024,1024]{1,0:T(8,128)} parameter(1)
+  %cs = (f32[1024,1024]{1,0:T(8,128)S(1)}, f32[1024,1024]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%p1)
+  %cd = f32[1024,1024]{1,0:T(8,128)S(1)} copy-done(%cs)
+  ROOT %f = f32[1024,1024]{1,0:T(8,128)} fusion(%p0, %cd), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_an_async_copy_overlaps_the_ops_but_shares_their_hbm() -> None:
+    """The copy of p1 into VMEM runs beside the fusion, but both move bytes through one HBM:
+    the program takes all its HBM bytes at bandwidth plus the launch, not the fusion's alone."""
+    chip = get_chip("v6e")
+    price = price_program(_COPY, chip)
+    copy, fusion = price.ops
+    assert copy.opcode == "copy-start" and copy.hbm_bytes == 4 << 20
+    assert fusion.hbm_bytes == 8 << 20 and fusion.vpu_ops == 1 << 20
+    assert fusion.latency_s == pytest.approx((8 << 20) / chip.hbm_bytes_per_s + 1e-6)
+    assert price.latency_s == pytest.approx((12 << 20) / chip.hbm_bytes_per_s + 1e-6)

@@ -173,6 +173,11 @@ def _entry_bytes(hlo: str) -> tuple[int, int, list[FusionCost]]:
     return sum(per.values()), len(kernels), fusions
 
 
+def dots_of(stablehlo_text: str) -> list[DotShape]:
+    """The dots and convolutions of a StableHLO module as MXU matmuls, in program order."""
+    return _dots(stablehlo_text)
+
+
 def _dots(stablehlo_text: str) -> list[DotShape]:
     dots: list[DotShape] = []
     for line in stablehlo_text.splitlines():
@@ -266,29 +271,45 @@ class BaselineEstimate(msgspec.Struct, frozen=True):
     bound: str
 
 
+def dot_seconds(d: DotShape, chip: Chip) -> float:
+    """One dot's MXU time as XLA runs it: padded flops at `XLA_MXU_EFFICIENCY` of the peak
+    for its operands' dtype (assumption 7)."""
+    padded = padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
+    return padded / (chip.matmul_peak(d.dtype) * XLA_MXU_EFFICIENCY)
+
+
+def share_dots(counts: Sequence[int], dot_s: Sequence[float]) -> list[float]:
+    """MXU seconds per fusion: ``counts[i]`` dots held by fusion i take the program's dots
+    (``dot_s``, in program order) in order; where the counts do not add up to the dots, the
+    dots' time is spread evenly over the fusions holding one."""
+    share = [0.0] * len(counts)
+    holders = [i for i, c in enumerate(counts) if c]
+    if not dot_s or not holders:
+        return share
+    if sum(counts) == len(dot_s):
+        at = 0
+        for i in holders:
+            share[i] = float(sum(dot_s[at:at + counts[i]]))
+            at += counts[i]
+    else:
+        for i in holders:
+            share[i] = sum(dot_s) / len(holders)
+    return share
+
+
 def estimate_baseline(cost: ReferenceCost, chip: Chip) -> BaselineEstimate:
     """Simulated XLA latency of the reference on `chip` (assumption 7)."""
-    dot_s: list[float] = []
-    padded = 0.0
-    for d in cost.dots:
-        p = padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
-        padded += p
-        dot_s.append(p / (chip.matmul_peak(d.dtype) * XLA_MXU_EFFICIENCY))
+    dot_s = [dot_seconds(d, chip) for d in cost.dots]
+    padded = float(sum(padded_matmul_flops(d.batch, d.m, d.n, d.k, chip.mxu_dim)
+                       for d in cost.dots))
     mxu_s = sum(dot_s)
     other = max(cost.flops - cost.dot_flops, 0.0)
     side = max(other / chip.vpu_ops_per_s, cost.transcendentals / chip.transcendentals_per_s)
     bw = chip.hbm_bytes_per_s
     memory = cost.bytes_accessed / bw
     fusions = cost.fusions or [FusionCost(round(cost.bytes_accessed), bool(cost.dots))]
-    holders = [i for i, f in enumerate(fusions) if f.has_dot]
-    share = [0.0] * len(fusions)
-    if dot_s and holders:
-        if len(holders) == len(dot_s):
-            for i, seconds in zip(holders, dot_s, strict=True):
-                share[i] = seconds
-        else:  # counts differ: the dots' time, spread evenly over the fusions holding one
-            for i in holders:
-                share[i] = mxu_s / len(holders)
+    if dot_s and any(f.has_dot for f in fusions):
+        share = share_dots([int(f.has_dot) for f in fusions], dot_s)
         serial = sum(max(f.bytes / bw, s) for f, s in zip(fusions, share, strict=True))
     else:
         serial = sum(f.bytes / bw for f in fusions) if fusions else memory
@@ -306,6 +327,9 @@ __all__ = [
     "DotShape",
     "FusionCost",
     "ReferenceCost",
+    "dot_seconds",
+    "dots_of",
     "estimate_baseline",
     "reference_cost",
+    "share_dots",
 ]

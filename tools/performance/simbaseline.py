@@ -6,7 +6,10 @@ Which program it is priced from, in order:
 
 1. XLA:TPU's optimised program for the target chip (:mod:`tools.performance.xla_tpu`), where
    libtpu is installed (and not switched off with ``KG_TPU_COMPILER=0``), the reference
-   compiles for TPU, and the pricer has a rule for every op it launches. Labelled
+   compiles for TPU, and the pricer has a rule for every op it launches. Its structure
+   (fusions, HBM bytes, async copies, memory spaces) is XLA:TPU's; each fusion's compute is
+   priced by the same model rules as a kernel's (the compiler's `estimated_cycles` are kept
+   beside, never taken: a kernel has no such figure). Labelled
    ``simulated, priced from XLA:TPU's program``.
 2. Otherwise the reference's host (XLA:CPU) program priced by the model
    (:mod:`tools.performance.baseline`), labelled ``simulated, priced from the host program``,

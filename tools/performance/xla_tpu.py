@@ -8,18 +8,27 @@ real fusions, their tiled layouts and memory spaces (`S(1)`: VMEM, `S(2)`: SMEM)
 HBM->VMEM copies, and, in each fusion's backend config, the compiler's static estimate
 of its cycles (`estimated_cycles`).
 
-Each launched op is priced as the model prices a kernel step: compute from the compiler
-(its estimated cycles at the chip's clock), memory from the model (the bytes of its
-operands and result that live in HBM, at HBM bandwidth), the larger of the two, plus one
-`KERNEL_LAUNCH_S` per fusion; ops run one after another. An async copy (copy-start) moves
-its operand's bytes through HBM with no launch of its own, overlapped with the ops XLA
-scheduled around it: the program takes the longer of its ops in sequence and its copies
-in sequence. A pure move (copy, reshape, transpose, slice, ...) the compiler gives no
-cycles for costs its HBM bytes and a launch; a custom call that only reserves a buffer
-(`AllocateBuffer`) costs nothing. Any other op without the compiler's cycles (a custom
-call such as TopK or a Mosaic kernel, a gather fusion, a while loop) has no rule here: it is
-named in ``unpriced``, never priced at zero, and such a program is not a baseline.
-`cost_analysis()`'s `optimal_seconds` (XLA's own estimate) is kept beside it.
+Each launched op is priced as the model prices a kernel step, with the kernel model's own
+compute rules, so that a speedup compares like with like: compute is what the op's HLO
+ops ask of the MXU, VPU and EUP counted as the equivalent Mosaic ops are counted in a
+kernel (:mod:`tools.performance.hlo_compute`; dots and convolutions on the MXU as the host
+baseline prices them, :func:`tools.performance.baseline.dot_seconds`), the units
+overlapping; memory is the bytes of its operands and result that live in HBM, at HBM
+bandwidth; the op takes the larger of the two plus one `KERNEL_LAUNCH_S`; ops run one
+after another. An async copy (copy-start) moves its operand's bytes through HBM with no
+launch of its own, overlapped with the ops XLA scheduled around it: the program takes the
+longer of its ops in sequence and its copies in sequence, and never less than all its HBM
+bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a kernel's
+pipelined and manual transfers do). A custom call that only reserves
+a buffer (`AllocateBuffer`) costs nothing. An op with no rule (a custom call such as TopK
+or a Mosaic kernel, a gather, a sort, a while loop) is named in ``unpriced``, never priced
+at zero, and such a program is not a baseline.
+
+The compiler's static estimate (each fusion's `estimated_cycles` at the chip's clock) is
+kept beside, per op and as the program's price with it as the compute side
+(``compiler_latency_s``), but never used for the speedup: a kernel's Mosaic custom call
+carries no such estimate, so its compute comes from the model, and so must the
+baseline's. `cost_analysis()`'s `optimal_seconds` (XLA's own estimate) is kept beside too.
 
 This is the XLA baseline of simulated targets wherever it prices the whole program;
 :mod:`tools.performance.simbaseline` chooses between it and the host program.
@@ -35,19 +44,15 @@ from typing import Any
 import msgspec
 
 from kernelgraph.errors import KernelgraphError
-from tools.performance.baseline import _hlo_bytes
+from tools.performance.baseline import DotShape, _hlo_bytes, dot_seconds, dots_of, share_dots
 from tools.performance.chips import Chip
+from tools.performance.hlo_compute import Instr, Module, Work
 from tools.performance.roofline import KERNEL_LAUNCH_S
 
 _NOT_RUN = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                       "copy-done", "after-all", "partition-id", "replica-id"})
-# Ops that only move bytes: without the compiler's cycles they are priced by their HBM bytes.
-_MOVES = frozenset({"copy", "reshape", "transpose", "slice", "dynamic-slice",
-                    "dynamic-update-slice", "concatenate", "pad", "broadcast", "reverse",
-                    "bitcast-convert"})
 # Custom calls that do no work of their own (XLA:TPU reserves a buffer).
 _FREE_TARGETS = frozenset({"AllocateBuffer"})
-_INSTR = re.compile(r"^\s+(?:ROOT )?%?([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(.*)$")
 
 
 class FusionPrice(msgspec.Struct, frozen=True):
@@ -56,11 +61,18 @@ class FusionPrice(msgspec.Struct, frozen=True):
     name: str
     opcode: str
     hbm_bytes: int  # operands + result held in HBM (no memory-space annotation)
-    cycles: int | None  # the compiler's estimated_cycles, where it gives one
-    compute_s: float
+    cycles: int | None  # the compiler's estimated_cycles, where it gives one (beside)
+    compute_s: float  # by the kernel model's rules: max(MXU, VPU, EUP)
     memory_s: float
-    latency_s: float
+    latency_s: float  # max(compute_s, memory_s) + launch
     bound: str  # "compute" | "memory" | "overhead" | "unpriced"
+    vpu_ops: float = 0.0
+    transcendentals: float = 0.0
+    mxu_s: float = 0.0
+    # beside, never the baseline: the compiler's cycles at the clock (the model's compute
+    # where it gives none) and the op priced with them
+    compiler_compute_s: float | None = None
+    compiler_latency_s: float | None = None
 
 
 class ProgramPrice(msgspec.Struct, frozen=True):
@@ -74,11 +86,13 @@ class ProgramPrice(msgspec.Struct, frozen=True):
     memory_s: float
     overhead_s: float
     unpriced: list[str] = []
+    compiler_latency_s: float = 0.0  # beside: compute from the compiler's cycles
+    compiler_compute_s: float = 0.0  # the compiler's cycles alone, summed
 
 
 class XlaTpuBaseline(msgspec.Struct, frozen=True):
     latency_s: float
-    compute_s: float  # the ops' compiler cycles, summed
+    compute_s: float  # the ops' compute by the kernel model's rules, summed
     memory_s: float  # the ops' HBM bytes at bandwidth, summed
     overhead_s: float
     optimal_seconds: float | None  # cost_analysis() of the compiled program
@@ -86,9 +100,13 @@ class XlaTpuBaseline(msgspec.Struct, frozen=True):
     chip: str
     compiler: str
     compile_seconds: float
-    source: str = "XLA:TPU optimised program (libtpu ahead of time); per op: max(compiler " \
-                  "estimated_cycles at the clock, HBM bytes at bandwidth) + launch"
+    source: str = "XLA:TPU optimised program (libtpu ahead of time); per op: max(compute " \
+                  "by the kernel model's rules, HBM bytes at bandwidth) + launch"
     unpriced: list[str] = []  # ops with no pricing rule: the latency is not a baseline
+    # beside, never the baseline: the program priced with the compiler's estimated_cycles
+    # as each op's compute side (a kernel has no such figure to compare with)
+    compiler_latency_s: float | None = None
+    compiler_compute_s: float | None = None
 
 
 class XlaTpuError(KernelgraphError, RuntimeError):
@@ -121,54 +139,80 @@ def _cycles(rest: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def price_program(hlo: str, chip: Chip) -> ProgramPrice:
+def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> ProgramPrice:
     """Each launched op of the ENTRY computation priced (assumptions in the module's text).
 
-    An op with the compiler's cycles: max(cycles at the clock, HBM bytes at bandwidth) plus
-    a launch; a pure move without them: its HBM bytes plus a launch; an async copy: its HBM
-    bytes, overlapped. Any other op has no rule: it is listed in ``unpriced``, never free."""
-    entry = hlo[hlo.find("\nENTRY"):] if "\nENTRY" in hlo else ""
+    ``dots``: the reference's dots and convolutions in program order (from its StableHLO,
+    :func:`tools.performance.baseline.dots_of`), priced on the MXU as the host baseline
+    prices them and given to the ops that hold one. Compute by the model's rules
+    (:mod:`tools.performance.hlo_compute`), the compiler's cycles kept beside; an op
+    without a rule is listed in ``unpriced``, never free."""
+    module = Module(hlo)
+    entry = module.computations.get(module.entry or "", [])
     types: dict[str, str] = {}
-    priced: list[FusionPrice] = []
+    rows: list[tuple[Instr, int, int | None, Work]] = []
+    copies: list[FusionPrice] = []
     unpriced: list[str] = []
-    for line in entry.splitlines()[1:]:
-        m = _INSTR.match(line)
-        if not m:
+    for ins in entry:
+        types[ins.name] = ins.type_text
+        if ins.opcode in _NOT_RUN:
             continue
-        name, type_text, opcode, operand_text, rest = m.groups()
-        types[name] = type_text
-        if opcode in _NOT_RUN:
+        target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
+        if ins.opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
             continue
-        target = re.search(r'custom_call_target="([^"]+)"', rest)
-        if opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
-            continue
-        operands = re.findall(r"%([\w.\-]+)", operand_text)
-        if opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
-            moved = sum(_hbm_bytes(types.get(o, "")) for o in operands)
+        if ins.opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
+            moved = sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
             memory = moved / chip.hbm_bytes_per_s
-            priced.append(FusionPrice(name, opcode, moved, None, 0.0, memory, memory, "memory"))
+            copies.append(FusionPrice(ins.name, ins.opcode, moved, None, 0.0, memory, memory,
+                                      "memory"))
             continue
-        hbm = _hbm_bytes(type_text) + sum(_hbm_bytes(types.get(o, "")) for o in operands)
-        cycles = _cycles(rest)
+        hbm = _hbm_bytes(ins.type_text) + sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
+        work = module.instr_work(ins, types)
+        if work.dots and not dots:
+            work = work + Work(unpriced=("a dot or convolution with no shape given",))
+        rows.append((ins, hbm, _cycles(ins.rest), work))
+    mxu = share_dots([w.dots for *_, w in rows], [dot_seconds(d, chip) for d in dots])
+    priced: list[FusionPrice] = []
+    for (ins, hbm, cycles, work), mxu_s in zip(rows, mxu, strict=True):
         memory = hbm / chip.hbm_bytes_per_s
-        if cycles is None and opcode not in _MOVES:  # no rule: named, never priced at zero
-            unpriced.append(f"{opcode} {name}" + (f" ({target.group(1)})" if target else ""))
-            priced.append(FusionPrice(name, opcode, hbm, None, 0.0, memory, 0.0, "unpriced"))
+        if work.unpriced:  # no rule: named, never priced at zero
+            inner = ", ".join(work.unpriced)
+            unpriced.append(f"fusion {ins.name} ({inner})" if ins.opcode == "fusion" else inner)
+            priced.append(FusionPrice(ins.name, ins.opcode, hbm, cycles, 0.0, memory, 0.0,
+                                      "unpriced"))
             continue
-        compute = cycles / chip.clock_hz if cycles else 0.0
+        compute = max(mxu_s, work.vpu_ops / chip.vpu_ops_per_s,
+                      work.transcendentals / chip.transcendentals_per_s)
+        by_compiler = cycles / chip.clock_hz if cycles is not None else compute
         launch = KERNEL_LAUNCH_S
         bound = max((("compute", compute), ("memory", memory), ("overhead", launch)),
                     key=lambda kv: kv[1])[0]
-        priced.append(FusionPrice(name, opcode, hbm, cycles, compute, memory,
-                                  max(compute, memory) + launch, bound))
+        priced.append(FusionPrice(
+            ins.name, ins.opcode, hbm, cycles, compute, memory, max(compute, memory) + launch,
+            bound, vpu_ops=work.vpu_ops, transcendentals=work.transcendentals, mxu_s=mxu_s,
+            compiler_compute_s=by_compiler,
+            compiler_latency_s=max(by_compiler, memory) + launch))
     ran = [f for f in priced if f.bound != "unpriced"]
-    ops = sum(f.latency_s for f in ran if f.opcode != "copy-start")
-    copies = sum(f.latency_s for f in ran if f.opcode == "copy-start")
+    copy_s = sum(f.latency_s for f in copies)
+    memory_s = sum(f.memory_s for f in ran) + copy_s
+    launches = KERNEL_LAUNCH_S * len(ran)
+    # The copies overlap the ops, but all of them share one HBM: the program never takes
+    # less than all its HBM bytes at bandwidth (as a kernel step never does), plus launches.
     return ProgramPrice(
-        ops=priced, latency_s=max(ops, copies),
-        compute_s=sum(f.compute_s for f in ran), memory_s=sum(f.memory_s for f in ran),
+        ops=_in_order(entry, [*copies, *priced]),
+        latency_s=max(sum(f.latency_s for f in ran), copy_s, memory_s + launches),
+        compute_s=sum(f.compute_s for f in ran), memory_s=memory_s,
         overhead_s=sum(f.latency_s - max(f.compute_s, f.memory_s) for f in ran),
-        unpriced=unpriced)
+        unpriced=unpriced,
+        compiler_latency_s=max(sum(f.compiler_latency_s or 0.0 for f in ran), copy_s,
+                               memory_s + launches),
+        compiler_compute_s=sum((f.cycles or 0) / chip.clock_hz for f in ran))
+
+
+def _in_order(entry: list[Instr], ops: list[FusionPrice]) -> list[FusionPrice]:
+    """The priced ops in the program's order."""
+    at = {ins.name: i for i, ins in enumerate(entry)}
+    return sorted(ops, key=lambda f: at.get(f.name, 0))
 
 
 def tpu_baseline(reference_fn: Callable[..., Any], args: Sequence[Any],
@@ -187,12 +231,13 @@ def tpu_baseline(reference_fn: Callable[..., Any], args: Sequence[Any],
     if not compiled.ok or not compiled.hlo:
         raise XlaTpuError(f"XLA:TPU did not compile the reference for {chip.name}: "
                           f"{compiled.message or 'no program came back'}")
-    price = price_program(compiled.hlo, chip)
+    price = price_program(compiled.hlo, chip, dots_of(text))
     return XlaTpuBaseline(
         latency_s=price.latency_s, compute_s=price.compute_s, memory_s=price.memory_s,
         overhead_s=price.overhead_s, optimal_seconds=compiled.optimal_seconds,
         fusions=price.ops, chip=chip.name, compiler=compiled.compiler,
-        compile_seconds=compiled.seconds, unpriced=price.unpriced)
+        compile_seconds=compiled.seconds, unpriced=price.unpriced,
+        compiler_latency_s=price.compiler_latency_s, compiler_compute_s=price.compiler_compute_s)
 
 
 __all__ = ["FusionPrice", "ProgramPrice", "XlaTpuBaseline", "XlaTpuError", "price_program",
