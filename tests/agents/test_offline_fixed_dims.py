@@ -94,6 +94,13 @@ def test_a_dot_with_several_batch_dims_is_one_merged_batched_matmul(
     np.testing.assert_allclose(np.asarray(got), np.asarray(dot(a, b)), rtol=1e-6, atol=1e-6)
 
 
+def test_a_body_that_needs_every_size_concrete_gets_one_per_shape() -> None:
+    facts = classify_task(EVALTASKS / "rope_matmul.py")
+    assert not facts.unsupported and facts.kernel_class == "single_block", facts.reasons
+    assert set(facts.pinned) == set(facts.symbols)  # no row block: the bodies are concrete
+    assert facts.body_source.count("def _body_") == 2
+
+
 def test_a_reference_whose_dots_have_two_batch_dims_gets_a_body() -> None:
     facts = classify_task(EVALTASKS / "retention_small.py")
     assert not facts.unsupported and facts.body_source, facts.reasons
@@ -103,7 +110,7 @@ def test_a_reference_whose_dots_have_two_batch_dims_gets_a_body() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", ["attention_gqa_bshd", "attention_score_bias", "matmul_groupnorm",
-                                  "retention_small", "paged_attention_ragged"])
+                                  "retention_small", "paged_attention_ragged", "rope_matmul"])
 def test_the_kernel_passes_the_verifier_at_every_shape(name: str, tmp_path: Path) -> None:
     from agents.llm.parsing import check_plan, extract_code
     from tools.api import evaluate, freeze_suite, load_task

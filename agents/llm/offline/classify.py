@@ -293,6 +293,7 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
                                  f"at the unseen shapes ({per})")
         else:
             facts.body_source, facts.outs = per.source, per.outs
+            facts.pinned = {s: dim_values[s] for s in per.pinned}
             facts.reasons.append(f"one body per shape: the reference fixes {', '.join(fixed)} in "
                                  f"Python; bodies traced at {len(per.keys)} sets of their sizes")
     else:
@@ -323,8 +324,13 @@ def _per_shape_bodies(task: Any, args: list[Arg], symbols: list[str], minimum: d
         del index
         return _symbolic_jaxpr(reference, args, symbols, minimum, sizes)
 
-    return pershape.bodies(references, [a.dims for a in args], shapes, symbols, pinned, trace,
-                           out_shapes, out_dtypes)
+    per = pershape.bodies(references, [a.dims for a in args], shapes, symbols, pinned, trace,
+                          out_shapes, out_dtypes)
+    if isinstance(per, str) and set(pinned) != set(symbols):  # every dim concrete per shape
+        whole = pershape.bodies(references, [a.dims for a in args], shapes, symbols, symbols,
+                                trace, out_shapes, out_dtypes)
+        return per if isinstance(whole, str) else whole
+    return per
 
 
 def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: list[Any],

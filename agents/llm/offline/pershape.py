@@ -27,6 +27,7 @@ class PerShape:
     source: str
     outs: list[tuple[tuple[Any, ...], str]]
     keys: list[tuple[int, ...]]  # the pinned sizes of each body, in `pinned` order
+    pinned: tuple[str, ...] = ()  # the dims each body is traced at (the rest stay symbolic)
 
 
 def _sizes_at(arg_dims: Sequence[tuple[Any, ...]], shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
@@ -105,4 +106,5 @@ def bodies(references: Sequence[Callable[..., Any]], arg_dims: Sequence[tuple[An
         "    return _BODIES[key](*args, **dims)",
     ]
     source = "\n\n\n".join([*helpers, *functions]) + "\n\n\n" + "\n".join(dispatch)
-    return PerShape(source, [(d, t) for d, t in zip(outs, out_dtypes, strict=True)], keys)
+    return PerShape(source, [(d, t) for d, t in zip(outs, out_dtypes, strict=True)], keys,
+                    tuple(pinned))
