@@ -12,18 +12,21 @@
   the sandbox); the compiler's verdict is the one the verifier uses.
 - `baselines` (`--baselines`): each shipped task's XLA baseline at its tuning point as
   `simulated_baseline` prices it (tools/performance/simbaseline.py: XLA:TPU's program, or the
-  host program with the reason), beside the host program priced by the model (`host_s`, the
-  baseline before), XLA:TPU's program priced per op (`xla_tpu_s`, even where ops without a
-  pricing rule keep it from being the baseline) and XLA's own `optimal_seconds`; how many
-  baselines moved by more than 10%. `first_kernel_speedups_simulated_unverified`: the
+  host program with the reason), beside the host program priced by the model (`host_s`),
+  XLA:TPU's program priced per op by the kernel model's compute rules (`xla_tpu_s`, even
+  where ops without a pricing rule keep it from being the baseline), the same program with
+  the compiler's `estimated_cycles` as each op's compute (`xla_tpu_compiler_cycles_s`,
+  beside, never the baseline) and XLA's own `optimal_seconds`; how many baselines moved by
+  more than 10% from the host program's. `first_kernel_speedups_simulated_unverified`: the
   offline author's first kernel (default knobs) per task priced by the model at the tuning
   point, its speedup over the host-program baseline (before) and over the baseline now
   (after); no correctness run, and kernels the model cannot count are left out.
 - `calibration_xla_v5e` (`--baselines`): the published v5e XLA rows (the Pallas matmul
   guide's bf16 jnp.matmul at 1024, 4096, 8192; the sparse guide's 16384^3 dense and masked
   references) against the model alone (the host program), the compiler's static estimate
-  alone, their combination (XLA:TPU's program priced per op: the baseline) and
-  `optimal_seconds`, each plus the timing method's dispatch constant; the worst error of each.
+  alone, the model's rules on XLA:TPU's program (the baseline), the compiler's cycles with
+  the model's memory on that program (`combined`, beside) and `optimal_seconds`, each plus
+  the timing method's dispatch constant; the worst error of each.
 - `install`: the extra's pin and libtpu's installed size (the install's seconds are
   measured outside: `time pip install -e '.[tpu-compiler]'`).
 
@@ -88,17 +91,19 @@ def _priced(functions: list, chip_name: str) -> list:
     """(XLA:TPU's program priced or None, optimal_seconds, error) per (fn, args), compiled in
     one child."""
     from tools.lowered import tpu_compiler
+    from tools.performance.baseline import dots_of
     from tools.performance.chips import get_chip
     from tools.performance.xla_tpu import price_program
 
     chip = get_chip(chip_name)
     out = []
-    for compiled in tpu_compiler.compile_all(_lowered_for_tpu(functions), chip.name,
-                                             keep_hlo=True):
+    texts = _lowered_for_tpu(functions)
+    for text, compiled in zip(texts, tpu_compiler.compile_all(texts, chip.name, keep_hlo=True),
+                              strict=True):
         if not compiled.ok:
             out.append((None, None, compiled.message[:200]))
             continue
-        price = price_program(compiled.hlo, chip)
+        price = price_program(compiled.hlo, chip, dots_of(text))
         out.append((price, compiled.optimal_seconds,
                     "unpriced: " + ", ".join(price.unpriced) if price.unpriced else ""))
     return out
@@ -113,7 +118,8 @@ def calibration_xla() -> dict:
     sparse guide's 16384^3 dense and masked references), each as (figure + dispatch) /
     published for the model alone (the host program), the compiler's static estimate alone
     (its cycles at the clock, summed over the ops, no memory side and no launches), the
-    combination (XLA:TPU's program priced per op, the baseline) and `optimal_seconds`. The
+    model's rules on XLA:TPU's program (the baseline), the compiler's cycles with the
+    model's memory on it (beside) and `optimal_seconds`. The
     dispatch constant is the model calibration's (the 1024^3 row's published time minus the
     model's estimate of it), so the model's ratio there is 1 by construction."""
     import json as _json
@@ -144,15 +150,18 @@ def calibration_xla() -> dict:
         model = model_rows.get(name) or calibration.model_seconds(r)
         out.append({"point": name, "published_s": published,
                     "model_ratio": _ratio(model, dispatch, published),
-                    "compiler_alone_ratio": _ratio(price and price.compute_s, dispatch,
-                                                   published),
-                    "combined_ratio": _ratio(price and price.latency_s, dispatch, published),
+                    "compiler_alone_ratio": _ratio(price and price.compiler_compute_s,
+                                                   dispatch, published),
+                    "model_on_xla_tpu_ratio": _ratio(price and price.latency_s, dispatch,
+                                                     published),
+                    "combined_ratio": _ratio(price and price.compiler_latency_s, dispatch,
+                                             published),
                     "optimal_ratio": _ratio(optimal, dispatch, published),
                     "bound": sorted({o.bound for o in price.ops}) if price else None,
                     "error": error})
     worst = {k: max((abs(row[k] - 1) for row in out if row[k]), default=None)
-             for k in ("model_ratio", "compiler_alone_ratio", "combined_ratio",
-                       "optimal_ratio")}
+             for k in ("model_ratio", "compiler_alone_ratio", "model_on_xla_tpu_ratio",
+                       "combined_ratio", "optimal_ratio")}
     return {"dispatch_s": dispatch, "rows": out,
             "worst_abs_error": {k: round(v, 3) if v is not None else None
                                 for k, v in worst.items()}}
@@ -212,6 +221,7 @@ def baselines(chip_name: str) -> dict:
         priced = found.xla_tpu or {}
         host = found.host.latency_s
         row = {"task": name, "host_s": host, "xla_tpu_s": priced.get("latency_s"),
+               "xla_tpu_compiler_cycles_s": priced.get("compiler_latency_s"),
                "optimal_s": priced.get("optimal_seconds"), "baseline_s": found.latency_s,
                "priced_from": found.label, "fallback": found.fallback,
                "baseline_over_host": round(found.latency_s / host, 3),
