@@ -5,9 +5,10 @@ The group sizes are scalar-prefetched into SMEM. Grid (row blocks, column blocks
 the first two `parallel`, groups `arbitrary` and innermost, into an f32 VMEM accumulator.
 At group g a step finds the group's rows [start, end) by summing the sizes before it (a
 short scalar loop), skips the matmul with `pl.when` when the row block holds none of them,
-and otherwise multiplies the block with the rows outside the group selected to zero, so a
-row block that straddles groups gets each group's product on its own rows. Rows in no group
-stay zero, as `ragged_dot` leaves them. K is one block (whole rows of lhs).
+and otherwise multiplies the block with the rows outside the group selected to zero (before
+the dot, and again after it, so an inf or NaN in this group's rhs never reaches another
+group's rows): a row block that straddles groups gets each group's product on its own rows.
+Rows in no group stay zero, as `ragged_dot` leaves them. K is one block (whole rows of lhs).
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def _kernel(sizes_ref, lhs_ref, rhs_ref, o_ref, acc_ref):
         rows = first + lax.broadcasted_iota(jnp.int32, (block_m, 1), 0)
         mine = jnp.logical_and(rows >= start, rows < end)
         lhs = jnp.where(mine, lhs_ref[...], jnp.zeros_like(lhs_ref))
-        acc_ref[...] += jnp.dot(lhs, rhs_ref[...], preferred_element_type=jnp.float32)
+        product = jnp.dot(lhs, rhs_ref[...], preferred_element_type=jnp.float32)
+        # rows of other groups stay exactly 0 even when this group's rhs holds an inf or NaN
+        acc_ref[...] += jnp.where(mine, product, 0.0)
 
     @pl.when(g == pl.num_programs(2) - 1)
     def _store():
