@@ -156,13 +156,13 @@ def test_matmul_blocks_respect_the_bf16_tile_down_the_fixers_ladder(tmp_path: Pa
 
 
 def test_a_primitive_mosaic_cannot_lower_is_refused_by_name(tmp_path: Path) -> None:
-    """A convolution has no Mosaic TPU rule: refused naming it, not a candidate that fails
-    (JAXBench 18k, 33k)."""
-    task = _task(tmp_path, "conv", "def reference(x, w):\n"
-                 "    y = lax.conv_general_dilated(x, w, (1, 1), 'VALID')\n"
+    """An overlapping max-pool window has no Mosaic TPU rule (and no rewrite): refused naming
+    it, not a candidate that fails. (Convolutions have their own class: test_offline_conv.)"""
+    task = _task(tmp_path, "maxpool", "def reference(x):\n"
+                 "    y = lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 1, 1), 'VALID')\n"
                  "    return jnp.maximum(y, 0.0)",
-                 [[(2, 4, 16, 16), (8, 4, 3, 3)], [(1, 4, 16, 16), (8, 4, 3, 3)]])
-    with pytest.raises(ProviderError, match=r"^unsupported: .*'conv_general_dilated' has no "
+                 [[(2, 4, 16, 16)], [(1, 4, 16, 16)]])
+    with pytest.raises(ProviderError, match=r"^unsupported: .*'reduce_window_max' has no "
                        "Mosaic TPU lowering"):
         _ask("plan", _ctx(task))
 
