@@ -91,7 +91,30 @@ def flatten(closed: Any) -> tuple[list[Any], list[Any], list[Any], dict[Any, Any
         return [resolve(v) for v in inner.outvars]
 
     outs = walk(jaxpr, jaxpr.invars, {})
+    names = getattr(getattr(jaxpr, "debug_info", None), "arg_names", None) or ()
+    if len(names) == len(jaxpr.invars):
+        if len(_INPUT_NAMES) > 4096:
+            _INPUT_NAMES.clear()
+        for var, name in zip(jaxpr.invars, names, strict=True):
+            _INPUT_NAMES[id(var)] = (var, str(name))
     return list(jaxpr.invars), eqns, outs, consts
+
+
+_INPUT_NAMES: dict[int, tuple[Any, str]] = {}
+"""id(input var) -> (the var, the traced function's parameter name): bodies name their
+inputs as the reference does (`x`, `w`) where those names are plain and free."""
+
+
+def _input_names(inputs: Sequence[Any], taken: set[str]) -> list[str]:
+    from agents.llm.offline.jaxpr_readable import RESERVED
+
+    names: list[str] = []
+    for i, v in enumerate(inputs):
+        var, name = _INPUT_NAMES.get(id(v), (None, ""))
+        plain = (var is v and name.isidentifier() and not re.fullmatch(r"a\d+|_.*", name)
+                 and name not in RESERVED and name not in taken and name not in names)
+        names.append(name if plain else f"a{i}")
+    return names
 
 
 _DIM_OPERATORS = {"floordiv": ast.FloorDiv, "mod": ast.Mod}
@@ -441,13 +464,14 @@ def function_source(
     """`def fn_name(*inputs, <dims>)` evaluating `eqns`; returns the outputs as a tuple.
     ``readable=False`` writes every equation as its primitive's bind (the form the readable
     one is checked against)."""
-    emitter = Emitter(consts, reserved=[fn_name, *dims, *(f"a{i}" for i in range(len(inputs)))],
-                      readable=readable)
-    for i, v in enumerate(inputs):
-        emitter.bind_name(v, f"a{i}")
+    params = _input_names(inputs, {fn_name, *dims}) if readable else [
+        f"a{i}" for i in range(len(inputs))]
+    emitter = Emitter(consts, reserved=[fn_name, *dims, *params], readable=readable)
+    for name, v in zip(params, inputs, strict=True):
+        emitter.bind_name(v, name)
     body = [emitter.line(e) for e in live(eqns, outputs)]
     results = [emitter.name(v) for v in outputs]
-    arg_list = ", ".join(f"a{i}" for i in range(len(inputs)))
+    arg_list = ", ".join(params)
     dim_list = ", ".join(f"{d}=None" for d in dims)
     signature = ", ".join(p for p in (arg_list, "*" if dims else "", dim_list) if p)
     lines = [*emitter.helpers.values(), f"def {fn_name}({signature}):"]
