@@ -284,8 +284,15 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
     if original.format != "jaxbench":
         raise TaskError(task, "--scale applies to JAXBench CONFIG sizes; this task's sizes "
                         "are its SHAPES (edit them, or make_inputs)")
+    path = write_scaled_task(task, factors)
+    try:  # factors that hold as asked need no search
+        if not any(" dropped: " in note for note in load_task(path).notes):
+            return path
+    except TaskError:  # the tuning factor does not hold: look for one that does
+        pass
     fitted = fit_scales(task, factors)
-    path = write_scaled_task(task, fitted.scales, fitted.keep, fitted.notes)
+    if fitted.notes:
+        path = write_scaled_task(task, fitted.scales, fitted.keep, fitted.notes)
     load_task(path)  # the scaled task must hold: refuse here, with the reason
     return path
 

@@ -110,6 +110,12 @@ def bench(
                           highlight=False, soft_wrap=True)
     if not plan.tasks:
         fail("no task can run (see the reasons above)")
+    if scale:  # a factor replaced because it broke a task's structure, said once per task
+        from kernelgraph.cli.scaleopt import say_scale_notes
+        from tools.api import scale_notes
+
+        for t in plan.tasks:
+            say_scale_notes(given.get(t.name, label_of(t.path)), scale_notes(t.path))
     started = time.monotonic()
 
     def progress(outcome: Any, done: int, total: int) -> None:

@@ -13,7 +13,8 @@ from kernelgraph.cli.app import fail
 ScaleOpt = Annotated[list[str] | None, typer.Option(
     "--scale", help="Run a JAXBench task at other sizes: factors for the CONFIG entries that "
     "size its inputs, first = tuning point, e.g. --scale 0.25,0.1875,0.125 (or repeat the "
-    "option). Recorded in the suite and the receipt.", show_default=False)]
+    "option). A factor that breaks the task's structure is replaced by the nearest that "
+    "keeps it, and said. Recorded in the suite and the receipt.", show_default=False)]
 
 
 def apply_scale(task: Path, scale: list[str] | None) -> Path:
