@@ -2,13 +2,14 @@
 SMEM, so the key/value index maps read a sequence's physical page for each logical one and
 the pipeline fetches only pages the sequence owns.
 
-Grid (batch, heads, pages): batch and heads `parallel`, pages `arbitrary` (an online
-softmax with running max, sum and f32 accumulator in VMEM scratch). A page past the
+Grid (batch, pages): batch `parallel`, pages `arbitrary` (an online softmax with running
+max, sum and f32 accumulator in VMEM scratch). Each step takes one page of every kv head and
+the query heads that read them as (kv_heads, group, depth): the dots are batched over kv
+heads, so grouped-query heads need no copy of the pages and the grid has no head axis. A page past the
 sequence's length is skipped with `pl.when`, and its index map repeats the last page the
 sequence owns, so it is not fetched either; inside the last page, positions at or past the
-length are masked. The query is one row per (sequence, head): it is reshaped to
-(batch, heads, 1, head_dim) outside the kernel (a layout op), so its block's last two dims
-are whole dims. The table is flattened the same way, to one SMEM vector.
+length are masked. The query heads are reshaped to (kv_heads, group, head_dim) outside the
+kernel (a layout op), so the block's last two dims are whole dims. The table is flattened the same way, to one SMEM vector.
 
 Pages laid out (pages, page_size, kv_heads, depth) are transposed to (kv_heads, pages,
 page_size, depth) outside the kernel; query head h reads key/value head h // (heads /
@@ -30,8 +31,8 @@ STRATEGY = ("Scalar-prefetch the block table and lengths; each grid step fetches
 
 def grid_text(params: dict[str, int]) -> str:
     del params
-    return ("grid (batch, heads, pages_per_sequence): batch and heads parallel, pages "
-            "arbitrary; k/v index map (h, table[b * pages + min(p, last owned page)], 0, 0).")
+    return ("grid (batch, pages_per_sequence): batch parallel, pages arbitrary; k/v index map "
+            "(all kv heads, table[b * pages + min(p, last owned page)], 0, 0).")
 
 
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
@@ -48,8 +49,9 @@ MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
 def _kernel(tables_ref, lengths_ref, *refs, scale, page_size):
+    """One page of every kv head: (kv_heads, group, depth) queries against (kv_heads, page, depth)."""
     q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref = refs[-7:]  # after the starts, if given
-    b, p = pl.program_id(0), pl.program_id(2)
+    b, p = pl.program_id(0), pl.program_id(1)
     length = lengths_ref[b]
 
     @pl.when(p == 0)
@@ -61,20 +63,21 @@ def _kernel(tables_ref, lengths_ref, *refs, scale, page_size):
     @pl.when(p * page_size < length)
     def _page():
         q = q_ref[...].astype(jnp.float32) * scale
-        s = lax.dot_general(q, k_ref[...].astype(jnp.float32), (((1,), (1,)), ((), ())),
-                            preferred_element_type=jnp.float32)
-        position = p * page_size + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+        s = lax.dot_general(q, k_ref[...].astype(jnp.float32), (((2,), (2,)), ((0,), (0,))),
+                            preferred_element_type=jnp.float32)  # (kv_heads, group, page)
+        position = p * page_size + lax.broadcasted_iota(jnp.int32, s.shape, 2)
         s = jnp.where(position < length, s, MASK_VALUE)
         m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=2, keepdims=True))
         alpha = jnp.exp(m_prev - m_new)
         weights = jnp.exp(s - m_new)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(weights, axis=1, keepdims=True)
-        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(
-            weights, v_ref[...].astype(jnp.float32), preferred_element_type=jnp.float32)
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(weights, axis=2, keepdims=True)
+        acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
+            weights, v_ref[...].astype(jnp.float32), (((2,), (1,)), ((0,), (0,))),
+            preferred_element_type=jnp.float32)
         m_ref[...] = m_new
 
-    @pl.when(p == pl.num_programs(2) - 1)
+    @pl.when(p == pl.num_programs(1) - 1)
     def _store():
         o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
@@ -95,33 +98,33 @@ def %NAME%(%ARGS%):
                          f"{lengths.shape=} are not paged-attention operands")
     page_size = k_pages.shape[2]
     pages = tables.shape[1]
-    repeat = heads // kv_heads  # query head h reads key/value head h // repeat
+    group = heads // kv_heads  # query heads h * group .. h * group + group - 1 read kv head h
 
-    def page_index(b, h, p, tables_ref, lengths_ref, *starts_ref):
+    def page_index(b, p, tables_ref, lengths_ref, *starts_ref):
         last_owned = jnp.maximum(lengths_ref[b] - 1, 0) // page_size
-        return (h // repeat, tables_ref[b * pages + jnp.minimum(p, last_owned)], 0, 0)
+        return (0, tables_ref[b * pages + jnp.minimum(p, last_owned)], 0, 0)
 
     spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2 if starts is None else 3,
-        grid=(batch, heads, pages),
+        grid=(batch, pages),
         in_specs=[
-            pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n, *s: (s[0][b] if s else b, h, 0, 0)),
-            pl.BlockSpec((None, None, page_size, depth), page_index),
-            pl.BlockSpec((None, None, page_size, depth), page_index),
+            pl.BlockSpec((None, kv_heads, group, depth), lambda b, p, t, n, *s: (s[0][b] if s else b, 0, 0, 0)),
+            pl.BlockSpec((kv_heads, None, page_size, depth), page_index),
+            pl.BlockSpec((kv_heads, None, page_size, depth), page_index),
         ],
-        out_specs=pl.BlockSpec((None, None, 1, depth), lambda b, h, p, t, n, *s: (b, h, 0, 0)),
-        scratch_shapes=[pltpu.VMEM((1, 1), jnp.float32), pltpu.VMEM((1, 1), jnp.float32),
-                        pltpu.VMEM((1, depth), jnp.float32)],
+        out_specs=pl.BlockSpec((None, kv_heads, group, depth), lambda b, p, t, n, *s: (b, 0, 0, 0)),
+        scratch_shapes=[pltpu.VMEM((kv_heads, group, 1), jnp.float32),
+                        pltpu.VMEM((kv_heads, group, 1), jnp.float32),
+                        pltpu.VMEM((kv_heads, group, depth), jnp.float32)],
     )
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%), page_size=page_size),
-        out_shape=jax.ShapeDtypeStruct((batch, heads, 1, depth), q.dtype),
+        out_shape=jax.ShapeDtypeStruct((batch, kv_heads, group, depth), q.dtype),
         grid_spec=spec,
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(tables.reshape(-1).astype(jnp.int32), lengths.astype(jnp.int32),
       *(() if starts is None else (starts.astype(jnp.int32),)),
-      q.reshape(tokens, heads, 1, depth), k_pages, v_pages)
+      q.reshape(tokens, kv_heads, group, depth), k_pages, v_pages)
     return out.reshape(batch, heads, depth)
 
 
