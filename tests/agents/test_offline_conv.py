@@ -5,13 +5,10 @@ dilation, feature groups, 2-D and 3-D, per-image and whole-batch epilogues."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
+from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
 
-from agents.llm.offline import planner
-from agents.llm.offline.author import candidate_source
 from agents.llm.offline.classify import classify_task
 
 TASKS = Path(__file__).resolve().parents[1] / "evaltasks"
@@ -21,13 +18,6 @@ CONV_TASKS = {
     "conv3d_ncdhw": {"spatial": 3, "strides": (1, 2, 1), "groups": 1, "per_image": True},
     "conv2d_batchnorm": {"spatial": 2, "strides": (1, 1), "groups": 1, "per_image": False},
 }
-
-
-def _candidate(name: str, tmp_path: Path) -> Path:
-    facts = classify_task(TASKS / f"{name}.py")
-    path = tmp_path / f"{name}_candidate.py"
-    path.write_text(candidate_source(facts, planner.default_params(facts, {}), name))
-    return path
 
 
 @pytest.mark.parametrize("name", sorted(CONV_TASKS))
@@ -67,47 +57,23 @@ def test_a_transposed_convolution_is_not_taken_for_this_class(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("name", sorted(CONV_TASKS))
-def test_the_kernel_computes_the_reference_in_interpret_mode(name: str, tmp_path: Path) -> None:
+def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     """At the tuning point and the unseen shape, against the reference, with the conv inside
     `pallas_call` (two of them: the conv and the epilogue)."""
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    from tools.api import load_task
-
-    source = _candidate(name, tmp_path).read_text()
+    source = first_kernel(TASKS / f"{name}.py", name)
     assert source.count("pl.pallas_call(") == 2 and "jnp.dot(window, w_ref[t]" in source
     assert "conv_general_dilated_p" not in source and "lax.conv_general_dilated(" not in source
-    namespace: dict[str, Any] = {"__name__": "candidate"}
-    exec(compile(source, name, "exec"), namespace)
-    task = load_task(TASKS / f"{name}.py")
-    for shape_index in (0, *task.unseen_shape_indices):
-        inputs = task.make_inputs(3, shape_index)
-        with pltpu.force_tpu_interpret_mode():
-            got = jax.block_until_ready(namespace["build"]()(*inputs))
-        want = task.reference(*inputs)
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+    assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
 
 
-def test_a_smaller_image_block_gives_the_same_answer(tmp_path: Path) -> None:
+def test_a_smaller_image_block_gives_the_same_answer() -> None:
     """`block_images` (the TUNABLE) only moves work between grid steps; a block that does not
     divide the batch leaves a partial last step."""
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    from tools.api import load_task
-
-    source = _candidate("conv2d_nhwc_strided", tmp_path).read_text()
+    task = TASKS / "conv2d_nhwc_strided.py"
+    source = first_kernel(task)
     assert "TUNABLES = {'block_images'" in source
-    namespace: dict[str, Any] = {"__name__": "candidate"}
-    exec(compile(source, "conv", "exec"), namespace)
-    task = load_task(TASKS / "conv2d_nhwc_strided.py")
-    inputs = task.make_inputs(5, 0)
-    with pltpu.force_tpu_interpret_mode():
-        one = jax.block_until_ready(namespace["build"](block_images=1)(*inputs))
-        three = jax.block_until_ready(namespace["build"](block_images=3)(*inputs))
-    np.testing.assert_allclose(np.asarray(one), np.asarray(task.reference(*inputs)), rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(np.asarray(one), np.asarray(three))
+    for block in (1, 3):
+        assert_matches_reference(task, source, seed=5, block_images=block)
 
 
 @pytest.mark.slow
@@ -115,7 +81,4 @@ def test_a_smaller_image_block_gives_the_same_answer(tmp_path: Path) -> None:
 def test_the_kernel_passes_the_verifier(name: str, tmp_path: Path) -> None:
     """The full verifier: a frozen suite in interpret mode (poisoned memory, unseen shapes),
     the TPU lowering and compile check, and the work inside pallas_call."""
-    from tools.api import evaluate
-
-    verdict = evaluate(TASKS / f"{name}.py", _candidate(name, tmp_path), target="sim-tpu-v6e")
-    assert verdict.passed, (verdict.reasons, [d.message for d in verdict.diagnostics][:3])
+    assert_verifies(TASKS / f"{name}.py", tmp_path)

@@ -4,13 +4,10 @@ pooling matmul the kernel body can carry; other windows are still refused by nam
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
+from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
 
-from agents.llm.offline import planner
-from agents.llm.offline.author import candidate_source
 from agents.llm.offline.classify import classify_task
 
 TASK = Path(__file__).resolve().parents[1] / "evaltasks" / "matmul_avgpool_max.py"
@@ -36,28 +33,9 @@ def test_an_overlapping_window_is_still_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_the_pooled_kernel_computes_the_reference_in_interpret_mode() -> None:
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    from tools.api import load_task
-
-    facts = classify_task(TASK)
-    namespace: dict[str, Any] = {"__name__": "candidate"}
-    exec(compile(candidate_source(facts, planner.default_params(facts, {}), "t"), "t", "exec"), namespace)
-    task = load_task(TASK)
-    for shape_index in (0, *task.unseen_shape_indices):
-        inputs = task.make_inputs(4, shape_index)
-        with pltpu.force_tpu_interpret_mode():
-            got = jax.block_until_ready(namespace["build"]()(*inputs))
-        np.testing.assert_allclose(np.asarray(got), np.asarray(task.reference(*inputs)), rtol=1e-4, atol=1e-4)
+    assert_matches_reference(TASK, first_kernel(TASK), seed=4)
 
 
 @pytest.mark.slow
 def test_the_pooled_kernel_passes_the_verifier(tmp_path: Path) -> None:
-    from tools.api import evaluate
-
-    facts = classify_task(TASK)
-    candidate = tmp_path / "candidate.py"
-    candidate.write_text(candidate_source(facts, planner.default_params(facts, {}), "matmul_avgpool_max"))
-    verdict = evaluate(TASK, candidate, target="sim-tpu-v6e")
-    assert verdict.passed, (verdict.reasons, [d.message for d in verdict.diagnostics][:3])
+    assert_verifies(TASK, tmp_path)
