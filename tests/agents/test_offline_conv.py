@@ -82,3 +82,11 @@ def test_the_kernel_passes_the_verifier(name: str, tmp_path: Path) -> None:
     """The full verifier: a frozen suite in interpret mode (poisoned memory, unseen shapes),
     the TPU lowering and compile check, and the work inside pallas_call."""
     assert_verifies(TASKS / f"{name}.py", tmp_path)
+
+
+def test_the_docstring_names_only_the_levers_the_kernel_takes() -> None:
+    strided = first_kernel(TASKS / "conv2d_nhwc_strided.py")
+    whole_batch = first_kernel(TASKS / "conv2d_batchnorm.py")
+    assert "stride_phase_split" in strided and "epilogue_kernel_per_image_block" in strided
+    assert "stride_phase_split" not in whole_batch
+    assert "epilogue_kernel_per_image_block" not in whole_batch

@@ -252,6 +252,15 @@ def build(block_images: int = %BLOCK%):
 '''
 
 
+def applied_levers(facts: TaskFacts) -> list[str]:
+    """The LEVERS this task's kernel takes: the phase split only with a stride, the per-image
+    epilogue only when the epilogue keeps images independent."""
+    d = facts.detail
+    skip = {"stride_phase_split"} if all(s == 1 for s in d["strides"]) else set()
+    skip |= set() if d["batch"] else {"epilogue_kernel_per_image_block"}
+    return [lever for lever in LEVERS if lever not in skip]
+
+
 def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                 chip: dict[str, Any] | None = None) -> str:
     d = facts.detail
@@ -270,7 +279,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
            f"reference's epilogue ({', '.join(d['epilogue_ops']) or 'none'}) runs in a second "
            f"kernel {per_image}.\n\n"
            f"Blocks: {block} image(s) per step (TUNABLES block_images).\n"
-           f"Levers applied: {', '.join(LEVERS)}.\n\n"
+           f"Levers applied: {', '.join(applied_levers(facts))}.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     constants = "\n".join([
         tunables_literal(tunables),
