@@ -109,9 +109,26 @@ def test_float_divisions_are_found_and_rewritten_for_the_reciprocal_lever() -> N
     assert "lax.div(a1, a0)" in divisions_as(body, "_div")
 
 
+GROUPS = """
+def reference(x):
+    b, c = x.shape
+    g = x.reshape(b, 4, c // 4)
+    return (g - g.mean(axis=(1, 2), keepdims=True)).reshape(b, c)
+"""
+
+
 def test_emitted_bodies_are_lint_clean(tmp_path: Path) -> None:
+    """Including symbolic sizes (`np.int32(C // 4 * 4)`, no extraneous parentheses: UP034)."""
     new, _, _ = _forms(BF16_AND_INTS, [((16, 128), jnp.float32), ((16, 128), jnp.float32),
                                        ((16,), jnp.int32)])
+    namespace: dict[str, Any] = {"jax": jax, "jnp": jnp}
+    exec(compile(GROUPS, "reference.py", "exec"), namespace)
+    rows, cols = jax.export.symbolic_shape("B, C", constraints=("C >= 8", "B >= 8"))
+    invars, eqns, outvars, consts = flatten(jax.make_jaxpr(namespace["reference"])(
+        jax.ShapeDtypeStruct((rows, cols), jnp.float32)))
+    grouped = function_source("_grouped", eqns, invars, outvars, ["B", "C"], consts)
+    assert "np.int32(" in grouped and "floordiv" not in grouped
+    new += "\n\n\n" + grouped
     path = tmp_path / "body.py"
     imports = ["import jax.numpy as jnp", "import numpy as np" if "np." in new else "",
                "from jax import lax"]

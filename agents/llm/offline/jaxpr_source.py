@@ -150,6 +150,21 @@ def dim_source(d: Any) -> str:
     return out if out.isidentifier() else f"({out})"  # a bare name needs no parentheses (UP034)
 
 
+def bare_dim(d: Any) -> str:
+    """`dim_source` without the parentheses that keep it whole beside an operator: for a
+    call argument or a tuple element, where they are extraneous (UP034)."""
+    text = dim_source(d)
+    if text.startswith("(") and text.endswith(")"):
+        inner = text[1:-1]
+        depth = 0
+        for char in inner:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth < 0:
+                return text  # `(a) + (b)`: the outer pair is not one group
+        return inner
+    return text
+
+
 def dtype_source(dtype: Any) -> str:
     """`np.dtype('bfloat16')` works once JAX has registered ml_dtypes; `np.bfloat16` never."""
     return f"np.dtype({np.dtype(dtype).name!r})"
@@ -234,7 +249,7 @@ class Emitter:
                 and math.prod(eqn.outvars[0].aval.shape) == 1):
             self.splats[eqn.outvars[0]] = np.asarray(eqn.invars[0].val).item()
         if name == "dim_as_value":
-            return f"{target} = np.int32({dim_source(eqn.params['dim'])})"
+            return f"{target} = np.int32({bare_dim(eqn.params['dim'])})"
         if name in REWRITES:
             helper, call = REWRITES[name](eqn, args, self)
             if helper:
@@ -258,7 +273,7 @@ class Emitter:
             # Mosaic's iota is integer-only: count in int32, then convert (exact below 2**24)
             params["dtype"] = np.dtype(np.int32)
             cast = f".astype({readable_dtype(eqn.outvars[0].aval.dtype)})"
-        readable = (expression(eqn.replace(params=params), self, dim_source)
+        readable = (expression(eqn.replace(params=params), self, bare_dim)
                     if self.readable else None)
         if readable is not None:
             return f"{target} = {readable}{cast}"
