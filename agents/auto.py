@@ -217,6 +217,7 @@ class _AutoRun:
         code: str | None = None
         compiled = False
         try:
+            await self.history.caught_up()  # written_plans reads every plan the run has so far
             plan = await self.call(self.command(
                 ProposePlan, f"it{it}/plan", it, parent=state.parent, failures=state.failures,
                 hint=self.cmd.hint, baseline_s=self.baseline_s,

@@ -93,8 +93,11 @@ def make_inputs(key, shape_index=0):
 """
 
 
-def plan(iteration: int) -> str:
-    body = "\n\n".join(f"## {s}\n\nIteration {iteration}: {s.lower()}." for s in PLAN_SECTIONS)
+def plan(iteration: int, written: int = 0) -> str:
+    """A plan whose strategy line says how many of the run's written plans it was told of."""
+    body = "\n\n".join(f"## {s}\n\nIteration {iteration}: {s.lower()}"
+                       + (f", after {written} written plans." if s == "Strategy" else ".")
+                       for s in PLAN_SECTIONS)
     return f"# Plan\n\n{body}\n"
 
 
@@ -108,7 +111,7 @@ class ScriptedProvider(Provider):
     async def complete(self, request: LlmRequest) -> LlmResponse:
         iteration = int(request.context.get("iteration", 0))
         if request.purpose == "plan":
-            text = plan(iteration)
+            text = plan(iteration, len(request.context.get("written_plans") or []))
         elif request.purpose == "inputs":
             text = INPUT_MAKER
         else:

@@ -19,6 +19,7 @@ from eventstore.events import (
     ConfigMeasured,
     IterationFinished,
     NodeEvaluated,
+    PlanProposed,
     RunFinished,
     RunRequested,
     TestsRun,
@@ -86,6 +87,17 @@ def test_a_kernel_written_again_cites_its_verdict_and_is_tested_once(search: lis
                and i.verdict_sha256 == judged.verdict_sha256 for i in citing)
     checks = [e for e in events if isinstance(e, CompileChecked)]
     assert len([c for c in checks if c.code_sha256 == judged.code_sha256]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_nodes_planner_is_told_the_plans_other_nodes_wrote_kernels_from(search: list) -> None:
+    """Node 2 starts after node 1 wrote two kernels: its first plan is told of both (read
+    once the run's history has caught up, never from a half-read one)."""
+    plans = {(e.node_id, e.iteration): e.summary for e in search if isinstance(e, PlanProposed)}
+    first, second = dict.fromkeys(node for node, _ in plans)  # in log order
+    assert plans[(first, 1)].endswith("after 0 written plans.")
+    assert plans[(second, 1)].endswith("after 2 written plans."), plans
 
 
 @pytest.mark.slow
