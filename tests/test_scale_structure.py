@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kernelgraph.cli import app, load_commands
-from tools.api import load_task, scale_notes, scaled_task
+from tools.api import TaskError, load_task, scale_notes, scaled_task
 from tools.correctness.testsuite import build_suite
 
 TASKS = Path(__file__).parent / "scaletasks"
@@ -48,3 +49,11 @@ def test_the_command_line_says_the_scale_used_once() -> None:
                                  str(next(candidate.glob("*.py"))), "--scale", "0.125"])
     assert result.output.count("breaks the task's structure") == 1, result.output
     assert "groupnorm_fixed_groups" in result.output and "kernelgraph-scaled" not in result.output
+
+
+def test_a_factor_with_no_fit_is_refused_saying_none_keeps_the_structure() -> None:
+    path = TASKS / "fixed_lengths" / "baseline.py"  # lengths fixed at 64: no smaller scale holds
+    with pytest.raises(TaskError, match=r"integer input 1 keeps values up to 64.*no factor near "
+                       r"0\.125 keeps the task's structure either") as caught:
+        scaled_task(path, "0.125")
+    assert "kernelgraph-scaled" not in str(caught.value)  # named as given, not the scaled copy

@@ -293,7 +293,13 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
     fitted = fit_scales(task, factors)
     if fitted.notes:
         path = write_scaled_task(task, fitted.scales, fitted.keep, fitted.notes)
-    load_task(path)  # the scaled task must hold: refuse here, with the reason
+    try:
+        load_task(path)  # the scaled task must hold: refuse here, with the reason
+    except TaskError as exc:
+        if fitted.scales[0] != factors[0] or fitted.keep:
+            raise
+        raise TaskError(task, f"{exc.problem}; no factor near {factors[0]:g} keeps the task's "
+                        "structure either") from None
     return path
 
 
