@@ -111,9 +111,7 @@ def _sources(parts: dict[str, Any], invars: list[Any], outvars: list[Any], symbo
     epilogue = function_source("_epilogue", parts["epilogue"],
                                [conv.outvars[0], *(invars[i] for i in parts["epilogue_args"])],
                                outvars, symbols, consts)
-    # a symbolic power prints as `a^2` and `jaxpr_source.dim_source` keeps the `^`, which
-    # Python reads as xor (14 ^ 2 == 12, not 196); the emitter writes no other `^`
-    return operands.replace(" ^ ", " ** "), epilogue.replace(" ^ ", " ** ")
+    return operands, epilogue
 
 
 def _per_image_trace(facts: Any, reference: Any, lhs: int) -> tuple[Any, list[Any]] | None:
