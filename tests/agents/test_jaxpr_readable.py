@@ -15,12 +15,8 @@ import numpy as np
 import pytest
 
 from agents.llm.offline.classify import classify_task
-from agents.llm.offline.jaxpr_source import (
-    divisions_as,
-    flatten,
-    function_source,
-    has_float_division,
-)
+from agents.llm.offline.jaxpr_readable import divisions_as, has_float_division
+from agents.llm.offline.jaxpr_source import flatten, function_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__")

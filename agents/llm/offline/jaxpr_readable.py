@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -265,3 +266,15 @@ def _extra(params: dict[str, Any], handled: set[str]) -> bool:
     return any(k not in handled or (v is not None and k in _DEFAULT_NONE)
                for k, v in params.items())
 
+
+_DIVISION = re.compile(r"^(\s+[\w, ]+ = )(\S+) / (\S+)$", re.M)
+
+
+def has_float_division(source: str) -> bool:
+    """Whether an emitted body divides floats (`x / y`: integer division is `lax.div`)."""
+    return bool(_DIVISION.search(source))
+
+
+def divisions_as(source: str, function: str) -> str:
+    """An emitted body with each float division `x / y` written `function(x, y)`."""
+    return _DIVISION.sub(lambda m: f"{m.group(1)}{function}({m.group(2)}, {m.group(3)})", source)

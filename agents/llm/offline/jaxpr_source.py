@@ -434,19 +434,6 @@ HELPERS["nary"] = '''def _nary(prim, params, *args):
 # n-ary primitive with no public form); a kernel file that prepends this adds nothing.
 NARY_HELPER = ""
 
-_DIVISION = re.compile(r"^(\s+[\w, ]+ = )(\S+) / (\S+)$", re.M)
-
-
-def has_float_division(source: str) -> bool:
-    """Whether an emitted body divides floats (`x / y`: integer division is `lax.div`)."""
-    return bool(_DIVISION.search(source))
-
-
-def divisions_as(source: str, function: str) -> str:
-    """An emitted body with each float division `x / y` written `function(x, y)`."""
-    return _DIVISION.sub(lambda m: f"{m.group(1)}{function}({m.group(2)}, {m.group(3)})", source)
-
-
 def readable_dtype(dtype: Any) -> str:
     """`jnp.bfloat16`, `jnp.float32`: a dtype as written in a kernel."""
     from agents.llm.offline.jaxpr_readable import dtype_name

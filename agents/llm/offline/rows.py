@@ -29,7 +29,8 @@ from agents.llm.offline.common import (
     sublane_tile,
     tunables_literal,
 )
-from agents.llm.offline.jaxpr_source import NARY_HELPER, divisions_as
+from agents.llm.offline.jaxpr_readable import divisions_as
+from agents.llm.offline.jaxpr_source import NARY_HELPER
 from agents.llm.offline.levers import deepest_buffering
 
 DEFAULT_HBM_BYTES_PER_S = 1.64e12  # v6e, when the request's chip figures leave it out

@@ -7,7 +7,7 @@ Each returns the distinct `RowsSpec`s it can make of the parent's, best guess fi
 from __future__ import annotations
 
 from agents.llm.offline.common import scoped_vmem
-from agents.llm.offline.jaxpr_source import has_float_division
+from agents.llm.offline.jaxpr_readable import has_float_division
 from agents.llm.offline.levers import (
     LeverContext,
     NotApplicable,
