@@ -53,28 +53,16 @@ def merged_dot(lhs: Any, rhs: Any, *, dimension_numbers: Any, precision: Any = N
 def merge_batch_dims(closed: Any) -> Any:
     """The closed jaxpr re-traced with every several-batch-dimension dot merged (`merged_dot`);
     the same jaxpr when it has none."""
-    import jax
-    from jax.extend import core as jcore
+    from jax import lax
 
-    invars, eqns, outvars, consts = flatten(closed)
-    if not any(_several_batch_dims(e) for e in eqns):
+    from agents.llm.offline.windows import rewritten
+
+    if not needs_merge(closed):
         return closed
 
-    def run(*args: Any) -> list[Any]:
-        env: dict[Any, Any] = {**consts, **dict(zip(invars, args, strict=True))}
+    def dot(ins: list[Any], params: dict[str, Any]) -> Any:
+        if len(params["dimension_numbers"][1][0]) > 1:
+            return merged_dot(*ins, **params)
+        return lax.dot_general_p.bind(*ins, **params)
 
-        def read(v: Any) -> Any:
-            return v.val if isinstance(v, jcore.Literal) else env[v]
-
-        for eqn in eqns:
-            ins = [read(v) for v in eqn.invars]
-            if _several_batch_dims(eqn):
-                outs = [merged_dot(*ins, **eqn.params)]
-            else:
-                result = eqn.primitive.bind(*ins, **eqn.params)
-                outs = list(result) if eqn.primitive.multiple_results else [result]
-            env.update(zip(eqn.outvars, outs, strict=True))
-        return [read(v) for v in outvars]
-
-    specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in invars]
-    return jax.make_jaxpr(run)(*specs)
+    return rewritten(closed, {"dot_general": dot})
