@@ -309,10 +309,11 @@ def scale_notes(task: str | Path) -> tuple[str, ...]:
     whose factors held as asked or that is not scaled."""
     import ast
 
+    from kernelgraph import pyast
     from tools.inputs.files import read_python_source
 
     _, text = read_python_source(Path(task), TaskError)
-    for node in ast.parse(text).body:
+    for node in pyast.parse(text).body:
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "SCALE_NOTES" for t in node.targets):
             return tuple(str(n) for n in ast.literal_eval(node.value))
