@@ -19,6 +19,9 @@ from agents.llm.offline.jaxpr_readable import divisions_as, has_float_division
 from agents.llm.offline.jaxpr_source import flatten, function_source
 
 ROOT = Path(__file__).resolve().parents[2]
+CLASSES_WITHOUT_BODY = {"grouped_matmul", "linear_attention", "paged_attention"}
+"""Shipped classes found by their numbers whose references (a scan, a gather, ragged_dot)
+write out as no kernel body."""
 SHIPPED = sorted(p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__")
 
 
@@ -43,8 +46,9 @@ def test_every_shipped_body_computes_the_reference_bit_for_bit(task: str) -> Non
     from tools.api import load_task
 
     facts = classify_task(ROOT / "tasks" / f"{task}.py")
-    if not facts.body_source:
-        pytest.skip(f"{task}'s reference emits no body ({facts.kernel_class})")
+    if not facts.body_source:  # these classes' writers compute from their own templates
+        assert facts.kernel_class in CLASSES_WITHOUT_BODY, (task, facts.reasons)
+        return
     assert "_p.bind" not in facts.body_source and "_nary" not in facts.body_source
     loaded = load_task(ROOT / "tasks" / f"{task}.py")
     inputs = loaded.make_inputs(0, 0)
