@@ -13,7 +13,7 @@ lever does not apply, or two paths to one combination of levers, would write the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -94,7 +94,7 @@ def _label(spec: Any, *ids: str) -> Any:
 def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, profile_lever: str,
                 ctx: dict[str, Any], *, root: bool, vmem_failed: bool,
                 written_spec: Any | None = None,
-                written_elsewhere: Iterable[Any] = ()) -> Choice:
+                written_elsewhere: Sequence[Any] = ()) -> Choice:
     """The spec this expansion writes (see the module docstring). `written_spec` is the spec
     the parent's code was written from (before its tuned configuration): a variant equal to
     it would write the parent's code again, so it is no variant either; nor is any of
