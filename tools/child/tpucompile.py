@@ -7,12 +7,18 @@ text), never imports candidate code, and writes a
 :class:`~tools.lowered.tpu_compiler.CompileResponse`. The compiler cannot be interrupted, so
 a timer ends the process when one compile passes its limit, after writing the results so far
 and a timeout verdict for that program.
+
+libtpu starts with its bundle schedules dumped into a folder of the child's own (its private
+/tmp); after each compile the kernels' static cycles are read from it and the folder is
+emptied (:func:`tools.lowered.tpu_compiler.read_cycles`), so each result carries its own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -63,7 +69,15 @@ def _timer(answer: _Answer, request: CompileRequest, state: dict[str, object]) -
 
 def main(argv: list[str]) -> int:
     box = Path(argv[1])
-    tpu_compiler.prepare_process()
+    dump = Path(tempfile.mkdtemp(prefix="kg-llo-"))
+    try:
+        return _serve(box, dump)
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+def _serve(box: Path, dump: Path) -> int:
+    tpu_compiler.prepare_process(str(dump))
     import jax
 
     jax.config.update("jax_platforms", "cpu")
@@ -79,7 +93,8 @@ def main(argv: list[str]) -> int:
     for text in request.texts:
         with answer.lock:
             state.update(started=time.monotonic(), text=text)
-        result = tpu_compiler.compile_text(text, request.chip, keep_hlo=request.keep_hlo)
+        result = tpu_compiler.compile_text(text, request.chip, keep_hlo=request.keep_hlo,
+                                           dump_folder=dump)
         with answer.lock:
             state.clear()
             answer.results.append(result)

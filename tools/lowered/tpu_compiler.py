@@ -21,6 +21,7 @@ one with ``KG_TPU_COMPILER=0``, which keeps the emulated check alone).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -36,6 +37,7 @@ from typing import Any
 import msgspec
 
 from kernelgraph.errors import KernelgraphError
+from tools.performance.llo_cycles import KernelCycles
 
 EMULATED = "emulated compile check"
 # One TensorCore of a small slice is the compile target; the slice's name is libtpu's.
@@ -44,6 +46,8 @@ LIMIT_ENV = "KG_TPU_COMPILE_LIMIT_S"
 SWITCH_ENV = "KG_TPU_COMPILER"  # "0": the emulated check alone, even with libtpu installed
 CACHE_ENV = "KG_TPU_COMPILE_CACHE"
 DEFAULT_LIMIT_S = 120.0
+DUMP_FLAGS = "--xla_jf_dump_to={folder} --xla_jf_dump_llo_pass_label_regex={regex}"
+_CACHE_FORMAT = "v2"  # v2: with the kernels' static cycles
 _MESSAGE_CHARS = 2000
 
 
@@ -64,6 +68,10 @@ class RealCompile(msgspec.Struct, frozen=True):
     optimal_seconds: float | None = None  # XLA's cost analysis of the compiled program
     cached: bool = False
     hlo: str = ""  # the optimised, scheduled program (kept when asked: the XLA baseline)
+    # Each Mosaic kernel's static cycles from the compiler's bundle schedule, in the compiled
+    # program's order (tools/performance/llo_cycles.py); empty where none was read
+    kernel_cycles: list[KernelCycles] = []
+    cycles_note: str = ""  # why no cycles were read, where a kernel has none
 
 
 # ------------------------------------------------------------------------------ availability
@@ -122,12 +130,20 @@ def program_sha256(text: str) -> str:
 # ------------------------------------------------------------------- compiling (child side)
 
 
-def prepare_process() -> None:
+def prepare_process(dump_folder: str | None = None) -> None:
     """Settings libtpu reads when it starts: no lockfile (several compiles, and the parent,
-    may hold libtpu at once) and no metadata-server queries (there is no TPU VM)."""
+    may hold libtpu at once) and no metadata-server queries (there is no TPU VM). With
+    ``dump_folder`` (the compile child's own), the compiler writes each kernel's final
+    bundle schedule there, which :func:`compile_text` reads for its static cycles."""
     os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
     os.environ["TPU_SKIP_MDS_QUERY"] = "1"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if dump_folder is not None:
+        from tools.performance.llo_cycles import PASS_REGEX
+
+        flags = DUMP_FLAGS.format(folder=dump_folder, regex=PASS_REGEX)
+        os.environ["LIBTPU_INIT_ARGS"] = " ".join(
+            f for f in (os.environ.get("LIBTPU_INIT_ARGS", ""), flags) if f)
 
 
 @functools.cache
@@ -165,9 +181,41 @@ def trim(message: str) -> str:
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + " ..."
 
 
-def compile_text(text: str, chip: str, *, keep_hlo: bool = False) -> RealCompile:
+_CUSTOM_CALL = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = [^\n]*custom-call\([^\n]*"
+                          r'custom_call_target="tpu_custom_call"', re.MULTILINE)
+
+
+def read_cycles(folder: Path, hlo: str) -> tuple[list[KernelCycles], str]:
+    """The kernels' static cycles from the dump in ``folder`` (then emptied), in the order
+    their custom calls run in the compiled program ``hlo``; (cycles, why none) ."""
+    from tools.performance.llo_cycles import LloError, read_dump
+
+    try:
+        found = read_dump(folder)
+    except (LloError, OSError, ValueError) as exc:  # a figure, never the verdict
+        return [], f"the bundle schedule could not be read: {exc}"[:500]
+    finally:
+        empty(folder)
+    order = {name: i for i, name in enumerate(_CUSTOM_CALL.findall(hlo))}
+    if hlo and set(order) != {k.name for k in found}:
+        return [], (f"the dump's kernels ({', '.join(k.name for k in found) or 'none'}) are "
+                    f"not the program's custom calls ({', '.join(order) or 'none'})")
+    return sorted(found, key=lambda k: order.get(k.name, 0)), ""
+
+
+def empty(folder: Path) -> None:
+    """Remove one compile's dump (what cannot be removed is left in the child's private /tmp)."""
+    for path in folder.iterdir():
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def compile_text(text: str, chip: str, *, keep_hlo: bool = False,
+                 dump_folder: Path | None = None) -> RealCompile:
     """Compile one lowered program (StableHLO text) for one TensorCore of ``chip``, in this
-    process. The compiler's refusal is a result; only a compiler that cannot start raises."""
+    process. The compiler's refusal is a result; only a compiler that cannot start raises.
+    ``dump_folder``: where this process's libtpu writes its bundle schedules
+    (:func:`prepare_process`); the kernels' static cycles are read from it."""
     from jaxlib import xla_client as xc
 
     from tools import jaxprivate
@@ -189,6 +237,8 @@ def compile_text(text: str, chip: str, *, keep_hlo: bool = False) -> RealCompile
                 (device,)), compile_options=options)
     except Exception as exc:  # the compiler's refusal (XlaRuntimeError) is the verdict
         message = trim(f"{type(exc).__name__}: {exc}")
+        if dump_folder is not None:
+            empty(dump_folder)
         return RealCompile(chip, False, digest, f"libtpu {version}", message,
                            classify(message), time.perf_counter() - started)
     seconds = time.perf_counter() - started
@@ -200,13 +250,18 @@ def compile_text(text: str, chip: str, *, keep_hlo: bool = False) -> RealCompile
     except Exception:  # a figure, never the verdict: a program without one has none
         optimal = None
     hlo = ""
-    if keep_hlo:
+    if keep_hlo or dump_folder is not None:
         try:
             hlo = "\n".join(m.to_string() for m in executable.hlo_modules())
         except Exception:  # a figure, never the verdict
             hlo = ""
+    kernels: list[KernelCycles] = []
+    note = "no bundle schedule was asked for"
+    if dump_folder is not None:
+        kernels, note = read_cycles(dump_folder, hlo)
     return RealCompile(chip, True, digest, f"libtpu {version}", seconds=seconds,
-                       optimal_seconds=optimal, hlo=hlo)
+                       optimal_seconds=optimal, hlo=hlo if keep_hlo else "",
+                       kernel_cycles=kernels, cycles_note=note)
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -223,7 +278,7 @@ class _Cache:
     def _path(self, digest: str, chip: str) -> Path:
         root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kernelgraph"
                     / "tpu-compile")
-        return root / f"{digest}-{chip}-{libtpu_version()}.json"
+        return root / f"{digest}-{chip}-{libtpu_version()}-{_CACHE_FORMAT}.json"
 
     def get(self, digest: str, chip: str) -> RealCompile | None:
         with self._lock:
