@@ -106,33 +106,34 @@ _HLO = """HloModule m
 ENTRY %main (p: f32[512,1024]) -> (f32[512,8], s32[512,8]) {
   %p = f32[512,1024]{1,0:T(8,128)} parameter(0)
   %copy = f32[512,1024]{0,1:T(8,128)S(1)} copy(%p), backend_config={"window_config":{"estimated_cycles":"6640"}}
-  ROOT %topk = (f32[512,8]{0,1:T(8,128)}, s32[512,8]{0,1:T(8,128)}) custom-call(%copy), custom_call_target="TopK", backend_config={"flag_configs":[]}
+  ROOT %reduce = (f32[512,8]{0,1:T(8,128)}, s32[512,8]{0,1:T(8,128)}) custom-call(%copy), custom_call_target="PartialReduce", backend_config={"flag_configs":[]}
 }
 """
 
 
 def test_an_op_without_a_pricing_rule_is_named_and_its_program_is_not_the_baseline() -> None:
-    """XLA:TPU's TopK custom call comes with no compiler cycles: the pricer names it rather
-    than price it at a launch, and the program's price (which leaves it out) is set aside for
-    the host program's, the fallback naming the op."""
+    """A custom call with no rule (XLA:TPU's PartialReduce, from `lax.approx_max_k`) comes
+    with no compiler cycles: the pricer names it rather than price it at a launch, and the
+    program's price (which leaves it out) is set aside for the host program's, the fallback
+    naming the op."""
     chip = get_chip("v6e")
     price = price_program(_HLO, chip)
-    assert price.unpriced == ["custom-call topk (TopK)"]
-    (copy, topk) = price.ops
+    assert price.unpriced == ["custom-call reduce (PartialReduce)"]
+    (copy, reduce) = price.ops
     # the compiler's cycles are kept beside; the copy's price is its HBM bytes and a launch
     assert copy.cycles == 6640 and copy.compiler_compute_s == pytest.approx(6640 / chip.clock_hz)
     assert copy.compute_s == 0.0 and copy.bound == "memory"
     assert copy.latency_s == pytest.approx(512 * 1024 * 4 / chip.hbm_bytes_per_s + 1e-6)
-    assert topk.bound == "unpriced" and topk.latency_s == 0.0
+    assert reduce.bound == "unpriced" and reduce.latency_s == 0.0
     assert price.latency_s == copy.latency_s  # what is left out is not summed as free
     found = XlaTpuBaseline(price.latency_s, price.compute_s, price.memory_s, price.overhead_s,
                            None, price.ops, "v6e", "libtpu test", 0.0, unpriced=price.unpriced)
-    cost = reference_cost(lambda v: jax.lax.top_k(v, 8)[0],
+    cost = reference_cost(lambda v: jax.lax.approx_max_k(v, 8)[0],
                           [jax.ShapeDtypeStruct((512, 1024), jnp.float32)])
     chosen = choose(cost, chip, found)
     assert chosen.priced_from == "host" and chosen.latency_s == chosen.host.latency_s
     assert chosen.fallback == ("XLA:TPU's program has work the pricer has no rule for: "
-                               "custom-call topk (TopK)")
+                               "custom-call reduce (PartialReduce)")
     whole = choose(cost, chip, msgspec.structs.replace(found, unpriced=[]))
     assert whole.priced_from == "xla-tpu" and whole.latency_s == price.latency_s
 
@@ -140,13 +141,14 @@ def test_an_op_without_a_pricing_rule_is_named_and_its_program_is_not_the_baseli
 @needs_libtpu
 @pytest.mark.slow
 def test_an_unpriced_op_sends_the_baseline_to_the_host_program_naming_it() -> None:
-    """top_k: XLA:TPU runs a TopK custom call the compiler gives no cycles for. Its price
-    without that op is not the baseline; the host program is, and the fallback says why."""
+    """approx_max_k: XLA:TPU runs a PartialReduce custom call the compiler gives no cycles
+    for. Its price without that op is not the baseline; the host program is, and the fallback
+    says why."""
     chip = get_chip("v6e")
     x = jax.ShapeDtypeStruct((512, 1024), jnp.float32)
-    found = simulated_baseline(lambda v: jax.lax.top_k(v, 8)[0], [x], chip)
+    found = simulated_baseline(lambda v: jax.lax.approx_max_k(v, 8)[0], [x], chip)
     assert found.priced_from == "host" and found.latency_s == found.host.latency_s
-    assert "no rule for" in found.fallback and "(TopK)" in found.fallback
+    assert "no rule for" in found.fallback and "(PartialReduce)" in found.fallback
     assert found.xla_tpu is not None and found.xla_tpu["unpriced"]
 
 

@@ -21,9 +21,13 @@ per element of the HLO shape:
 - `dot` and `convolution`: counted here only as holding one; their MXU time is the host
   baseline's rule (:func:`tools.performance.baseline.dot_seconds`), given to the fusions
   that hold them in order.
+- `sort` and the `TopK` custom call (what XLA:TPU makes of `lax.top_k`: TopK for a small
+  k, a sort of the whole axis and a slice for a large one): compare-exchanges on the VPU,
+  counted by :func:`sort_ops` and :func:`top_k_ops` (the algorithm and why it is the one
+  assumed are there).
 
-Any other op (gather, scatter, sort, a custom call, a while loop, a reduce-window, ...)
-has no rule: it is named, and the program is no baseline (never priced at zero).
+Any other op (gather, scatter, a custom call, a while loop, a reduce-window, ...) has no
+rule: it is named, and the program is no baseline (never priced at zero).
 """
 
 from __future__ import annotations
@@ -114,6 +118,87 @@ def _dtype(type_text: str) -> str:
     return m.group(1) if m else ""
 
 
+def _dims(type_text: str) -> list[int] | None:
+    """The logical dims of the first array in an HLO type (a tuple's first element)."""
+    m = re.search(r"\w+\[([\d,]*)\]", type_text)
+    return [int(d) for d in m.group(1).split(",") if d] if m else None
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def bitonic_sort_exchanges(n: int) -> int:
+    """Compare-exchanges of a bitonic sorting network over ``n`` (padded to 2^p): (2^p/2)
+    p (p+1)/2."""
+    m = _pow2_at_least(n)
+    p = m.bit_length() - 1
+    return m // 2 * p * (p + 1) // 2
+
+
+def sort_ops(rows: int, n: int, operands: int) -> int:
+    """VPU ops of XLA's `sort` of ``rows`` rows of ``n``, carrying ``operands`` arrays: a
+    bitonic sorting network (the data-parallel sort whose every step is a select between
+    vregs), each compare-exchange one compare and two selects per operand; in XLA's favour,
+    as in :func:`top_k_ops`. Never less than one op per element."""
+    return max(rows * bitonic_sort_exchanges(n) * (1 + 2 * operands), rows * n)
+
+
+def top_k_ops(rows: int, n: int, k: int, operands: int = 2) -> int:
+    """VPU ops of an exact top-k of ``k`` over each of ``rows`` rows of ``n``; simulated.
+
+    The algorithm assumed is the bitonic top-k (Shanbhag, Pirk and Madden, "Efficient Top-K
+    Query Processing on Massively Parallel Hardware", SIGMOD 2018), the data-parallel exact
+    top-k with the fewest compare-exchanges for a small k: every run of K (k rounded up to a
+    power of two, 2^q) is sorted by a bitonic network ((K/2) q (q+1)/2 compare-exchanges);
+    runs are then merged in pairs, each merge keeping the larger of each pair of one run and
+    the other reversed (K keep-larger steps) and restoring the order ((K/2) q
+    compare-exchanges), until one run is left; where K >= n it is a whole bitonic sort. Why
+    this one: XLA:TPU copies TopK's operand into VMEM with the rows along lanes (layout
+    `{0,1}`), so each row is one lane and every compare-exchange is a select between vregs,
+    as in this network; XLA:TPU's own TopK code is not public and its compiler gives no
+    cycles for the op.
+
+    Counted as the kernel model counts (one VPU op per element of each op): a
+    compare-exchange of the values and their indices is one compare and two selects per
+    operand (5 ops), a keep-larger step one compare and a select per operand (3). In XLA's
+    favour: ties cost no extra compare, the comparator's total-order key (its bitcasts, xor
+    and select) is taken as made once and not counted, shuffles inside a vreg are free, and
+    only logical elements count (no lane padding with fewer than 128 rows). A published v6e
+    measurement of XLA's TopK, 32 x 201088 at k=64 in 1010 us (github.com/oliverdutton/
+    fast_exact_topk_tpu), is about 16x this rule's price for that shape: where the rule errs,
+    the baseline comes out cheaper, never dearer. Never less than one op per element."""
+    if rows < 0 or n < 1 or k < 1:
+        raise ValueError(f"top-k of {k} over {rows} rows of {n}: sizes must be positive")
+    exchange, keep = 1 + 2 * operands, 1 + operands
+    run = _pow2_at_least(k)
+    if run >= n:
+        per_row = bitonic_sort_exchanges(n) * exchange
+    else:
+        q = run.bit_length() - 1
+        runs = -(-n // run)
+        per_row = (runs * (run // 2) * q * (q + 1) // 2 * exchange
+                   + (runs - 1) * (run * keep + run // 2 * q * exchange))
+    return max(rows * per_row, rows * n)
+
+
+def _ordering_ops(ins: Instr, types: dict[str, str]) -> int | None:
+    """A sort's or a TopK custom call's VPU ops; None where its shapes cannot be read."""
+    dims = _dims(types.get(ins.operands[0], "")) if ins.operands else None
+    if not dims:
+        return None
+    if ins.opcode == "sort":
+        axis = re.search(r"dimensions=\{(\d+)\}", ins.rest)
+        if axis is None or int(axis.group(1)) >= len(dims):
+            return None
+        n = dims[int(axis.group(1))]
+        return sort_ops(math.prod(dims) // max(n, 1), n, len(ins.operands))
+    out = _dims(ins.type_text)
+    if not out or len(out) != len(dims):
+        return None
+    return top_k_ops(math.prod(dims[:-1]), dims[-1], out[-1])
+
+
 def _called(rest: str) -> str | None:
     m = re.search(r"calls=%?([\w.\-]+)", rest)
     return m.group(1) if m else None
@@ -150,6 +235,10 @@ class Module:
             inputs = ins.operands[:len(ins.operands) // 2]  # then as many init values
             return Work(float(sum(elements(types.get(o, "")) for o in inputs)))
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
+        if ins.opcode == "sort" or (target and target.group(1) == "TopK"):
+            ops = _ordering_ops(ins, types)
+            if ops is not None:
+                return Work(float(ops))
         return Work(unpriced=(f"{ins.opcode} {ins.name}"
                               + (f" ({target.group(1)})" if target else ""),))
 
@@ -173,5 +262,5 @@ class Module:
         return total
 
 
-__all__ = ["DOTS", "FREE", "RULES", "Instr", "Module", "Work", "elements", "entry_name",
-           "parse_computations"]
+__all__ = ["DOTS", "FREE", "RULES", "Instr", "Module", "Work", "bitonic_sort_exchanges",
+           "elements", "entry_name", "parse_computations", "sort_ops", "top_k_ops"]

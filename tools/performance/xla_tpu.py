@@ -20,9 +20,10 @@ launch of its own, overlapped with the ops XLA scheduled around it: the program 
 longer of its ops in sequence and its copies in sequence, and never less than all its HBM
 bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a kernel's
 pipelined and manual transfers do). A custom call that only reserves
-a buffer (`AllocateBuffer`) costs nothing. An op with no rule (a custom call such as TopK
-or a Mosaic kernel, a gather, a sort, a while loop) is named in ``unpriced``, never priced
-at zero, and such a program is not a baseline.
+a buffer (`AllocateBuffer`) costs nothing. An op with no rule (a custom call such as
+PartialReduce or a Mosaic kernel, a gather, a while loop) is named in ``unpriced``, never
+priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and its
+sort have one (:func:`tools.performance.hlo_compute.top_k_ops`).
 
 The compiler's static estimate (each fusion's `estimated_cycles` at the chip's clock) is
 kept beside, per op and as the program's price with it as the compute side
@@ -77,8 +78,8 @@ class FusionPrice(msgspec.Struct, frozen=True):
 
 class ProgramPrice(msgspec.Struct, frozen=True):
     """XLA:TPU's program priced op by op. ``unpriced`` names each op the pricer has no rule
-    for (no compiler cycles and not a pure move: a custom call such as TopK, a gather fusion,
-    a while loop); where it is not empty the latency leaves work out and is no baseline."""
+    for (no compiler cycles and not a pure move: a custom call such as PartialReduce, a
+    gather fusion, a while loop); where it is not empty the latency leaves work out and is no baseline."""
 
     ops: list[FusionPrice]
     latency_s: float  # the longer of the ops in sequence and the async copies in sequence
