@@ -27,7 +27,7 @@ from searchpolicies.errors import PolicyError
 NOTES_PACKAGE = "knowledge"
 CATALOGUE_NOTE = "levers.md"
 
-KERNEL_CLASSES = ("elementwise", "rowwise", "matmul", "attention", "row_independent")
+KERNEL_CLASSES = ("elementwise", "rowwise", "matmul", "attention", "row_independent", "generic")
 CLASS_ALIASES = {"matmul_epilogue": "matmul", "rows_generic": "row_independent"}
 """The offline classifier's names for the notes' classes."""
 

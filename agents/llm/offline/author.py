@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import attention, conv, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, drop_unused_imports
 
@@ -62,6 +62,8 @@ def safer_ladder(facts: TaskFacts, params: dict[str, int],
     """(kernel_class, params, what changed) from the least to the most conservative."""
     c = facts.kernel_class
     steps: list[tuple[str, dict[str, Any], str]] = []
+    if c == "generic":
+        steps += [(c, p, what) for p, what in generic.safer_steps(facts, chip)]
     if params:
         half = {k: max(LANES if k in ("block_n", "block_k") else SUBLANES, v // 2) for k, v in params.items()}
         steps.append((c, {**half, "tunables": {k: [v] for k, v in half.items()}},

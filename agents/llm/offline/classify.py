@@ -12,7 +12,9 @@ the same axis. The classes, tried in order:
    `grouped_matmul` (`patterns`), tried first, then `convolution` (one
    `conv_general_dilated` fed by layout ops, then any epilogue: `conv_match`);
 5. `rows_generic`: anything whose rows (leading axis) are independent, checked by probing;
-6. `single_block`: the whole arrays as one block.
+6. `generic`: a grid over the output axes no op of the jaxpr mixes (`generic_axes`);
+7. `single_block`: the whole arrays as one block, when no axis is independent (refused when
+   even they do not fit a core's VMEM).
 
 A task that fits no class and whose reference cannot be written out as a kernel body gets
 `TaskFacts.unsupported`, the reason the offline author refuses it.
@@ -33,7 +35,8 @@ from agents.llm.offline import batchdims, patterns, pershape
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
-           "linear_attention", "grouped_matmul", "convolution", "rows_generic", "single_block")
+           "linear_attention", "grouped_matmul", "convolution", "rows_generic", "generic",
+           "single_block")
 
 UNARY = {
     "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "neg", "abs", "sqrt", "rsqrt",
@@ -266,13 +269,8 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         shape_note = ("dims " + ", ".join(f"{s}={v}" for s, v in pinned.items())
                       + " traced at their tuning sizes (the reference computes with them in "
                       "Python)")
+    closed = _rewritten(closed)
     invars, eqns, outvars, consts = flatten(closed)
-    if {e.primitive.name for e in eqns} & {"reduce_window_sum", "cumsum"}:
-        from agents.llm.offline import cumulative, windows
-
-        for rewrite in (windows.without_windows, cumulative.without_cumsums):
-            closed = rewrite(closed) or closed
-        invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
     out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
     outs = [(_out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]
@@ -302,11 +300,32 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         except EmitError as exc:
             facts.reasons.append(f"the reference cannot be written out as a kernel body: {exc}")
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
+    if facts.kernel_class == "single_block" and facts.body_source and not fixed:
+        from agents.llm.offline import generic
+        from agents.llm.offline.generic_axes import TILE_SYMBOLS
+
+        def trace(dims: list[tuple[Any, ...]]) -> Any:
+            tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
+            again = _rewritten(_symbolic_jaxpr(reference, tiled, [*symbols, *TILE_SYMBOLS],
+                                               minimum, pinned))
+            return again, flatten(again)
+
+        generic.decide(facts, trace, (invars, eqns, outvars, consts))
     if facts.kernel_class == "single_block" and not facts.body_source:
         why = "; ".join(r for r in facts.reasons if "kernel body" in r or "symbolic" in r)
         facts.unsupported = ((why or "no kernel body can be written") + "; and no other "
                              "kernel class fits (" + facts.reasons[-1] + ")")
     return facts
+
+
+def _rewritten(closed: Any) -> Any:
+    """Pooling windows and cumulative sums as the matmuls a kernel body can carry."""
+    if {e.primitive.name for e in flatten(closed)[1]} & {"reduce_window_sum", "cumsum"}:
+        from agents.llm.offline import cumulative, windows
+
+        for rewrite in (windows.without_windows, cumulative.without_cumsums):
+            closed = rewrite(closed) or closed
+    return closed
 
 
 def _per_shape_bodies(task: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],

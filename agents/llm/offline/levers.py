@@ -20,7 +20,7 @@ from typing import Any
 from agents.llm.offline.classify import TaskFacts
 
 CATALOGUE_CLASS = {"elementwise": "elementwise", "rowwise": "rowwise", "rows_generic": "row_independent",
-                   "matmul_epilogue": "matmul", "attention": "attention"}
+                   "matmul_epilogue": "matmul", "attention": "attention", "generic": "generic"}
 """A kernel class of the author -> its name in the catalogue's `classes:` lines."""
 
 

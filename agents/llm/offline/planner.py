@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from agents.llm.base import NO_GAIN_MARKER
-from agents.llm.offline import attention, conv, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
@@ -25,6 +25,7 @@ BLOCK_KNOBS = {
     "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
     "paged_attention": (), "linear_attention": ("block_seq",),
     "grouped_matmul": ("block_m", "block_n"), "convolution": ("block_images",), "single_block": (),
+    "generic": (),  # its blocks live in the spec (one per tiled axis), moved by its levers
 }
 FIXED_LEVERS = {
     "elementwise": ["row_blocks_parallel", "f32_in_vmem"],
@@ -33,11 +34,11 @@ FIXED_LEVERS = {
     "matmul_epilogue": ["fuse_epilogue", "f32_accumulator", "k_axis_arbitrary_innermost"],
     "attention": ["online_softmax", "f32_accumulator", "kv_axis_arbitrary"],
     "paged_attention": paged.LEVERS, "linear_attention": scan.LEVERS,
-    "grouped_matmul": grouped.LEVERS, "convolution": conv.LEVERS,
+    "grouped_matmul": grouped.LEVERS, "convolution": conv.LEVERS, "generic": generic.LEVERS,
     "single_block": ["single_block"],
 }
 WRITERS: dict[str, Any] = {"paged_attention": paged, "linear_attention": scan,
-                           "grouped_matmul": grouped, "convolution": conv}  # classes whose writer sizes its blocks
+                           "grouped_matmul": grouped, "convolution": conv, "generic": generic}  # classes whose writer sizes its blocks
 TUNING_LEVERS = ("bigger_blocks", "smaller_blocks", "full_k", "mxu_aligned_tiles", "whole_kv_row")
 
 
@@ -353,7 +354,7 @@ def _strategy(c: str) -> str:
                            "finished tile at the last K step, so the product never round-trips HBM.",
         "attention": "Flash attention: online softmax over KV blocks with running max/sum in VMEM.",
         "paged_attention": paged.STRATEGY, "linear_attention": scan.STRATEGY,
-        "grouped_matmul": grouped.STRATEGY, "convolution": conv.STRATEGY,
+        "grouped_matmul": grouped.STRATEGY, "convolution": conv.STRATEGY, "generic": generic.STRATEGY,
         "single_block": "One block holding the whole arrays; correctness first.",
     }[c]
 

@@ -20,6 +20,7 @@ from typing import Any
 from agents.llm.offline import (  # noqa: F401  (registers the levers)
     attention,
     attention_levers,
+    generic,
     matmul,
     matmul_levers,
     rows,
@@ -36,10 +37,10 @@ from agents.llm.offline.levers import (
 )
 
 WRITERS: dict[str, Any] = {"matmul_epilogue": matmul, "attention": attention, "elementwise": rows,
-                           "rowwise": rows, "rows_generic": rows}
+                           "rowwise": rows, "rows_generic": rows, "generic": generic}
 SPEC_TYPES: dict[str, type] = {"matmul_epilogue": matmul.MatmulSpec, "attention": attention.AttentionSpec,
                                "elementwise": rows.RowsSpec, "rowwise": rows.RowsSpec,
-                               "rows_generic": rows.RowsSpec}
+                               "rows_generic": rows.RowsSpec, "generic": generic.GenericSpec}
 PREFERRED = {"bigger_blocks": "block_shape", "smaller_blocks": "block_shape", "full_k": "reduction_in_one_block",
              "mxu_aligned_tiles": "mxu_alignment", "whole_kv_row": "reduction_in_one_block"}
 """The profile's block-size levers -> the catalogue lever tried first after them."""
@@ -84,6 +85,8 @@ def hinted_levers(kernel_class: str, hint: str) -> list[str]:
 def _vmem(facts: TaskFacts, spec: Any, ctx: LeverContext) -> int:
     if isinstance(spec, rows.RowsSpec):
         return rows_levers._vmem(spec, ctx)
+    if isinstance(spec, generic.GenericSpec):
+        return generic.spec_vmem(facts, spec)
     return WRITERS[facts.kernel_class].vmem_bytes(facts, spec)
 
 

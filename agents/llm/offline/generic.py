@@ -1,0 +1,379 @@
+"""The generic class: any reference no specific class takes, tiled over its independent axes.
+
+The fallback that keeps the search from refusing a task for want of a template. The kernel
+body is the reference's own jaxpr written as readable `jnp`/`lax` code (`jaxpr_readable`),
+traced again with each tiled axis given a size of its own (`generic_axes`), so one body
+serves every block size. The grid has one `parallel` axis per tiled axis; inputs without a
+tiled axis are one whole block fetched once. Blocks are sized so the double-buffered blocks
+plus every intermediate of the body fit the scoped VMEM, with the limit raised when even the
+smallest blocks need more. Slower than a specific class perhaps, but correct: a root the
+search climbs from. Its levers (`block_shape`, `vmem_budget`) are spec transformations
+registered here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents.llm.offline.classify import TaskFacts
+from agents.llm.offline.common import LANES, SUBLANES, dim_check_source, header, scoped_vmem
+from agents.llm.offline.levers import LeverContext, NotApplicable, changed, lever, not_applicable
+
+KNOBS = ("block_0", "block_1", "block_2")  # one per tiled axis, as many as TILE_SYMBOLS
+LEVERS = ["reference_jaxpr_in_kernel", "independent_axes_parallel"]
+STRATEGY = ("A grid over the axes no op of the reference mixes (found from its jaxpr); each "
+            "step evaluates the reference's own ops on one block of them in VMEM.")
+RAISED_VMEM_BYTES = 96 * 1024 * 1024  # three quarters of the largest VMEM the targets model
+
+
+@dataclass(frozen=True)
+class GenericSpec:
+    """Blocks along the tiled axes (0 where the task tiles fewer) and the VMEM limit asked for."""
+
+    block_0: int = 0
+    block_1: int = 0
+    block_2: int = 0
+    vmem_limit_bytes: int | None = None
+    levers: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        return (self.block_0, self.block_1, self.block_2)
+
+
+def _tiling(facts: TaskFacts) -> dict[str, Any]:
+    return facts.detail
+
+
+def sizes(facts: TaskFacts) -> list[int]:
+    """The full size of each tiled axis at the tuning point."""
+    return [facts.dim_values[o] for o in _tiling(facts)["origins"]]
+
+
+def _arrays(facts: TaskFacts) -> list[tuple[tuple[int, ...], int, tuple[int | None, ...]]]:
+    """(shape, itemsize, grid axis per dim) of every input and output."""
+    t = _tiling(facts)
+    ins = [(a.shape, np.dtype(a.dtype).itemsize, axes) for a, axes in zip(facts.args, t["in_axes"], strict=True)]
+    outs = [(s, np.dtype(d).itemsize, axes)
+            for s, (_, d), axes in zip(facts.out_shapes, facts.outs, t["out_axes"], strict=True)]
+    return ins + outs
+
+
+def aligns(facts: TaskFacts) -> list[int]:
+    """Per tiled axis, the multiple its block must be (or the whole axis): 128 where it is some
+    array's last axis, the dtype's sublane tile where it is a second-to-last, else 1."""
+    out = []
+    for g in range(len(_tiling(facts)["symbols"])):
+        need = 1
+        for shape, itemsize, axes in _arrays(facts):
+            rank = len(shape)
+            if rank and axes[-1] == g:
+                need = max(need, LANES)
+            elif rank >= 2 and axes[-2] == g:
+                need = max(need, SUBLANES * max(1, 4 // itemsize))
+        out.append(need)
+    return out
+
+
+def _padded(shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of a VMEM block: the last axis padded to 128 lanes, the one before to the tile."""
+    dims = list(shape) or [1]
+    dims[-1] = -(-dims[-1] // LANES) * LANES
+    if len(dims) >= 2:
+        rows = 8 * max(1, 4 // max(itemsize, 1))
+        dims[-2] = -(-dims[-2] // rows) * rows
+    return math.prod(dims) * itemsize
+
+
+def _block_shape(shape: tuple[int, ...], axes: tuple[int | None, ...], blocks: list[int]) -> tuple[int, ...]:
+    return tuple(s if g is None else min(blocks[g], s) for s, g in zip(shape, axes, strict=True))
+
+
+def block_vmem(facts: TaskFacts, blocks: list[int]) -> int:
+    """Two buffers of every input and output block plus every intermediate of the body at
+    those blocks (an upper bound: Mosaic frees values as they die)."""
+    io = sum(_padded(_block_shape(s, axes, blocks), size) for s, size, axes in _arrays(facts))
+    inter = sum(_padded(_block_shape(tuple(s), tuple(axes), blocks), size)
+                for s, size, axes in _tiling(facts)["values"])
+    return 2 * io + inter
+
+
+def spec_vmem(facts: TaskFacts, spec: GenericSpec) -> int:
+    return block_vmem(facts, _blocks(facts, spec))
+
+
+def _blocks(facts: TaskFacts, spec: GenericSpec) -> list[int]:
+    """The spec's blocks made legal: at most the axis, a multiple of its alignment or whole."""
+    out = []
+    for b, size, align in zip(spec.blocks, sizes(facts), aligns(facts), strict=False):
+        b = size if b <= 0 else min(b, size)
+        out.append(b if b == size else max(align, b // align * align))
+    return out
+
+
+def _steps(facts: TaskFacts, blocks: list[int]) -> int:
+    return math.prod(-(-s // b) for s, b in zip(sizes(facts), blocks, strict=False))
+
+
+def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> tuple[list[int], int | None]:
+    """Blocks for about `rows.pipeline_steps` steps that fit the scoped VMEM (halving the axis
+    with the most aligned units left), and the VMEM limit to ask for (None: the default)."""
+    from agents.llm.offline.rows import pipeline_steps
+
+    blocks, align = list(sizes(facts)), aligns(facts)
+    budget = scoped_vmem(chip)
+    target = pipeline_steps(facts.io_bytes, chip)
+    while block_vmem(facts, blocks) > budget or _steps(facts, blocks) < target:
+        units = [b // a if b > a else 0 for b, a in zip(blocks, align, strict=True)]
+        g = max(range(len(blocks)), key=lambda i: units[i])
+        if units[g] <= 1:
+            break
+        blocks[g] = max(align[g], blocks[g] // 2 // align[g] * align[g])
+    limit = None if block_vmem(facts, blocks) <= budget else RAISED_VMEM_BYTES
+    return blocks, limit
+
+
+def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> GenericSpec:
+    blocks, limit = default_blocks(facts, chip)
+    given = [int(params.get(k) or 0) for k in KNOBS]
+    blocks = [g if g > 0 else b for g, b in zip(given, blocks, strict=False)]
+    padded = [*blocks, 0, 0, 0][:len(KNOBS)]
+    return GenericSpec(*padded, vmem_limit_bytes=limit)
+
+
+def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
+    """The planner's VMEM line for the blocks in `params` (the class default where absent)."""
+    spec = default_spec(facts, params, None)
+    blocks = _blocks(facts, spec)
+    total = block_vmem(facts, blocks)
+    return total, (f"2 buffers of every input and output block plus every intermediate of the "
+                   f"body at blocks {blocks} (lane and sublane padding counted) = {total:,} B")
+
+
+def grid_text(params: dict[str, int]) -> str:
+    del params
+    return ("grid (cdiv(size, block) per tiled axis,), every axis parallel; arrays holding a "
+            "tiled axis blocked along it, the others one whole block at index 0.")
+
+
+def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
+    t = _tiling(facts)
+    blocks = _blocks(facts, spec)
+    parts = [f"block_{g} = {b} of the {s}-long axis {o} (grid {-(-s // b)})"
+             for g, (b, s, o) in enumerate(zip(blocks, sizes(facts), t["origins"], strict=False))]
+    if spec.vmem_limit_bytes:
+        parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    return "; ".join(parts)
+
+
+_WRAPPER = '''
+
+
+def _kernel(*refs, dims, n_in):
+    """One block of every tiled axis: the reference's ops on it in VMEM."""
+    values = [ref[...] for ref in refs[:n_in]]
+    outs = _body(*values, **dims)
+    for ref, value in zip(refs[n_in:], outs, strict=True):
+        ref[...] = value.astype(ref.dtype)
+
+
+def _block_spec(shape, axes, blocks):
+    """`axes[i]`: the grid axis that tiles array axis i, or None (the whole axis)."""
+    block = tuple(size if g is None else blocks[g] for size, g in zip(shape, axes, strict=True))
+
+    def index(*ids):
+        return tuple(0 if g is None else ids[g] for g in axes)
+
+    return pl.BlockSpec(block, index)
+
+
+def _legal(block, size, align, name):
+    if block <= 0 or (block < size and block % align):
+        raise ValueError(f"{name}={block} must be positive and a multiple of {align} (or >= {size})")
+    return min(block, size)
+
+
+@functools.partial(jax.jit, static_argnames=%STATIC%)
+def generic_kernel(%ARGS%, *, %KNOBS%):
+%CHECKS%
+    blocks = tuple(_legal(b, dims[t], a, f"block_{g}")
+                   for g, (b, t, a) in enumerate(zip((%KNOB_NAMES%,), _TILED, _ALIGN, strict=True)))
+    args = (%ARGS%,)
+    out_avals = _out_avals(**dims)
+    block_dims = {**dims, **dict(zip(_TILED, blocks, strict=True))}
+    outs = pl.pallas_call(
+        functools.partial(_kernel, dims=block_dims, n_in=len(args)),
+        out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
+        grid=tuple(pl.cdiv(dims[t], b) for t, b in zip(_TILED, blocks, strict=True)),
+        in_specs=[_block_spec(x.shape, axes, blocks) for x, axes in zip(args, _IN_AXES, strict=True)],
+        out_specs=[_block_spec(shape, axes, blocks)
+                   for (shape, _), axes in zip(out_avals, _OUT_AXES, strict=True)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",) * len(_TILED),
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+    )(*args)
+    return %RETURN%
+
+
+def build(%KNOBS%):
+    return functools.partial(generic_kernel, %KNOB_PASS%)
+'''
+
+
+def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
+    out = {}
+    for g, (b, size, align) in enumerate(zip(blocks, sizes(facts), aligns(facts), strict=False)):
+        values = [b]
+        for v in (b // 2, b * 2):
+            v = min(v, size)
+            if v >= max(align, 1) and (v % align == 0 or v == size) and v not in values:
+                values.append(v)
+        out[f"block_{g}"] = values
+    return out
+
+
+def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
+           tunables: dict[str, list[int]] | None = None) -> str:
+    """The candidate file for `spec`."""
+    from agents.llm.offline.common import dims_expr, tunables_literal
+
+    t = _tiling(facts)
+    blocks = _blocks(facts, spec)
+    count = len(t["symbols"])
+    knob_names = [f"block_{g}" for g in range(count)]
+    tunables = {k: v for k, v in (tunables or {}).items() if k in knob_names} or _tunables(facts, blocks)
+    names = [a.name for a in facts.args]
+    ret = "outs[0]" if len(facts.outs) == 1 else "tuple(outs)"
+    tiled_doc = "; ".join(f"block_{g} tiles {o} (size {s}): " + ", ".join(
+        f"{n} axis {axes.index(g)}" for n, axes in zip([*names, *[f'output {i}' for i in range(len(facts.outs))]],
+                                                        [*t["in_axes"], *t["out_axes"]], strict=True) if g in axes)
+        for g, (o, s) in enumerate(zip(t["origins"], sizes(facts), strict=True)))
+    doc = (f"generic kernel for {task_name}: a grid over the axes no op of the reference mixes, "
+           "the reference's own ops evaluated on each block in VMEM.\n\n"
+           f"Tiled axes: {tiled_doc}.\n\n"
+           f"Schedule: {strategy_line(facts, spec)}.\n"
+           f"Levers applied: {', '.join(spec.levers) or 'none (the class default)'}.\n\n"
+           + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    constants = "\n".join([
+        tunables_literal(tunables),
+        f"_TILED = {tuple(t['symbols'])!r}",
+        f"_ALIGN = {tuple(aligns(facts))!r}",
+        f"_IN_AXES = {tuple(tuple(a) for a in t['in_axes'])!r}",
+        f"_OUT_AXES = {tuple(tuple(a) for a in t['out_axes'])!r}",
+        f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+    ])
+    symbols = [*facts.symbols, *t["symbols"]]
+    dims = ", ".join(f"{s}=None" for s in symbols)
+    items = ", ".join(f"({dims_expr(tuple(d))}, {dtype!r})" for d, (_, dtype) in zip(t["out_dims"], facts.outs, strict=True))
+    out_avals = f"def _out_avals(*, {dims}):\n    return [{items}]"
+    knobs = ", ".join(f"{k}: int = {b}" for k, b in zip(knob_names, blocks, strict=False))
+    wrapper = (_WRAPPER.replace("%STATIC%", repr(tuple(knob_names))).replace("%ARGS%", ", ".join(names))
+               .replace("%KNOBS%", knobs).replace("%KNOB_NAMES%", ", ".join(knob_names))
+               .replace("%KNOB_PASS%", ", ".join(f"{k}={k}" for k in knob_names))
+               .replace("%CHECKS%", dim_check_source(names, [tuple(d) for d in t["arg_dims"]]))
+               .replace("%RETURN%", ret))
+    return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
+
+
+def safer_steps(facts: TaskFacts, chip: dict[str, Any] | None) -> list[tuple[dict[str, Any], str]]:
+    """The fixer's ladder for this class: halved blocks, the smallest blocks, then the
+    smallest with the VMEM limit raised (params as `default_spec` reads them)."""
+    spec = default_spec(facts, {}, chip)
+    blocks = _blocks(facts, spec)
+    align = aligns(facts)
+    half = [max(a, b // 2 // a * a) for b, a in zip(blocks, align, strict=False)]
+    least = list(align[:len(blocks)])
+    steps: list[tuple[dict[str, Any], str]] = []
+    for chosen, what in ((half, "halved every block"), (least, "the smallest aligned blocks")):
+        params = dict(zip(KNOBS, chosen, strict=False))
+        steps.append(({**params, "tunables": {k: [v] for k, v in params.items()}}, what))
+    params = dict(zip(KNOBS, least, strict=False))
+    steps.append(({**params, "vmem_limit_bytes": RAISED_VMEM_BYTES,
+                   "tunables": {k: [v] for k, v in params.items()}},
+                  f"the smallest blocks with vmem_limit_bytes raised to {RAISED_VMEM_BYTES:,}"))
+    return steps
+
+
+# --- levers --------------------------------------------------------------------------------
+
+C = ("generic",)
+
+
+@lever(C, "block_shape")
+def block_shape(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | NotApplicable:
+    facts = ctx.facts
+    blocks = _blocks(facts, spec)
+    limit = spec.vmem_limit_bytes or scoped_vmem(ctx.chip)
+    out = []
+    for g in range(len(blocks)):
+        for factor in (2, 0.5):
+            moved = list(blocks)
+            moved[g] = int(blocks[g] * factor)
+            candidate = changed(spec, **{KNOBS[g]: moved[g]})
+            legal = _blocks(facts, candidate)
+            if legal != blocks and block_vmem(facts, legal) <= limit:
+                out.append(changed(spec, **{KNOBS[g]: legal[g]}))
+    return out or NotApplicable("no other block of a tiled axis is legal and fits VMEM")
+
+
+@lever(C, "vmem_budget")
+def vmem_budget(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | NotApplicable:
+    if spec.vmem_limit_bytes:
+        return NotApplicable("the VMEM limit is already raised")
+    raised = ctx.raised_vmem_limit()
+    blocks = _blocks(ctx.facts, spec)
+    bigger = [min(b * 2, s) for b, s in zip(blocks, sizes(ctx.facts), strict=False)]
+    grown = changed(spec, vmem_limit_bytes=raised, **dict(zip(KNOBS, bigger, strict=False)))
+    out = [grown] if block_vmem(ctx.facts, _blocks(ctx.facts, grown)) <= raised else []
+    return [*out, changed(spec, vmem_limit_bytes=raised)]
+
+
+not_applicable(C, "dimension_semantics", "every grid axis is a tiled independent axis, already parallel")
+not_applicable(C, "grid_order", "the tiled axes are independent: no block is reused across steps")
+
+
+# --- classification ------------------------------------------------------------------------
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:
+    """Make `facts` (a task no specific class took) the generic class when an output axis is
+    independent; else keep the single block, or refuse, saying why, when even the whole arrays
+    do not fit a core's VMEM."""
+    from agents.llm.offline import generic_axes
+
+    got = generic_axes.find(trace, [a.dims for a in facts.args], [o[0] for o in facts.outs], flat,
+                            facts.symbols, facts.dim_values, facts.pinned)
+    if isinstance(got, str):
+        facts.reasons.append(f"no axis of the output is independent ({got}): one block")
+        largest = max((_padded(generic_axes.shape_at(v.aval.shape, facts.dim_values),
+                               np.dtype(v.aval.dtype).itemsize)
+                       for e in flat[1] for v in e.outvars if hasattr(v.aval, "shape")), default=0)
+        need = 2 * facts.io_bytes + largest
+        if need > RAISED_VMEM_BYTES:
+            facts.unsupported = (
+                f"no axis of the reference's output can be computed block by block ({got}), and "
+                f"the whole arrays with the largest intermediate need about {_mib(need)} of VMEM "
+                f"at this size, more than the {_mib(RAISED_VMEM_BYTES)} a TPU core gives one "
+                "kernel; run it at a smaller size (for a JAXBench task, a smaller --scale)")
+        return
+    detail = {"symbols": list(got.symbols), "origins": list(got.origins),
+              "in_axes": [list(a) for a in got.in_axes], "out_axes": [list(a) for a in got.out_axes],
+              "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
+              "body": got.body, "values": [(list(s), n, list(a)) for s, n, a in got.values]}
+    facts.kernel_class, facts.detail = "generic", detail
+    least = block_vmem(facts, aligns(facts))
+    described = ", ".join(f"{o} ({facts.dim_values[o]})" for o in got.origins)
+    facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
+                         "(no op of the jaxpr mixes positions along them): a grid over them")
+    if least > RAISED_VMEM_BYTES:
+        facts.unsupported = (
+            f"even one aligned block of the independent axes {described} needs about {_mib(least)} "
+            f"of VMEM with the body's intermediates, more than the {_mib(RAISED_VMEM_BYTES)} a TPU "
+            "core gives one kernel; run it at a smaller size (for a JAXBench task, a smaller --scale)")

@@ -1,0 +1,146 @@
+"""The generic class: a reference no specific class takes is tiled over the axes its jaxpr
+never mixes, computes what the reference does at every block size, and passes the verifier;
+with no such axis it is one block, or refused in the user's terms when that cannot fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
+
+from agents.llm.offline import planner, variety
+from agents.llm.offline.classify import classify_task
+from agents.llm.offline.common import drop_unused_imports
+from agents.llm.offline.levers import REGISTRY, LeverContext, NotApplicable, variants
+from searchpolicies.levers import levers_for
+
+_HEAD = "import jax\nimport jax.numpy as jnp\n\n"
+
+# a sum over the middle axis of a 3-D array, broadcast back: too few rows for the row classes
+MIDDLE_SUM = _HEAD + '''SHAPES = [(4, 16, 256), (2, 16, 128)]
+
+
+def reference(x, w):
+    s = jnp.sum(x * w[None, None, :], axis=1, keepdims=True)
+    return jnp.tanh(x - s) * 2.0
+
+
+def make_inputs(key, shape_index=0):
+    b, n, d = SHAPES[shape_index]
+    kx, kw = jax.random.split(key)
+    return jax.random.normal(kx, (b, n, d), jnp.float32), jax.random.normal(kw, (d,), jnp.float32)
+'''
+
+# columns normalised by their own sums: rows are mixed, columns (the lane axis) independent
+COLUMN_NORM = _HEAD + '''SHAPES = [(64, 512), (32, 256)]
+
+
+def reference(x, b):
+    scale = jnp.sum(jnp.abs(x), axis=0, keepdims=True) + 1.0
+    return jnp.maximum(x / scale + b[None, :], 0.0)
+
+
+def make_inputs(key, shape_index=0):
+    r, c = SHAPES[shape_index]
+    kx, kb = jax.random.split(key)
+    return jax.random.normal(kx, (r, c), jnp.float32), jax.random.normal(kb, (c,), jnp.float32)
+'''
+
+# the leading axis feeds an iota (a position), the middle one a sum: only the last is tiled
+POSITIONAL = _HEAD + '''SHAPES = [(8, 16, 256), (4, 16, 128)]
+
+
+def reference(x):
+    ramp = jnp.arange(x.shape[0], dtype=x.dtype)[:, None, None]
+    return x * ramp - jnp.sum(x, axis=1, keepdims=True)
+
+
+def make_inputs(key, shape_index=0):
+    return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
+'''
+
+# a global statistic: no axis is independent
+GLOBAL = _HEAD + '''SHAPES = [(64, 256), (32, 128)]
+
+
+def reference(x):
+    return (x - jnp.mean(x)) * jax.lax.rsqrt(jnp.mean(jnp.square(x)) + 1e-5)
+
+
+def make_inputs(key, shape_index=0):
+    return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
+'''
+
+GLOBAL_HUGE = GLOBAL.replace("SHAPES = [(64, 256), (32, 128)]", "SHAPES = [(4096, 4096), (2048, 4096)]")
+
+
+def _task(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    return path
+
+
+def test_a_sum_over_a_middle_axis_is_tiled_over_the_leading_one(tmp_path: Path) -> None:
+    task = _task(tmp_path, "middle_sum", MIDDLE_SUM)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert facts.detail["in_axes"] == [[0, None, None], [None]]
+    assert facts.detail["out_axes"] == [[0, None, None]]
+    source = first_kernel(task)
+    for block in (1, 2, 4):
+        assert_matches_reference(task, source, seed=3, block_0=block)
+
+
+def test_columns_normalised_by_their_sums_are_tiled_over_lanes(tmp_path: Path) -> None:
+    task = _task(tmp_path, "column_norm", COLUMN_NORM)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert facts.detail["out_axes"] == [[None, 0]] and facts.detail["in_axes"] == [[None, 0], [0]]
+    source = first_kernel(task)
+    for block in (128, 256):
+        assert_matches_reference(task, source, seed=5, block_0=block)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        assert_matches_reference(task, source, seed=5, block_0=64)
+
+
+def test_an_axis_that_feeds_an_iota_is_not_tiled(tmp_path: Path) -> None:
+    task = _task(tmp_path, "positional", POSITIONAL)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert facts.detail["out_axes"] == [[None, None, 0]], facts.reasons
+    assert_matches_reference(task, first_kernel(task), seed=1, block_0=128)
+
+
+def test_a_global_statistic_is_one_block(tmp_path: Path) -> None:
+    facts = classify_task(_task(tmp_path, "global_stat", GLOBAL))
+    assert facts.kernel_class == "single_block" and not facts.unsupported
+    assert any("no axis of the output is independent" in r for r in facts.reasons), facts.reasons
+
+
+@pytest.mark.slow
+def test_a_global_statistic_too_big_for_vmem_is_refused_saying_why(tmp_path: Path) -> None:
+    facts = classify_task(_task(tmp_path, "global_huge", GLOBAL_HUGE))
+    assert facts.unsupported.startswith("no axis of the reference's output can be computed block by block")
+    assert "MiB of VMEM" in facts.unsupported and "--scale" in facts.unsupported
+    assert "/tmp" not in facts.unsupported and "Error" not in facts.unsupported
+
+
+def test_the_levers_see_a_class_of_its_own_with_block_tunables(tmp_path: Path) -> None:
+    task = _task(tmp_path, "middle_sum", MIDDLE_SUM)
+    facts = classify_task(task)
+    assert {lv.id for lv in levers_for("generic")} <= set(REGISTRY["generic"])
+    base = variety.default_spec(facts, {}, {})
+    got = variants("generic", base, "block_shape", LeverContext(facts, {}))
+    assert not isinstance(got, NotApplicable) and got
+    sources = {drop_unused_imports(variety.WRITERS["generic"].render(facts, s, "t")) for s in [base, *got]}
+    assert len(sources) == 1 + len(got)
+    assert "TUNABLES = {'block_0': [" in first_kernel(task)
+    plan = planner.plan_text(facts, planner.choose(facts, {}), {}, "middle_sum")
+    assert "**generic**" in plan and '"block_0"' in plan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", [MIDDLE_SUM, COLUMN_NORM])
+def test_the_generic_kernel_passes_the_verifier(tmp_path: Path, text: str) -> None:
+    assert_verifies(_task(tmp_path, "generic_task", text), tmp_path)
