@@ -1,14 +1,16 @@
 """Shared fixtures and the test run's layout.
 
 - `nats_server`: a real nats-server with JetStream, fresh for each test.
-- Every test session (every pytest-xdist worker) keeps agents' files, the knowledge store
-  and the real TPU compiler's cache in its own temporary folders, never in the user's
-  `~/.cache/kernelgraph`.
+- Every test session (every pytest-xdist worker) keeps agents' files and the knowledge
+  store in its own temporary folders, never in the user's `~/.cache/kernelgraph`; the real
+  TPU compiler's cache is one per test run, shared by its workers.
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
-  under `tests/analysis/` are one unit, so the real search they share is run once, and the
-  modules with the most slow tests are handed out first, so no long one starts last.
+  under `tests/analysis/` are one unit, so the real search they share is run once; the
+  tests of `tests/test_task_suite.py` are one unit each, so both workers share its 21
+  verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
+  then by how many slow tests they hold, so no long one starts last.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import pytest
 from bus.server import EmbeddedNats
 
 SHARED_UNITS = ("tests/analysis/",)  # modules that share a session fixture: one xdist unit
+# modules of long, independent tests (no module- or session-scoped fixture): each test is a
+# unit of its own, so the workers share the module
+PER_TEST_UNITS = ("tests/test_task_suite.py",)
 
 
 # the longest units (`--durations`), longest first; then the rest by how many slow tests
@@ -36,31 +41,44 @@ LONGEST_FIRST = ("tests/test_task_suite.py", "tests/agents/test_search_run.py",
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest units first (a stable sort: the same order on every worker)."""
-    slow = Counter(_unit(i.nodeid) for i in items if i.get_closest_marker("slow"))
+    slow = Counter(_group(i.nodeid) for i in items if i.get_closest_marker("slow"))
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        unit = _unit(item.nodeid)
-        first = LONGEST_FIRST.index(unit) if unit in LONGEST_FIRST else len(LONGEST_FIRST)
-        return first, -slow[unit]
+        group = _group(item.nodeid)
+        first = LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+        return first, -slow[group]
 
     items.sort(key=rank)
 
 
-def _unit(nodeid: str) -> str:
+def _group(nodeid: str) -> str:
+    """The module, or the SHARED_UNITS folder it lies in: what LONGEST_FIRST names."""
     module = nodeid.split("::", 1)[0]
     return next((u for u in SHARED_UNITS if module.startswith(u)), module)
 
 
+def _unit(nodeid: str) -> str | None:
+    """What one worker runs together: a SHARED_UNITS folder, a PER_TEST_UNITS test, or
+    (None) what --dist loadscope makes of it (the module, or the class)."""
+    group = _group(nodeid)
+    if group in SHARED_UNITS:
+        return group
+    return nodeid if group in PER_TEST_UNITS else None
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """--dist loadscope, with the SHARED_UNITS folders as one unit each."""
+    """--dist loadscope, with the SHARED_UNITS folders as one unit each and the tests of
+    PER_TEST_UNITS one unit each, handed out in collection order (LONGEST_FIRST): xdist's own
+    reordering (the units with the most tests first) would start a long one-test unit last."""
     if config.getoption("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False
+
     class SharedUnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            unit = _unit(nodeid)
-            return unit if unit != nodeid.split("::", 1)[0] else super()._split_scope(nodeid)
+            return _unit(nodeid) or super()._split_scope(nodeid)
 
     return SharedUnitScheduling(config, log)
 
@@ -80,7 +98,13 @@ def _session_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("kg-session")
     os.environ["KG_WORKSPACE"] = str(root / "work")
     os.environ["KG_KNOWLEDGE_PATH"] = str(root / "knowledge")
-    os.environ["KG_TPU_COMPILE_CACHE"] = str(root / "tpu-compile")  # no result from an earlier run
+    # The compile cache is this test run's (never a result of an earlier run), shared by its
+    # workers: a program compiled on one is not compiled again on another. Its entries are
+    # written atomically and checked against their key when read.
+    run_root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_root = run_root.parent  # .../pytest-N/popen-gw0: the run's folder is pytest-N
+    os.environ["KG_TPU_COMPILE_CACHE"] = str(run_root / "tpu-compile")
 
 
 @pytest.fixture
