@@ -11,8 +11,9 @@ keyword arguments and a kernel binds them to its block sizes.
 
 Two primitives the Mosaic TPU lowering has no general rule for are written as the ops that
 compute them on a TPU (`REWRITES`): a take-along-the-last-axis `gather` becomes a one-hot
-select and sum, and `top_k` on the last axis becomes k rounds of max (ties to the lowest
-index, as `lax.top_k`); `is_finite` becomes |x| < inf. The helpers they call are written
+select and sum, and `top_k` on the last axis becomes a tournament on the vector unit, or k
+rounds of max where its layout does not fit (:mod:`agents.llm.offline.topk_source`; the
+order of `lax.top_k`); `is_finite` becomes |x| < inf. The helpers they call are written
 once, above the function. Any other primitive the Mosaic TensorCore lowering has no rule for
 (`conv_general_dilated`, `cumsum`, `reduce_window_sum`, ...) is an `EmitError` naming it.
 
@@ -37,6 +38,7 @@ from jax import lax
 from jax.extend import core as jcore
 
 from agents.llm.offline.jaxpr_readable import Namer, expression
+from agents.llm.offline.topk_source import HELPER as TOPK_HELPER
 from kernelgraph import pyast
 
 INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
@@ -396,28 +398,7 @@ HELPERS = {
 
 
 ''',
-    "top_k_last": '''def _top_k_last(x, k):
-    """lax.top_k on the last axis as k rounds of max over the columns not yet taken: the
-    largest first, ties to the lowest index."""
-    width = x.shape[-1]
-    cols = lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
-    out_shape = (*x.shape[:-1], k)
-    slot = lax.broadcasted_iota(jnp.int32, out_shape, x.ndim - 1)
-    low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    values = jnp.zeros(out_shape, x.dtype)
-    indices = jnp.zeros(out_shape, jnp.int32)
-    taken = jnp.zeros(x.shape, jnp.bool_)
-    for j in range(k):
-        best = jnp.max(jnp.where(taken, jnp.full_like(x, low), x), axis=-1, keepdims=True)
-        hit = jnp.logical_and(jnp.logical_not(taken), x == best)
-        first = jnp.min(jnp.where(hit, cols, width), axis=-1, keepdims=True)
-        values = jnp.where(slot == j, best, values)
-        indices = jnp.where(slot == j, first, indices)
-        taken = jnp.logical_or(taken, cols == first)
-    return values, indices
-
-
-''',
+    "top_k_last": TOPK_HELPER,
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.llm.offline import topk_source
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
     LANES,
@@ -243,6 +244,7 @@ class RowsSpec:
     reciprocal_div: bool = False  # a division by a broadcast row statistic as 1/y and a multiply
     vmem_limit_bytes: int | None = None
     tune_schedule: bool = False  # buffers and sub_rows in TUNABLES too
+    topk_group: int | None = None  # a top-k's tournament group (0: k rounds of max); None: the body's
     levers: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -264,6 +266,9 @@ def strategy_line(spec: RowsSpec) -> str:
         parts.append("divisions by row statistics as one reciprocal and a multiply")
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    if spec.topk_group is not None:
+        parts.append(f"top-k as a tournament over groups of {spec.topk_group} columns, rows along "
+                     "lanes" if spec.topk_group else "top-k as k rounds of max")
     return "; ".join(parts)
 
 
@@ -292,6 +297,8 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
     ])
     body = facts.body_source
+    if spec.topk_group is not None:
+        body = topk_source.with_group(body, spec.topk_group)
     helpers = NARY_HELPER
     if spec.reciprocal_div:
         body = divisions_as(body, "_div")

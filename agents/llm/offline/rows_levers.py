@@ -6,6 +6,7 @@ Each returns the distinct `RowsSpec`s it can make of the parent's, best guess fi
 
 from __future__ import annotations
 
+from agents.llm.offline import topk_source
 from agents.llm.offline.common import scoped_vmem
 from agents.llm.offline.jaxpr_readable import has_float_division
 from agents.llm.offline.levers import (
@@ -108,6 +109,20 @@ def autotune_space(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApp
     return [changed(spec, tune_schedule=True)]
 
 
+@lever(C, "reduction_layout")
+def reduction_layout(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
+    """A top-k's layout and grouping: the tournament with rows along lanes over groups of 8,
+    16 or 32 columns, or k rounds of max along the row (the body's other reductions are the
+    reference's own)."""
+    body = ctx.facts.body_source or ""
+    if not topk_source.has_top_k(body):
+        return NotApplicable("the reductions are the reference's own; only a top-k has a code path "
+                             "that re-lays it out")
+    current = topk_source.group_of(body) if spec.topk_group is None else spec.topk_group
+    groups = [g for g in (*sorted(topk_source.GROUPS, key=lambda g: abs(g - 16)), 0) if g != current]
+    return [changed(spec, topk_group=g) for g in groups]
+
+
 @lever(C, "lane_dense_layout")
 def lane_dense(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
     widths = {a.shape[-1] for a in ctx.facts.args if len(a.shape) >= 2}
@@ -138,6 +153,5 @@ not_applicable(C, "resident_operands", "inputs without a row axis already have a
 not_applicable(C, "accumulator", "each row's reductions finish inside its block: nothing is carried")
 not_applicable(C, "online_reduction", "whole rows per block: every reduction is one pass already")
 not_applicable(C, "reduction_in_one_block", "whole rows per block: the reduction axis is never split")
-not_applicable(C, "reduction_layout", "the reductions are the reference's own; no code path re-lays them out")
 not_applicable(C, "manual_dma", "no code path: the BlockSpec pipeline fetches each row block one step ahead")
 not_applicable(C, "scalar_prefetch", "rows are independent and dense: no data-dependent block indices")
