@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -78,5 +78,29 @@ def estimate(
         if not result.sound:
             console.print("[bold red]unsound[/]: " + escape("; ".join(result.reasons)))
         console.print(f"[dim]compile check: {escape(result.compile_check)}[/]")
+        for line in _sides_lines(result.compute_sides):
+            console.print(f"[dim]{escape(line)}[/]")
         console.print(f"[dim]{escape(result.note)}[/]")
     raise typer.Exit(0 if result.sound else 1)
+
+
+def _sides_lines(sides: Any) -> list[str]:
+    """Per kernel: the compiler's static compute beside the model's compute and memory, and
+    how many steps each bounds (simulated); the latency above is the model's."""
+    if sides is None:
+        return []
+    lines = []
+    for k in sides.kernels:
+        model = (f"model compute {k.model_compute_s * 1e6:.2f} us, memory {k.memory_s * 1e6:.2f} "
+                 f"us, steps bound compute/memory {k.model_step_bounds.get('compute', 0)}/"
+                 f"{k.model_step_bounds.get('memory', 0)}")
+        if k.compiler_compute_s is None:
+            lines.append(f"{k.name}: {model}; compiler compute: none ({k.note or sides.note})")
+            continue
+        lines.append(
+            f"{k.name}: {model}; compiler compute {k.compiler_cycles:,.0f} cycles = "
+            f"{k.compiler_compute_s * 1e6:.2f} us ({k.compiler_step_cycles:,.0f} a step, "
+            f"pl.when regions {k.regions_counted}), with the model's memory "
+            f"{(k.combined_latency_s or 0) * 1e6:.2f} us, steps bound compute/memory "
+            f"{k.combined_step_bounds.get('compute', 0)}/{k.combined_step_bounds.get('memory', 0)}")
+    return lines

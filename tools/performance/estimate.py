@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from kernelgraph.errors import KernelgraphError
+from tools.performance.compiled_compute import ProgramSides
 from tools.performance.executors import SIM_TARGETS, UnknownTarget
 
 # Integer inputs up to this many elements are made concretely (candidate scalar prefetch).
@@ -75,6 +76,10 @@ class Estimate(msgspec.Struct, frozen=True):
     baseline_host_s: float | None = None  # the host program priced by the model, beside
     program_sha256: str = ""
     """The sha256 of the lowered program: two configurations with the same one have one price."""
+    # Per kernel, the TPU compiler's static compute (cycles, seconds at the chip's clock)
+    # beside the model's compute and memory, and what bounds each step under each
+    # (tools/performance/compiled_compute.py); latency_s stays the model's
+    compute_sides: ProgramSides | None = None
 
 
 def load_task_quickly(path: str | Path) -> Any:
@@ -213,6 +218,7 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
     program = estimate_program(lowered, chip, concrete)
+    sides = _sides(text, lowered, program, chip, concrete)
     baseline = simulated_baseline(task.reference_at(shape_index), abstract, chip,
                                   key=f"{task.source_sha256}:{shape_index}")
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
@@ -234,7 +240,24 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
         baseline_priced_from=baseline.label, baseline_method=baseline.method,
         baseline_host_s=baseline.host.latency_s,
         program_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        compute_sides=sides,
     )
+
+
+def _sides(text: str, lowered: Any, program: Any, chip: Any,
+           inputs: Sequence[Any]) -> ProgramSides:
+    """Both sides of every kernel: the compiler's compute where libtpu compiled the program
+    (the compile check's result, from the cache), the model's alone otherwise."""
+    from tools.lowered import tpu_compiler
+    from tools.performance.compiled_compute import program_sides
+
+    compiled = None
+    if tpu_compiler.available():
+        try:
+            (compiled,) = tpu_compiler.compile_all([text], chip.name)
+        except tpu_compiler.TpuCompilerError:  # a figure beside the price, never the verdict
+            compiled = None
+    return program_sides(lowered, program, chip, compiled, inputs)
 
 
 __all__ = ["NOTE", "Estimate", "EstimateError", "KernelBreakdown", "estimate", "task_arguments"]

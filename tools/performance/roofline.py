@@ -261,71 +261,58 @@ def _prefetch_values(kernel: MosaicKernel, prefetch: Sequence[Any] | None) -> li
     return [np.asarray(p) for p in prefetch]
 
 
+@dataclass
+class _Steps:
+    """Per-step arrays of one kernel, before compute and transfers are combined."""
+
+    n: int
+    work: _StepWork
+    compute: np.ndarray
+    in_pipe: np.ndarray
+    out_pipe: np.ndarray
+    sync_in: np.ndarray
+    sync_out: np.ndarray
+    manual: np.ndarray
+    prefetch_bytes: int
+    fetches: list[int]
+    caveats: set[str]
+    unsound: set[str]
+
+    @property
+    def overlapped(self) -> np.ndarray:
+        """Bytes the DMA engine moves while step t computes (pipeline and manual)."""
+        overlapped = np.zeros(self.n)
+        overlapped[:-1] += self.in_pipe[1:]
+        overlapped[1:] += self.out_pipe[:-1]
+        return overlapped + self.work.dma
+
+
+def step_sides(kernel: MosaicKernel, chip: Chip, prefetch: Sequence[Any] | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid step: (the model's compute seconds, the seconds of the transfers the step
+    overlaps at HBM bandwidth), the two sides assumption 3 takes the larger of."""
+    s = _kernel_steps(kernel, chip, prefetch)
+    return s.compute, s.overlapped / chip.hbm_bytes_per_s
+
+
 def estimate_kernel(kernel: MosaicKernel, chip: Chip,
-                    prefetch: Sequence[Any] | None = None) -> KernelEstimate:
+                    prefetch: Sequence[Any] | None = None, *,
+                    busy_s: float | None = None) -> KernelEstimate:
     """Simulated latency of one pallas_call on `chip` (assumptions 1-6 of the module doc).
 
     `prefetch`: the values of the kernel's scalar-prefetch operands for the case priced;
     without them index maps and conditions that read those values count as unknown.
+    `busy_s`: each step's compute and overhead taken from elsewhere (the TPU compiler's
+    static cycles, :mod:`tools.performance.compiled_compute`) in place of the model's.
     """
-    steps = kernel.steps()
-    n = steps.shape[1]
-    caveats: set[str] = set()
-    unsound: set[str] = set()
+    s = _kernel_steps(kernel, chip, prefetch)
+    n, work, compute, caveats, unsound = s.n, s.work, s.compute, s.caveats, s.unsound
+    in_pipe, out_pipe, sync_in, sync_out = s.in_pipe, s.out_pipe, s.sync_in, s.sync_out
+    manual, prefetch_bytes, fetches = s.manual, s.prefetch_bytes, s.fetches
     bw = chip.hbm_bytes_per_s
-    values = _prefetch_values(kernel, prefetch)
-    if values is not None and kernel.prefetch_read_only:
-        caveats.add("index maps and conditions evaluated on this case's scalar-prefetch values")
-    elif kernel.scalar_prefetch and values is not None:
-        caveats.add("the kernel writes its scalar-prefetch refs: their values are not used")
-
-    in_pipe = np.zeros(n)
-    out_pipe = np.zeros(n)
-    sync_in = np.zeros(n)
-    sync_out = np.zeros(n)
-    fetches: list[int] = []
-    memory_values = values if kernel.prefetch_read_only else None
-    for w in kernel.windows:
-        if w.block_shape is None:  # left in HBM: moved only by the kernel's own DMAs
-            fetches.append(0)
-            continue
-        index = w.index_map.over(steps, memory_values) if w.index_map is not None else []
-        if any(v is None for v in index):
-            caveats.add(f"{w.role} {w.position} block index depends on data: fetched every step")
-        changed = _changed(index, n)
-        moves = changed if w.role == "input" else np.append(changed[1:], True)
-        fetches.append(int(moves.sum()))
-        bytes_per = moves * float(w.block_bytes)
-        if w.buffer_count < 2:
-            (sync_in if w.role == "input" else sync_out)[:] += bytes_per
-        elif w.role == "input":
-            in_pipe += bytes_per
-        else:
-            out_pipe += bytes_per
-    prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
-
-    work = _StepWork(*(np.zeros(n) for _ in range(11)))
-    env = kernel.scalar_env(steps, memory_values)
-    _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
-    waits = price_dma_waits(kernel, steps, env, kernel.prefetch_memory(memory_values), chip,
-                            lambda op: _op_seconds(op, chip))
-    work.serial_s += waits.serial_s
-    manual = work.dma.copy()  # every manual DMA started in the step, waited where it may be
-    work.dma = np.maximum(work.dma - waits.refund_bytes, 0.0)
-    caveats |= waits.caveats
-    if kernel.unmodelled_ops:
-        unsound.add(f"ops with no cost rule: {', '.join(kernel.unmodelled_ops)}")
-
-    compute = np.maximum.reduce([
-        work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
-        work.scalar_s,
-    ])
-    overlapped = np.zeros(n)
-    overlapped[:-1] += in_pipe[1:]
-    overlapped[1:] += out_pipe[:-1]
-    overlapped += work.dma
+    overlapped = s.overlapped
     sync = sync_in + sync_out
-    busy = compute + chip.per_step_overhead_s
+    busy = compute + chip.per_step_overhead_s if busy_s is None else np.full(n, busy_s)
     step_s = np.maximum(busy, overlapped / bw) + sync / bw + work.serial_s
     # However waits hide them, the step's transfers share one HBM: never faster than all
     # of its bytes at full bandwidth.
@@ -376,6 +363,64 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         branch_runs=[[round(t), round(e), k] for t, e, k in work.branches],
         scalar_s=float(work.scalar_s.sum()),
     )
+
+
+def _kernel_steps(kernel: MosaicKernel, chip: Chip,
+                  prefetch: Sequence[Any] | None) -> _Steps:
+    """Each grid step's work and transfers (assumptions 2-5), not yet combined."""
+    steps = kernel.steps()
+    n = steps.shape[1]
+    caveats: set[str] = set()
+    unsound: set[str] = set()
+    values = _prefetch_values(kernel, prefetch)
+    if values is not None and kernel.prefetch_read_only:
+        caveats.add("index maps and conditions evaluated on this case's scalar-prefetch values")
+    elif kernel.scalar_prefetch and values is not None:
+        caveats.add("the kernel writes its scalar-prefetch refs: their values are not used")
+
+    in_pipe = np.zeros(n)
+    out_pipe = np.zeros(n)
+    sync_in = np.zeros(n)
+    sync_out = np.zeros(n)
+    fetches: list[int] = []
+    memory_values = values if kernel.prefetch_read_only else None
+    for w in kernel.windows:
+        if w.block_shape is None:  # left in HBM: moved only by the kernel's own DMAs
+            fetches.append(0)
+            continue
+        index = w.index_map.over(steps, memory_values) if w.index_map is not None else []
+        if any(v is None for v in index):
+            caveats.add(f"{w.role} {w.position} block index depends on data: fetched every step")
+        changed = _changed(index, n)
+        moves = changed if w.role == "input" else np.append(changed[1:], True)
+        fetches.append(int(moves.sum()))
+        bytes_per = moves * float(w.block_bytes)
+        if w.buffer_count < 2:
+            (sync_in if w.role == "input" else sync_out)[:] += bytes_per
+        elif w.role == "input":
+            in_pipe += bytes_per
+        else:
+            out_pipe += bytes_per
+    prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
+
+    work = _StepWork(*(np.zeros(n) for _ in range(11)))
+    env = kernel.scalar_env(steps, memory_values)
+    _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
+    waits = price_dma_waits(kernel, steps, env, kernel.prefetch_memory(memory_values), chip,
+                            lambda op: _op_seconds(op, chip))
+    work.serial_s += waits.serial_s
+    manual = work.dma.copy()  # every manual DMA started in the step, waited where it may be
+    work.dma = np.maximum(work.dma - waits.refund_bytes, 0.0)
+    caveats |= waits.caveats
+    if kernel.unmodelled_ops:
+        unsound.add(f"ops with no cost rule: {', '.join(kernel.unmodelled_ops)}")
+
+    compute = np.maximum.reduce([
+        work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
+        work.scalar_s,
+    ])
+    return _Steps(n, work, compute, in_pipe, out_pipe, sync_in, sync_out, manual,
+                  prefetch_bytes, fetches, caveats, unsound)
 
 
 def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[Any] | None:
