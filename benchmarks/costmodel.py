@@ -12,6 +12,15 @@
   `calibration_max_abs_error_4096_8192`, `rank_correlation` per size, and
   `error_by_class`: per kernel class, the configurations at 4096 and above (where dispatch
   does not dominate), their ratio range and mean absolute error.
+- `compiler_calibration` (with the `tpu-compiler` extra; `--skip-compiler` leaves it out):
+  every published v5e point (both guides) priced three ways, each with its own dispatch
+  constant found as the model's is (tools/performance/compiler_calibration.py): the model
+  alone, the TPU compiler's static estimate alone (its kernels' bundle cycles, XLA's ops'
+  estimated_cycles), and the combination (compute from the compiler, memory from the
+  model; with and without the model's per-step overhead added to the compiler's step). Per
+  point the three ratios, per class at 4096 and above each method's mean and worst error,
+  and whether a combination is at least as accurate as the model alone (it decides whether
+  the compiler's compute enters the verdict's price).
 - `estimate_8192_*`: `kernelgraph estimate` of kernels/matmul.py at bm=512, bn=1024,
   bk=1024 on the 8192^3 bf16 JAXBench-format task (benchmarks/tasks/matmul_bf16_8192), end
   to end through the API (sandboxed lowering with abstract inputs, model, baseline).
@@ -20,8 +29,8 @@
   sim-tpu-v6e); the checkout is read where it is (`--jaxbench`, or $KG_JAXBENCH), never
   copied. Its wall time and the estimate's own figures (simulated, unverified).
 
-Usage: python benchmarks/costmodel.py [--json] [--skip-estimate] [--jaxbench DIR]
-       [--jaxbench-task NAME]
+Usage: python benchmarks/costmodel.py [--json] [--skip-estimate] [--skip-compiler]
+       [--jaxbench DIR] [--jaxbench-task NAME]
 """
 
 from __future__ import annotations
@@ -104,6 +113,26 @@ def calibration() -> dict[str, object]:
     }
 
 
+def compiler_calibration() -> dict[str, object]:
+    from tools.lowered import tpu_compiler
+    from tools.performance import compiler_calibration as cc
+
+    if not tpu_compiler.available():
+        return {"compiler_calibration": {"skipped": tpu_compiler.compiler_name()}}
+    started = time.perf_counter()
+    points = [cc.point(row) for row in cc.published_rows()]
+    ratios = cc.ratios(points)
+    table = [{"config": p.config, "published_s": p.published_s,
+              **{f"{m}_s": getattr(p, f"{m}_s") for m in cc.METHODS},
+              **{f"{m}_ratio": None if ratios[p.config][m] is None
+                 else round(ratios[p.config][m] or 0.0, 4) for m in cc.METHODS},
+              "regions_counted": p.regions_counted, "note": p.note} for p in points]
+    return {"compiler_calibration": {
+        "measured_on": "simulated", "compiler": tpu_compiler.compiler_name(),
+        "points": table, **cc.summary(points, CLASSES),
+        "wall_s": round(time.perf_counter() - started, 2)}}
+
+
 def _estimate(task: Path, candidate: Path, target: str, config: dict[str, int],
               prefix: str) -> dict[str, object]:
     from tools import api
@@ -142,6 +171,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON (the only format)")
     parser.add_argument("--skip-estimate", action="store_true")
+    parser.add_argument("--skip-compiler", action="store_true",
+                        help="leave out the three-way calibration with the TPU compiler")
     parser.add_argument("--jaxbench", type=Path, default=JAXBENCH,
                         help="a JAXBench checkout's benchmark/ folder (read in place)")
     parser.add_argument("--jaxbench-task", default="12p_RMSNorm")
@@ -149,6 +180,8 @@ def main() -> None:
     out: dict[str, object] = {"measured_on": "simulated", "machine": platform.machine(),
                               "cpus": os.cpu_count()}
     out.update(calibration())
+    if not args.skip_compiler:
+        out.update(compiler_calibration())
     if not args.skip_estimate:
         out.update(estimate_8192())
         out.update(jaxbench_estimate(args.jaxbench, args.jaxbench_task))

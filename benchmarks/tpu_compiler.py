@@ -3,7 +3,9 @@
 - `compile_s`: wall seconds of the compiler per program (no cache) at the shipped tuning
   points: the shipped kernels at their tasks' tuning points (every TUNABLES value) and the
   offline author's kernel per shipped task (default and largest knobs); median and worst,
-  and the worst programs by name. The compiles run one after another in one sandboxed
+  and the worst programs by name; the same with the kernels' static cycles read from the
+  compiler's bundle schedule (`median_with_cycles_s`, `worst_with_cycles_s`), and how many
+  compiled programs gave them (the rest named, with why). The compiles run one after another in one sandboxed
   child (JAX and libtpu start once: `child_startup_s` is the rest of that child's time).
 - `edge`: the same for the tuning configurations at the VMEM edge (tests/tpu_corpus.py),
   where a refused kernel may take the compiler much longer to refuse.
@@ -70,11 +72,19 @@ def _seconds(programs: list) -> dict:
     seconds = sorted((p.real.seconds, p.name) for p in judged)
     if not seconds:
         return {"programs": 0}
+    whole = sorted(p.real.seconds + p.real.cycles_seconds for p in judged)
+    compiled = [p for p in judged if p.real.ok]
     return {
         "programs": len(seconds),
         "median_s": round(statistics.median(s for s, _ in seconds), 3),
         "worst_s": round(seconds[-1][0], 3),
         "worst": [{"program": n, "seconds": round(s, 3)} for s, n in seconds[-3:][::-1]],
+        # the compile with its kernels' static cycles read from the bundle schedule
+        "median_with_cycles_s": round(statistics.median(whole), 3),
+        "worst_with_cycles_s": round(whole[-1], 3),
+        "compiled_with_kernel_cycles": sum(bool(p.real.kernel_cycles) for p in compiled),
+        "compiled_without": [{"program": p.name, "why": p.real.cycles_note}
+                             for p in compiled if not p.real.kernel_cycles][:10],
         "refused_by_compiler": sum(not p.real.ok for p in judged),
         "timeouts": sum(p.real.kind == "timeout" for p in judged),
     }

@@ -72,6 +72,7 @@ class RealCompile(msgspec.Struct, frozen=True):
     # program's order (tools/performance/llo_cycles.py); empty where none was read
     kernel_cycles: list[KernelCycles] = []
     cycles_note: str = ""  # why no cycles were read, where a kernel has none
+    cycles_seconds: float = 0.0  # wall seconds of reading them (after the compile's)
 
 
 # ------------------------------------------------------------------------------ availability
@@ -259,11 +260,13 @@ def compile_text(text: str, chip: str, *, keep_hlo: bool = False,
             hlo = ""
     kernels: list[KernelCycles] = []
     note = "no bundle schedule was asked for"
+    read_started = time.perf_counter()
     if dump_folder is not None:
         kernels, note = read_cycles(dump_folder, hlo)
     return RealCompile(chip, True, digest, f"libtpu {version}", seconds=seconds,
                        optimal_seconds=optimal, hlo=hlo if keep_hlo else "",
-                       kernel_cycles=kernels, cycles_note=note)
+                       kernel_cycles=kernels, cycles_note=note,
+                       cycles_seconds=time.perf_counter() - read_started)
 
 
 # ---------------------------------------------------------------------------- parent side
