@@ -102,6 +102,16 @@ def test_an_inner_loop_counts_its_trips() -> None:
     assert k.step_cycles == 16 + guard
 
 
+def test_v7_branches_have_six_delay_slots() -> None:
+    """The same text read for v7: six bundles after each branch run whether it is taken or
+    not, so a trip takes the two bundles after the back branch's four nops, and each
+    skippable region is two bundles shorter (guard 12, pl.when region 2)."""
+    k = kernel_cycles(_grid(), "k", "v7")
+    assert (k.step_cycles, k.regions, k.idle_trip_cycles) == (32, [2], 20)
+    with pytest.raises(LloError, match="no branch delay known"):
+        kernel_cycles(_grid(), "k", "v4")
+
+
 def test_a_trip_count_against_a_register_gives_no_total() -> None:
     k = kernel_cycles(_grid(trips="%s4"), "k")
     assert k.trips is None and k.unknown_trips == 1

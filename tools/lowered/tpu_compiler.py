@@ -47,7 +47,7 @@ SWITCH_ENV = "KG_TPU_COMPILER"  # "0": the emulated check alone, even with libtp
 CACHE_ENV = "KG_TPU_COMPILE_CACHE"
 DEFAULT_LIMIT_S = 120.0
 DUMP_FLAGS = "--xla_jf_dump_to={folder} --xla_jf_dump_llo_pass_label_regex={regex}"
-_CACHE_FORMAT = "v2"  # v2: with the kernels' static cycles
+_CACHE_FORMAT = "v3"  # v3: with the kernels' static cycles (v7's six delay slots)
 _MESSAGE_CHARS = 2000
 
 
@@ -186,13 +186,13 @@ _CUSTOM_CALL = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = [^\n]*custom-call\([^
                           r'custom_call_target="tpu_custom_call"', re.MULTILINE)
 
 
-def read_cycles(folder: Path, hlo: str) -> tuple[list[KernelCycles], str]:
+def read_cycles(folder: Path, hlo: str, chip: str = "v6e") -> tuple[list[KernelCycles], str]:
     """The kernels' static cycles from the dump in ``folder`` (then emptied), in the order
     their custom calls run in the compiled program ``hlo``; (cycles, why none) ."""
     from tools.performance.llo_cycles import LloError, read_dump
 
     try:
-        found = read_dump(folder)
+        found = read_dump(folder, chip)
     except (LloError, OSError, ValueError) as exc:  # a figure, never the verdict
         return [], f"the bundle schedule could not be read: {exc}"[:500]
     finally:
@@ -262,7 +262,7 @@ def compile_text(text: str, chip: str, *, keep_hlo: bool = False,
     note = "no bundle schedule was asked for"
     read_started = time.perf_counter()
     if dump_folder is not None:
-        kernels, note = read_cycles(dump_folder, hlo)
+        kernels, note = read_cycles(dump_folder, hlo, chip)
     return RealCompile(chip, True, digest, f"libtpu {version}", seconds=seconds,
                        optimal_seconds=optimal, hlo=hlo if keep_hlo else "",
                        kernel_cycles=kernels, cycles_note=note,

@@ -19,8 +19,9 @@ How the count is made, all of it:
    from 0 by 1 (checked: the compared register is an ``sadd.s32 1`` of the index); a test
    against a register, or none, leaves the trips unknown (``unknown_trips``: no total).
 3. A branch forwards skips a predicated region: the bundles after its delay slots up to the
-   target region's first bundle. Each branch has ``DELAY_SLOTS`` delay slots, which run
-   whether or not it is taken (four in every v5e/v6e schedule read).
+   target region's first bundle. A branch's delay slots run whether or not it is taken:
+   four on v5e and v6e, six on v7 (``DELAY_SLOTS``, read off the schedules: the bundles
+   between a branch and the end of its branch region).
 4. The outermost loop is the grid pipeline: one trip per grid step plus the pipeline's fill
    and drain (1024^2 f32 at 256^3 blocks: 64 steps, 66 trips). Predicated regions directly
    in its body are stage guards: they run on the grid steps, not on the fill and drain
@@ -44,7 +45,7 @@ import msgspec
 
 from kernelgraph.errors import KernelgraphError
 
-DELAY_SLOTS = 4
+DELAY_SLOTS: dict[str, int] = {"v5e": 4, "v6e": 4, "v7": 6}
 PASS_REGEX = "final_bundles$"  # --xla_jf_dump_llo_pass_label_regex: the one pass read here
 _BUNDLE = re.compile(r"^\s*(0x[0-9a-f]+|0)\s+(?:(LH|LB|LE|PB|PF|CT):|:)\s*(>*)\s*\{")
 _STARTS = re.compile(r"Start(?:/End empty)? region (\d+)")
@@ -123,7 +124,7 @@ def _trips(bundles: list[Bundle], start: int, end: int, predicate: str) -> int |
     return None
 
 
-def build_tree(bundles: list[Bundle]) -> Node:
+def build_tree(bundles: list[Bundle], delay: int = 4) -> Node:
     """Loops and predicated regions of the schedule, nested (assumptions 2 and 3)."""
     starts: dict[int, int] = {}
     for b in bundles:
@@ -141,11 +142,11 @@ def build_tree(bundles: list[Bundle]) -> Node:
                            "starts nowhere in the schedule")
         target = starts[region]
         if target <= b.address:
-            end = min(b.address + DELAY_SLOTS, last)
+            end = min(b.address + delay, last)
             trips = _trips(bundles, target, end, predicate) if predicate and negated else None
             nodes.append(Node(target, end, "loop", trips))
-        elif target > b.address + DELAY_SLOTS + 1:
-            nodes.append(Node(b.address + DELAY_SLOTS + 1, target - 1, "region"))
+        elif target > b.address + delay + 1:
+            nodes.append(Node(b.address + delay + 1, target - 1, "region"))
     root = Node(0, last, "program")
     nodes.sort(key=lambda n: (n.start, -n.end, n.kind != "loop"))
     stack = [root]
@@ -194,10 +195,18 @@ def _own_run(region: Node) -> int:
     return cycles(region, regions=False)[0]
 
 
-def kernel_cycles(text: str, name: str) -> KernelCycles:
-    """Read one kernel's final bundle schedule (assumptions 1-5)."""
+def delay_slots(chip: str) -> int:
+    try:
+        return DELAY_SLOTS[chip]
+    except KeyError:
+        raise LloError(f"no branch delay known for chip {chip!r}; known: "
+                       f"{', '.join(DELAY_SLOTS)}") from None
+
+
+def kernel_cycles(text: str, name: str, chip: str = "v6e") -> KernelCycles:
+    """Read one kernel's final bundle schedule for ``chip`` (assumptions 1-5)."""
     bundles = parse_bundles(text)
-    root = build_tree(bundles)
+    root = build_tree(bundles, delay_slots(chip))
     loops = [c for c in root.children if c.kind == "loop"]
     if not loops:  # one step: the whole program
         whole, unknown = cycles(root)
@@ -261,7 +270,7 @@ def total_cycles(k: KernelCycles, grid_steps: int,
     return k.outside_cycles + grid_steps * step_cycles(k, runs) + idle * k.idle_trip_cycles
 
 
-def read_dump(folder: str | Path) -> list[KernelCycles]:
+def read_dump(folder: str | Path, chip: str = "v6e") -> list[KernelCycles]:
     """Every Mosaic kernel's cycles in a dump folder, in the order the compiler wrote them
     (XLA's own programs, ``TLP`` and ``<late-...>``, are left out)."""
     found: list[tuple[int, KernelCycles]] = []
@@ -270,10 +279,10 @@ def read_dump(folder: str | Path) -> list[KernelCycles]:
         if m is None or m.group(1) == "TLP" or m.group(1).startswith("<"):
             continue
         stamp = int(path.name.split("-", 1)[0])
-        found.append((stamp, kernel_cycles(path.read_text(errors="replace"), m.group(1))))
+        found.append((stamp, kernel_cycles(path.read_text(errors="replace"), m.group(1), chip)))
     return [k for _, k in sorted(found, key=lambda sk: sk[0])]
 
 
 __all__ = ["DELAY_SLOTS", "PASS_REGEX", "KernelCycles", "LloError", "build_tree", "cycles",
-           "fractions", "kernel_cycles", "parse_bundles", "read_dump", "step_cycles",
+           "delay_slots", "fractions", "kernel_cycles", "parse_bundles", "read_dump", "step_cycles",
            "total_cycles"]
