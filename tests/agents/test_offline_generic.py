@@ -32,6 +32,18 @@ def make_inputs(key, shape_index=0):
     return jax.random.normal(kx, (b, n, d), jnp.float32), jax.random.normal(kw, (d,), jnp.float32)
 '''
 
+# a statistic over the leading axis: the middle (sublane) axis is tiled, in blocks of 8 rows
+OVER_BATCH = _HEAD + '''SHAPES = [(4, 64, 256), (2, 32, 128)]
+
+
+def reference(x):
+    return x / (jnp.sum(jnp.abs(x), axis=0, keepdims=True) + 1.0)
+
+
+def make_inputs(key, shape_index=0):
+    return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
+'''
+
 # columns normalised by their own sums: rows are mixed, columns (the lane axis) independent
 COLUMN_NORM = _HEAD + '''SHAPES = [(64, 512), (32, 256)]
 
@@ -81,15 +93,23 @@ def _task(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_a_sum_over_a_middle_axis_is_tiled_over_the_leading_one(tmp_path: Path) -> None:
+def test_a_sum_over_a_middle_axis_is_tiled_one_leading_position_per_step(tmp_path: Path) -> None:
     task = _task(tmp_path, "middle_sum", MIDDLE_SUM)
     facts = classify_task(task)
     assert facts.kernel_class == "generic", facts.reasons
-    assert facts.detail["in_axes"] == [[0, None, None], [None]]
+    assert facts.detail["in_axes"] == [[0, None, None], [None]] and facts.detail["units"] == [True]
     assert facts.detail["out_axes"] == [[0, None, None]]
+    assert_matches_reference(task, first_kernel(task), seed=3)
+
+
+def test_a_statistic_over_the_leading_axis_is_tiled_over_rows(tmp_path: Path) -> None:
+    task = _task(tmp_path, "over_batch", OVER_BATCH)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert facts.detail["out_axes"] == [[None, 0, None]] and facts.detail["units"] == [False]
     source = first_kernel(task)
-    for block in (1, 2, 4):
-        assert_matches_reference(task, source, seed=3, block_0=block)
+    for block in (8, 32, 64):
+        assert_matches_reference(task, source, seed=2, block_0=block)
 
 
 def test_columns_normalised_by_their_sums_are_tiled_over_lanes(tmp_path: Path) -> None:
@@ -127,7 +147,7 @@ def test_a_global_statistic_too_big_for_vmem_is_refused_saying_why(tmp_path: Pat
 
 
 def test_the_levers_see_a_class_of_its_own_with_block_tunables(tmp_path: Path) -> None:
-    task = _task(tmp_path, "middle_sum", MIDDLE_SUM)
+    task = _task(tmp_path, "over_batch", OVER_BATCH)
     facts = classify_task(task)
     assert {lv.id for lv in levers_for("generic")} <= set(REGISTRY["generic"])
     base = variety.default_spec(facts, {}, {})
@@ -136,11 +156,11 @@ def test_the_levers_see_a_class_of_its_own_with_block_tunables(tmp_path: Path) -
     sources = {drop_unused_imports(variety.WRITERS["generic"].render(facts, s, "t")) for s in [base, *got]}
     assert len(sources) == 1 + len(got)
     assert "TUNABLES = {'block_0': [" in first_kernel(task)
-    plan = planner.plan_text(facts, planner.choose(facts, {}), {}, "middle_sum")
+    plan = planner.plan_text(facts, planner.choose(facts, {}), {}, "over_batch")
     assert "**generic**" in plan and '"block_0"' in plan
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("text", [MIDDLE_SUM, COLUMN_NORM])
+@pytest.mark.parametrize("text", [MIDDLE_SUM, OVER_BATCH, COLUMN_NORM])
 def test_the_generic_kernel_passes_the_verifier(tmp_path: Path, text: str) -> None:
     assert_verifies(_task(tmp_path, "generic_task", text), tmp_path)

@@ -119,9 +119,10 @@ def _arg_names(fn: Any, count: int) -> list[str]:
 
 
 def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str],
-                    minimum: dict[str, int], pinned: dict[str, int]) -> Any:
+                    minimum: dict[str, int], pinned: dict[str, int], merge: bool = True) -> Any:
     """The jaxpr over symbolic dims, each known to be at least its smallest task size (so
-    `D1 < 8` in a reference is decidable); `pinned` symbols are traced at their value."""
+    `D1 < 8` in a reference is decidable); `pinned` symbols are traced at their value. `merge`:
+    dots with several batch dims re-traced through one (all Mosaic lowers)."""
     import jax
     from jax import export
 
@@ -132,7 +133,8 @@ def _symbolic_jaxpr(reference: Any, args: list[Arg], symbols: list[str],
     scope.update(pinned)
     specs = [jax.ShapeDtypeStruct(tuple(scope[d] if isinstance(d, str) else d for d in a.dims),
                                   np.dtype(a.dtype)) for a in args]
-    return batchdims.merge_batch_dims(jax.make_jaxpr(reference)(*specs))  # Mosaic: one batch dim
+    closed = jax.make_jaxpr(reference)(*specs)
+    return batchdims.merge_batch_dims(closed) if merge else closed
 
 
 def _trace(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
@@ -304,11 +306,11 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         from agents.llm.offline import generic
         from agents.llm.offline.generic_axes import TILE_SYMBOLS
 
-        def trace(dims: list[tuple[Any, ...]]) -> Any:
+        def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
             tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
             again = _rewritten(_symbolic_jaxpr(reference, tiled, [*symbols, *TILE_SYMBOLS],
-                                               minimum, pinned))
-            return again, flatten(again)
+                                               minimum, pinned, merge))
+            return flatten(again)
 
         generic.decide(facts, trace, (invars, eqns, outvars, consts))
     if facts.kernel_class == "single_block" and not facts.body_source:

@@ -49,6 +49,11 @@ def _tiling(facts: TaskFacts) -> dict[str, Any]:
     return facts.detail
 
 
+def units(facts: TaskFacts) -> list[bool]:
+    """Per tiled axis: one position per step (a leading axis, the body traced at size 1)."""
+    return list(_tiling(facts)["units"])
+
+
 def sizes(facts: TaskFacts) -> list[int]:
     """The full size of each tiled axis at the tuning point."""
     return [facts.dim_values[o] for o in _tiling(facts)["origins"]]
@@ -94,12 +99,20 @@ def _block_shape(shape: tuple[int, ...], axes: tuple[int | None, ...], blocks: l
 
 
 def block_vmem(facts: TaskFacts, blocks: list[int]) -> int:
-    """Two buffers of every input and output block plus every intermediate of the body at
-    those blocks (an upper bound: Mosaic frees values as they die)."""
-    io = sum(_padded(_block_shape(s, axes, blocks), size) for s, size, axes in _arrays(facts))
-    inter = sum(_padded(_block_shape(tuple(s), tuple(axes), blocks), size)
-                for s, size, axes in _tiling(facts)["values"])
-    return 2 * io + inter
+    """Two buffers of every input and output block (one of an input that never moves) plus
+    the most bytes of the body's values
+    live at once (each from the equation that makes it to the last that reads it), at those
+    blocks, with lane and sublane padding."""
+    io = sum((1 if all(a is None for a in axes) else 2) * _padded(_block_shape(s, axes, blocks), size)
+             for s, size, axes in _arrays(facts))
+    values = _tiling(facts)["values"]
+    steps = 1 + max((v[4] for v in values), default=0)
+    live = [0] * steps
+    for shape, size, axes, born, dies in values:
+        bytes_ = _padded(_block_shape(tuple(shape), tuple(axes), blocks), size)
+        for i in range(born, dies + 1):
+            live[i] += bytes_
+    return io + max(live, default=0)
 
 
 def spec_vmem(facts: TaskFacts, spec: GenericSpec) -> int:
@@ -109,7 +122,10 @@ def spec_vmem(facts: TaskFacts, spec: GenericSpec) -> int:
 def _blocks(facts: TaskFacts, spec: GenericSpec) -> list[int]:
     """The spec's blocks made legal: at most the axis, a multiple of its alignment or whole."""
     out = []
-    for b, size, align in zip(spec.blocks, sizes(facts), aligns(facts), strict=False):
+    for b, size, align, unit in zip(spec.blocks, sizes(facts), aligns(facts), units(facts), strict=False):
+        if unit:
+            out.append(1)
+            continue
         b = size if b <= 0 else min(b, size)
         out.append(b if b == size else max(align, b // align * align))
     return out
@@ -124,13 +140,14 @@ def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> tuple[list[
     with the most aligned units left), and the VMEM limit to ask for (None: the default)."""
     from agents.llm.offline.rows import pipeline_steps
 
-    blocks, align = list(sizes(facts)), aligns(facts)
+    blocks = [1 if u else s for s, u in zip(sizes(facts), units(facts), strict=True)]
+    align = aligns(facts)
     budget = scoped_vmem(chip)
     target = pipeline_steps(facts.io_bytes, chip)
     while block_vmem(facts, blocks) > budget or _steps(facts, blocks) < target:
-        units = [b // a if b > a else 0 for b, a in zip(blocks, align, strict=True)]
-        g = max(range(len(blocks)), key=lambda i: units[i])
-        if units[g] <= 1:
+        left = [b // a if b > a else 0 for b, a in zip(blocks, align, strict=True)]
+        g = max(range(len(blocks)), key=lambda i: left[i])
+        if left[g] <= 1:
             break
         blocks[g] = max(align[g], blocks[g] // 2 // align[g] * align[g])
     limit = None if block_vmem(facts, blocks) <= budget else RAISED_VMEM_BYTES
@@ -163,8 +180,9 @@ def grid_text(params: dict[str, int]) -> str:
 def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
     t = _tiling(facts)
     blocks = _blocks(facts, spec)
-    parts = [f"block_{g} = {b} of the {s}-long axis {o} (grid {-(-s // b)})"
-             for g, (b, s, o) in enumerate(zip(blocks, sizes(facts), t["origins"], strict=False))]
+    parts = [f"one position of the {s}-long axis {o} per step (grid {s})" if u else
+             f"block_{g} = {b} of the {s}-long axis {o} (grid {-(-s // b)})"
+             for g, (b, s, o, u) in enumerate(zip(blocks, sizes(facts), t["origins"], units(facts), strict=False))]
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
     return "; ".join(parts)
@@ -182,12 +200,15 @@ def _kernel(*refs, dims, n_in):
 
 
 def _block_spec(shape, axes, blocks):
-    """`axes[i]`: the grid axis that tiles array axis i, or None (the whole axis)."""
+    """`axes[i]`: the grid axis that tiles array axis i, or None (the whole axis). A block that
+    never moves (no tiled axis) gets one buffer."""
     block = tuple(size if g is None else blocks[g] for size, g in zip(shape, axes, strict=True))
 
     def index(*ids):
         return tuple(0 if g is None else ids[g] for g in axes)
 
+    if all(g is None for g in axes):
+        return pl.BlockSpec(block, index, pipeline_mode=pl.Buffered(1))
     return pl.BlockSpec(block, index)
 
 
@@ -198,7 +219,7 @@ def _legal(block, size, align, name):
 
 
 @functools.partial(jax.jit, static_argnames=%STATIC%)
-def generic_kernel(%ARGS%, *, %KNOBS%):
+def generic_kernel(%SIGNATURE%):
 %CHECKS%
     blocks = tuple(_legal(b, dims[t], a, f"block_{g}")
                    for g, (b, t, a) in enumerate(zip((%KNOB_NAMES%,), _TILED, _ALIGN, strict=True)))
@@ -225,7 +246,10 @@ def build(%KNOBS%):
 
 def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
     out = {}
-    for g, (b, size, align) in enumerate(zip(blocks, sizes(facts), aligns(facts), strict=False)):
+    for g, (b, size, align, unit) in enumerate(zip(blocks, sizes(facts), aligns(facts), units(facts),
+                                                    strict=False)):
+        if unit:
+            continue
         values = [b]
         for v in (b // 2, b * 2):
             v = min(v, size)
@@ -242,12 +266,13 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
 
     t = _tiling(facts)
     blocks = _blocks(facts, spec)
-    count = len(t["symbols"])
-    knob_names = [f"block_{g}" for g in range(count)]
+    knob_names = [f"block_{g}" for g, unit in enumerate(units(facts)) if not unit]
+    block_args = ", ".join("1" if unit else f"block_{g}" for g, unit in enumerate(units(facts)))
     tunables = {k: v for k, v in (tunables or {}).items() if k in knob_names} or _tunables(facts, blocks)
     names = [a.name for a in facts.args]
     ret = "outs[0]" if len(facts.outs) == 1 else "tuple(outs)"
-    tiled_doc = "; ".join(f"block_{g} tiles {o} (size {s}): " + ", ".join(
+    tiled_doc = "; ".join(("one position per step of" if units(facts)[g] else f"block_{g} tiles")
+                          + f" {o} (size {s}): " + ", ".join(
         f"{n} axis {axes.index(g)}" for n, axes in zip([*names, *[f'output {i}' for i in range(len(facts.outs))]],
                                                         [*t["in_axes"], *t["out_axes"]], strict=True) if g in axes)
         for g, (o, s) in enumerate(zip(t["origins"], sizes(facts), strict=True)))
@@ -269,9 +294,10 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
     dims = ", ".join(f"{s}=None" for s in symbols)
     items = ", ".join(f"({dims_expr(tuple(d))}, {dtype!r})" for d, (_, dtype) in zip(t["out_dims"], facts.outs, strict=True))
     out_avals = f"def _out_avals(*, {dims}):\n    return [{items}]"
-    knobs = ", ".join(f"{k}: int = {b}" for k, b in zip(knob_names, blocks, strict=False))
+    knobs = ", ".join(f"block_{g}: int = {b}" for g, b in enumerate(blocks) if not units(facts)[g])
     wrapper = (_WRAPPER.replace("%STATIC%", repr(tuple(knob_names))).replace("%ARGS%", ", ".join(names))
-               .replace("%KNOBS%", knobs).replace("%KNOB_NAMES%", ", ".join(knob_names))
+               .replace("%SIGNATURE%", ", ".join(names) + (f", *, {knobs}" if knobs else ""))
+               .replace("%KNOBS%", knobs).replace("%KNOB_NAMES%", block_args)
                .replace("%KNOB_PASS%", ", ".join(f"{k}={k}" for k in knob_names))
                .replace("%CHECKS%", dim_check_source(names, [tuple(d) for d in t["arg_dims"]]))
                .replace("%RETURN%", ret))
@@ -286,6 +312,8 @@ def safer_steps(facts: TaskFacts, chip: dict[str, Any] | None) -> list[tuple[dic
     align = aligns(facts)
     half = [max(a, b // 2 // a * a) for b, a in zip(blocks, align, strict=False)]
     least = list(align[:len(blocks)])
+    if half == blocks and least == blocks:
+        return []
     steps: list[tuple[dict[str, Any], str]] = []
     for chosen, what in ((half, "halved every block"), (least, "the smallest aligned blocks")):
         params = dict(zip(KNOBS, chosen, strict=False))
@@ -352,26 +380,24 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
                             facts.symbols, facts.dim_values, facts.pinned)
     if isinstance(got, str):
         facts.reasons.append(f"no axis of the output is independent ({got}): one block")
-        largest = max((_padded(generic_axes.shape_at(v.aval.shape, facts.dim_values),
-                               np.dtype(v.aval.dtype).itemsize)
-                       for e in flat[1] for v in e.outvars if hasattr(v.aval, "shape")), default=0)
-        need = 2 * facts.io_bytes + largest
-        if need > RAISED_VMEM_BYTES:
+        if facts.io_bytes > RAISED_VMEM_BYTES:  # the inputs and outputs alone, before any value
             facts.unsupported = (
                 f"no axis of the reference's output can be computed block by block ({got}), and "
-                f"the whole arrays with the largest intermediate need about {_mib(need)} of VMEM "
-                f"at this size, more than the {_mib(RAISED_VMEM_BYTES)} a TPU core gives one "
-                "kernel; run it at a smaller size (for a JAXBench task, a smaller --scale)")
+                f"one block holding the whole inputs and outputs needs {_mib(facts.io_bytes)} of "
+                f"VMEM at this size before any intermediate, more than the "
+                f"{_mib(RAISED_VMEM_BYTES)} a TPU core gives one kernel; run it at a smaller size "
+                "(for a JAXBench task, a smaller --scale)")
         return
-    detail = {"symbols": list(got.symbols), "origins": list(got.origins),
+    detail = {"symbols": list(got.symbols), "units": list(got.units), "origins": list(got.origins),
               "in_axes": [list(a) for a in got.in_axes], "out_axes": [list(a) for a in got.out_axes],
               "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
-              "body": got.body, "values": [(list(s), n, list(a)) for s, n, a in got.values]}
+              "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values]}
     facts.kernel_class, facts.detail = "generic", detail
     least = block_vmem(facts, aligns(facts))
     described = ", ".join(f"{o} ({facts.dim_values[o]})" for o in got.origins)
     facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
-                         "(no op of the jaxpr mixes positions along them): a grid over them")
+                         "(no op of the jaxpr mixes positions along them): a grid over them"
+                         + (f"; not tiled: {'; '.join(got.rejected)}" if got.rejected else ""))
     if least > RAISED_VMEM_BYTES:
         facts.unsupported = (
             f"even one aligned block of the independent axes {described} needs about {_mib(least)} "

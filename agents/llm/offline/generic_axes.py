@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 TILE_SYMBOLS = ("T0", "T1", "T2")
@@ -39,13 +39,17 @@ class Tiling:
     """The tiled axes: their fresh names, the input and output axes they are, the new body."""
 
     symbols: tuple[str, ...]  # fresh dim names, one per tiled axis
+    units: tuple[bool, ...]  # per tiled axis: one position per step (the body traced at size 1)
     origins: tuple[str, ...]  # the task's symbol each one was (its size at every shape)
     in_axes: tuple[tuple[int | None, ...], ...]  # per input, per array axis: the grid axis or None
     out_axes: tuple[tuple[int | None, ...], ...]  # per output, the same
     arg_dims: tuple[tuple[Any, ...], ...]  # the inputs' dims with the fresh names
     out_dims: tuple[tuple[Any, ...], ...]
     body: str  # `_body(*inputs, <dims>)` over the fresh names too
-    values: tuple[tuple[tuple[int, ...], int, tuple[int | None, ...]], ...]  # per intermediate: full shape, itemsize, grid axis per dim
+    values: tuple[tuple[tuple[int, ...], int, tuple[int | None, ...], int, int], ...]
+    """Per intermediate: full shape, itemsize, grid axis per dim, the equation that makes it
+    and the last that reads it (its live range)."""
+    rejected: tuple[str, ...] = ()  # the output axes not tiled, each with why
 
 
 def _literal(v: Any) -> bool:
@@ -217,13 +221,18 @@ def shape_at(shape: Sequence[Any], values: dict[str, int]) -> tuple[int, ...]:
                  for d in shape)
 
 
-def find(trace: Callable[[list[tuple[Any, ...]]], Any], arg_dims: Sequence[tuple[Any, ...]],
+def find(trace: Callable[[list[tuple[Any, ...]], bool], Any], arg_dims: Sequence[tuple[Any, ...]],
          out_dims: Sequence[tuple[Any, ...]], flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]],
          symbols: Sequence[str], values: dict[str, int], pinned: dict[str, int]) -> Tiling | str:
     """The independent axes of the first output (up to `MAX_TILED`, the lane axis only when
-    nothing else is), or why none is. `trace(arg_dims)` re-traces the reference over dims
-    with fresh names; `flat` is the task's flattened jaxpr."""
-    invars, eqns, outvars, _ = flat
+    nothing else is), or why none is. `trace(arg_dims, merge)` re-traces the reference over
+    dims with fresh names and flattens it (`merge`: dots with several batch dims through one,
+    as Mosaic needs; the check reads the unmerged jaxpr, where each batch dim is its own);
+    `flat` is the task's flattened jaxpr."""
+    try:  # walked back unmerged, where each batch dim of a dot is its own axis
+        invars, eqns, outvars, _ = trace([tuple(d) for d in arg_dims], False)
+    except Exception:  # the merged trace will do: axes merged there are simply not found
+        invars, eqns, outvars, _ = flat
     if not outvars or _literal(outvars[0]):
         return "the reference returns no array"
     reasons: list[str] = []
@@ -247,12 +256,13 @@ def find(trace: Callable[[list[tuple[Any, ...]]], Any], arg_dims: Sequence[tuple
     while chosen:
         got = _attempt(trace, arg_dims, [p for _, p in chosen], symbols)
         if not isinstance(got, str):
-            return _tiling(got, [out_dims[0][a] for a, _ in chosen], values)
+            tiling = _tiling(trace, got, [out_dims[0][a] for a, _ in chosen], values)
+            return tiling if isinstance(tiling, str) else replace(tiling, rejected=tuple(reasons))
         chosen = chosen[:-1]
     return "the independent axes do not tile together"
 
 
-def _attempt(trace: Callable[[list[tuple[Any, ...]]], Any], arg_dims: Sequence[tuple[Any, ...]],
+def _attempt(trace: Callable[[list[tuple[Any, ...]], bool], Any], arg_dims: Sequence[tuple[Any, ...]],
              picks: list[dict[int, int]], symbols: Sequence[str]) -> Any:
     fresh = TILE_SYMBOLS[:len(picks)]
     dims = [list(d) for d in arg_dims]
@@ -262,20 +272,38 @@ def _attempt(trace: Callable[[list[tuple[Any, ...]]], Any], arg_dims: Sequence[t
                 return "its input axes are fixed sizes or already tiled"
             dims[i][axis] = s
     try:
-        closed, flat = trace([tuple(d) for d in dims])
+        flat = trace([tuple(d) for d in dims], False)
     except Exception as exc:  # the reference ties the axis to another: not independent
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the reference ties it to another axis ({first[:100]})"
     why = forward_check(flat[0], flat[1], flat[2], fresh)
     if why:
         return why
-    return closed, flat, [tuple(d) for d in dims], fresh, list(symbols)
+    return flat, [tuple(d) for d in dims], fresh, list(symbols)
 
 
-def _tiling(got: Any, origins: list[Any], values: dict[str, int]) -> Tiling | str:
+def _unit(symbol: str, shapes: Sequence[Sequence[Any]]) -> bool:
+    """An axis that is never one of an array's last two (a leading axis): a block of one
+    position is legal, and the body is traced at size 1 (fewer dims for Mosaic to carry)."""
+    return all(str(d) != symbol for shape in shapes for d in shape[-2:])
+
+
+def _tiling(trace: Callable[[list[tuple[Any, ...]], bool], Any], got: Any, origins: list[Any],
+            values: dict[str, int]) -> Tiling | str:
+    import numpy as np
+
     from agents.llm.offline.jaxpr_source import EmitError, function_source
 
-    _, (invars, eqns, outvars, consts), arg_dims, fresh, symbols = got
+    (checked_in, _, checked_out, _), arg_dims, fresh, symbols = got
+    shapes = [v.aval.shape for v in [*checked_in, *checked_out] if not _literal(v)]
+    units = [_unit(s, shapes) for s in fresh]
+    body_dims = [tuple(1 if str(d) in fresh and units[fresh.index(str(d))] else d for d in dims)
+                 for dims in arg_dims]
+    try:
+        invars, eqns, outvars, consts = trace(body_dims, True)
+    except Exception:  # the reference wants the size symbolic: keep every axis a block
+        units = [False] * len(fresh)
+        invars, eqns, outvars, consts = trace(list(arg_dims), True)
     try:
         body = function_source("_body", eqns, invars, outvars, [*symbols, *fresh], consts)
     except EmitError as exc:
@@ -288,11 +316,15 @@ def _tiling(got: Any, origins: list[Any], values: dict[str, int]) -> Tiling | st
     def out_dim(d: Any) -> Any:
         return d if isinstance(d, int) else str(d)
 
-    import numpy as np
-
-    values = tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize, axes(v.aval.shape))
-                   for e in eqns for v in e.outvars if hasattr(v.aval, "shape"))
-    return Tiling(tuple(fresh), tuple(str(o) for o in origins),
-                  tuple(axes(v.aval.shape) for v in invars),
-                  tuple(axes(v.aval.shape) for v in outvars), tuple(arg_dims),
-                  tuple(tuple(out_dim(d) for d in v.aval.shape) for v in outvars), body, values)
+    last = {v: len(eqns) for v in outvars if not _literal(v)}
+    for i, e in enumerate(eqns):
+        for v in e.invars:
+            if not _literal(v):
+                last[v] = max(last.get(v, i), i)
+    inter = tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize, axes(v.aval.shape),
+                   i, last.get(v, i))
+                  for i, e in enumerate(eqns) for v in e.outvars if hasattr(v.aval, "shape"))
+    return Tiling(tuple(fresh), tuple(units), tuple(str(o) for o in origins),
+                  tuple(axes(v.aval.shape) for v in checked_in),
+                  tuple(axes(v.aval.shape) for v in checked_out), tuple(arg_dims),
+                  tuple(tuple(out_dim(d) for d in v.aval.shape) for v in checked_out), body, inter)
