@@ -94,3 +94,28 @@ def test_pl_when_regions_the_model_cannot_match_are_an_upper_bound() -> None:
     (k,) = program_sides(program, estimate_program(program, chip), chip,
                          _compiled(text, [regions])).kernels
     assert k.regions_counted == UPPER and k.compiler_step_cycles == 300
+
+
+@pytest.mark.slow
+def test_estimate_shows_the_compilers_compute_beside_the_models_price() -> None:
+    """`estimate` carries both sides per kernel; the latency is the model's either way. With
+    libtpu the compiler's cycles are there (its grid loop: 4 steps and the pipeline's 2),
+    without it the model's sides alone, saying why."""
+    from pathlib import Path
+
+    from tools import api
+
+    root = Path(__file__).resolve().parents[1]
+    result = api.estimate(root / "tests/evaltasks/matmul_bf16.py", root / "kernels/matmul.py",
+                          config={"block_k": 128})
+    sides = result.compute_sides
+    assert sides is not None and sides.price == "model"
+    assert sides.model_latency_s == result.latency_s
+    (k,) = sides.kernels
+    assert k.grid_steps == 4 and sum(k.model_step_bounds.values()) == 4
+    if not tpu_compiler.available():
+        assert k.compiler_cycles is None and "no TPU compiler" in sides.note
+        return
+    assert k.compiler_cycles is not None and k.compiler_step_cycles is not None
+    assert k.compiler_compute_s == pytest.approx(k.compiler_cycles / 1.75e9)
+    assert sum(k.combined_step_bounds.values()) == 4 and k.combined_latency_s is not None
