@@ -119,3 +119,14 @@ def test_estimate_shows_the_compilers_compute_beside_the_models_price() -> None:
     assert k.compiler_cycles is not None and k.compiler_step_cycles is not None
     assert k.compiler_compute_s == pytest.approx(k.compiler_cycles / 1.75e9)
     assert sum(k.combined_step_bounds.values()) == 4 and k.combined_latency_s is not None
+
+
+def test_a_kernel_of_one_step_takes_its_whole_schedule_as_the_step() -> None:
+    """No grid, a loop of its own (7 trips of 100 bundles): the step is all of it."""
+    text = lower(good.scale, jnp.ones((256, 128), jnp.float32))
+    program = parse_lowered(text)
+    chip = get_chip("v6e")
+    own_loop = KernelCycles("name.1", 120, 7, 100, 100, 100, 20)
+    (k,) = program_sides(program, estimate_program(program, chip), chip,
+                         _compiled(text, [own_loop])).kernels
+    assert k.grid_steps == 1 and k.compiler_step_cycles == k.compiler_cycles == 20 + 7 * 100

@@ -10,7 +10,8 @@ in place, launch). They are combined as the model combines its own two sides (as
 of :mod:`tools.performance.roofline`): a step takes the larger of its compute and the
 transfers it overlaps. The compiler's step is taken whole, in place of the model's compute
 plus its fitted per-step overhead: its bundles hold the step's bookkeeping too. The
-pipeline's fill and drain trips and the bundles outside the grid loop are added once.
+pipeline's fill and drain trips and the bundles outside the grid loop are added once. A
+kernel of one grid step has no pipeline loop: its whole schedule is its step.
 
 The kernel's own ``pl.when`` regions are counted on the steps they run when the model
 evaluated every condition and the compiler kept as many predicated regions as there are
@@ -105,6 +106,8 @@ def kernel_sides(kernel: Any, estimate: Any, cycles: KernelCycles | None, chip: 
     counted = NO_REGIONS if not cycles.regions else ON_THEIR_STEPS if runs else UPPER
     per_step = step_cycles(cycles, runs)
     whole = total_cycles(cycles, steps, runs)
+    if steps == 1 and whole is not None:  # no grid: its loops are the kernel's own
+        per_step = whole
     if whole is None:
         return msgspec.structs.replace(model, compiler_step_cycles=per_step,
                                        regions_counted=counted,

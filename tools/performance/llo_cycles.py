@@ -68,8 +68,8 @@ class Bundle:
 
 @dataclass
 class Node:
-    """A loop (``trips``) or a predicated region (``trips is None and predicated``) over the
-    bundle addresses [start, end]; ``children`` nest inside it."""
+    """A loop (with its ``trips`` where they were read), a predicated region, a loop's body or
+    the whole program, over the bundle addresses [start, end]; ``children`` nest inside."""
 
     start: int
     end: int
