@@ -77,11 +77,11 @@ def main(argv: list[str]) -> int:
 
 
 def _serve(box: Path, dump: Path) -> int:
-    tpu_compiler.prepare_process(str(dump))
+    request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=CompileRequest)
+    tpu_compiler.prepare_process(str(dump) if request.cycles else None)  # before libtpu loads
     import jax
 
     jax.config.update("jax_platforms", "cpu")
-    request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=CompileRequest)
     answer = _Answer(box)
     state: dict[str, object] = {}
     threading.Thread(target=_timer, args=(answer, request, state), daemon=True).start()
@@ -94,7 +94,7 @@ def _serve(box: Path, dump: Path) -> int:
         with answer.lock:
             state.update(started=time.monotonic(), text=text)
         result = tpu_compiler.compile_text(text, request.chip, keep_hlo=request.keep_hlo,
-                                           dump_folder=dump)
+                                           dump_folder=dump if request.cycles else None)
         with answer.lock:
             state.clear()
             answer.results.append(result)

@@ -324,6 +324,7 @@ class CompileRequest(msgspec.Struct, frozen=True):
     texts: list[str]
     limit_s: float
     keep_hlo: bool = False
+    cycles: bool = True  # dump and read the kernels' bundle schedules (False: to time without)
 
 
 class CompileResponse(msgspec.Struct, frozen=True):
@@ -332,9 +333,11 @@ class CompileResponse(msgspec.Struct, frozen=True):
 
 
 def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
-                keep_hlo: bool = False) -> list[RealCompile]:
+                keep_hlo: bool = False, cycles: bool = True) -> list[RealCompile]:
     """Every text's compile on ``chip``: cached ones from the cache, the rest in sandboxed
-    children (one for all of them; after a compile over its limit, a fresh one for the rest)."""
+    children (one for all of them; after a compile over its limit, a fresh one for the rest).
+    ``cycles=False`` compiles without the bundle schedules (what they cost, measured): no
+    cache is read or written then."""
     if not available():
         raise TpuCompilerError("libtpu is not installed (pip install -e '.[tpu-compiler]')")
     topology_name(chip)
@@ -342,15 +345,16 @@ def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
     found: dict[str, RealCompile] = {}
     for text in texts:
         digest = program_sha256(text)
-        hit = found.get(digest) or CACHE.get(digest, chip)
+        hit = found.get(digest) or (CACHE.get(digest, chip) if cycles else None)
         if hit is not None and (not keep_hlo or hit.hlo or not hit.ok):
             found[digest] = hit
     todo = list(dict.fromkeys(t for t in texts if program_sha256(t) not in found))
     while todo:
-        done = _compile_in_child(todo, chip, limit, keep_hlo)
+        done = _compile_in_child(todo, chip, limit, keep_hlo, cycles)
         for result in done:
             found[result.program_sha256] = result
-            CACHE.put(result)
+            if cycles:
+                CACHE.put(result)
         todo = [t for t in todo if program_sha256(t) not in found]
     return [found[program_sha256(t)] for t in texts]
 
@@ -359,13 +363,13 @@ _STARTUP_S = 60.0  # importing JAX and starting libtpu in the child, on a loaded
 
 
 def _compile_in_child(texts: list[str], chip: str, limit: float,
-                      keep_hlo: bool = False) -> list[RealCompile]:
+                      keep_hlo: bool = False, cycles: bool = True) -> list[RealCompile]:
     """Compile ``texts`` in one sandboxed child; what it did not answer for gets a verdict
     here (the first unanswered one: over its limit or the child died), so each call makes
     progress."""
     from tools.sandbox.launcher import Limits, run_sandboxed
 
-    request = msgspec.msgpack.encode(CompileRequest(chip, texts, limit, keep_hlo))
+    request = msgspec.msgpack.encode(CompileRequest(chip, texts, limit, keep_hlo, cycles))
     limits = Limits(wall_s=_STARTUP_S + limit * len(texts), memory_bytes=16 << 30)
     box = run_sandboxed("tools.child.tpucompile", request, limits=limits)
     results: list[RealCompile] = []
