@@ -8,10 +8,12 @@ import jax.numpy as jnp
 
 NAME = "matmul_bias_gelu_bf16"
 # (M, K, N): the first is the tuning point; the rest are unseen shapes, one of them with a
-# row count that is not a multiple of 8. The tuning point is a 2048^3 GEMM, where blocks
-# decide whether the MXU or the pipeline bounds it; at 512x512x1024 every kernel that fuses
-# the epilogue is priced alike. Only it is that large: the suite runs it once.
-SHAPES = [(2048, 2048, 2048), (200, 384, 512), (260, 256, 384)]
+# row count that is not a multiple of 8. The tuning point is a 4096^3 GEMM, where blocks
+# decide whether the MXU or the pipeline bounds it. In bf16 the MXU is three times faster
+# than in f32, so a tile must be 2048x1024 before its step's MXU work outlasts its fetches;
+# at 2048^3 the first fetch, the last write-back and the per-step cost of such tiles cap any
+# kernel near 0.76x of XLA (simulated). Only it is that large: the suite runs it once.
+SHAPES = [(4096, 4096, 4096), (200, 384, 512), (260, 256, 384)]
 TOLERANCE = {"atol": 5e-2, "rtol": 5e-2}
 
 

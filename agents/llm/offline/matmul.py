@@ -26,6 +26,7 @@ from agents.llm.offline.common import (
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
 from agents.llm.offline.levers import deepest_buffering
+from agents.llm.offline.matmul_blocks import MAX_TILE_ELEMENTS, best_blocks, footprint, raised_limit
 
 
 @dataclass(frozen=True)
@@ -65,32 +66,46 @@ def _mkn(facts: TaskFacts) -> tuple[int, int, int]:
 
 
 def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, int]:
-    """Large tiles (fewer steps, fewer re-fetches) that fit half the scoped VMEM."""
+    """The tile the chip's figures make cheapest (`matmul_blocks.best_blocks`): large enough
+    that the MXU, not re-fetched operands or the per-step cost, bounds each step; small
+    enough for VMEM and for the unoverlapped first fetch and last write-back."""
+    blocks, _ = best_blocks(facts, chip, row_tile(facts), fit_k)
+    return blocks
+
+
+def vmem_limit_for(facts: TaskFacts, blocks: dict[str, int], chip: dict[str, Any] | None) -> int | None:
+    """A raised `vmem_limit_bytes` where the blocks need more than the scoped default holds."""
     m, k, n = _mkn(facts)
-    mxu = int((chip or {}).get("mxu_dim") or (chip or {}).get("mxu_size") or 256)
-    bm = min(512, _ceil_to(m, SUBLANES))
-    bn = min(512, _ceil_to(n, LANES))
-    bk = min(1024, k)
-    budget = scoped_vmem(chip) // 2
-    while 4 * (2 * (bm * bk + bk * bn) + 3 * bm * bn) > budget and bk > mxu:
-        bk //= 2
-    while 4 * (2 * (bm * bk + bk * bn) + 3 * bm * bn) > budget and bm > mxu:
-        bm //= 2
-        bn = max(LANES, bn // 2)
-    return {"block_m": bm, "block_n": bn, "block_k": bk}
+    bk = fit_k(blocks["block_k"], k)
+    need = footprint(facts, min(blocks["block_m"], m), min(blocks["block_n"], n), bk)
+    return raised_limit(chip) if need > scoped_vmem(chip) * 3 // 4 else None
 
 
 def _ceil_to(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def matmul_tunables(blocks: dict[str, int]) -> dict[str, list[int]]:
+def matmul_tunables(blocks: dict[str, int], facts: TaskFacts | None = None) -> dict[str, list[int]]:
+    """Each block, its half and its double; with `facts`, a double the tuning point cannot
+    use is left out: one past the dimension (the wrapper clamps it to the same kernel), a
+    tile over `MAX_TILE_ELEMENTS` or one that fits no VMEM limit (the compile fails)."""
     out: dict[str, list[int]] = {}
     for name, value in blocks.items():
         floor = SUBLANES if name == "block_m" else LANES
         options = [value] + [v for v in (value // 2, value * 2) if v >= floor]
+        if facts is not None:
+            options = [value] + [v for v in options[1:] if v <= value or _usable(facts, {**blocks, name: v})]
         out[name] = list(dict.fromkeys(options))
     return out
+
+
+def _usable(facts: TaskFacts, blocks: dict[str, int]) -> bool:
+    m, k, n = _mkn(facts)
+    bm, bn, bk = blocks["block_m"], blocks["block_n"], blocks["block_k"]
+    if bm >= _ceil_to(m, SUBLANES) * 2 or bn >= _ceil_to(n, LANES) * 2 or bk > k:
+        return False
+    bm, bn = min(bm, m), min(bn, n)
+    return bm * bn <= MAX_TILE_ELEMENTS and footprint(facts, bm, bn, fit_k(bk, k)) <= raised_limit(None) * 3 // 4
 
 
 def row_tile(facts: TaskFacts) -> int:
@@ -102,8 +117,9 @@ def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] 
     for key in blocks:
         if isinstance(params.get(key), int) and params[key] > 0:
             blocks[key] = int(params[key])
-    return MatmulSpec(block_m=aligned(blocks["block_m"], row_tile(facts)),
-                      block_n=aligned(blocks["block_n"], LANES), block_k=blocks["block_k"])
+    blocks = {"block_m": aligned(blocks["block_m"], row_tile(facts)),
+              "block_n": aligned(blocks["block_n"], LANES), "block_k": blocks["block_k"]}
+    return MatmulSpec(**blocks, vmem_limit_bytes=vmem_limit_for(facts, blocks, chip))
 
 
 def effective(facts: TaskFacts, spec: MatmulSpec) -> tuple[int, int, int]:
@@ -285,7 +301,7 @@ def render(facts: TaskFacts, spec: MatmulSpec, task_name: str,
     d = facts.detail
     floors = {"block_m": row_tile(facts), "block_n": LANES}
     blocks = {"block_m": spec.block_m, "block_n": spec.block_n, "block_k": spec.block_k}
-    tunables = aligned_tunables(tunables or matmul_tunables(blocks), floors)
+    tunables = aligned_tunables(tunables or matmul_tunables(blocks, facts), floors)
     if spec.tune_schedule:
         tunables = {**tunables, **({"buffers": list(dict.fromkeys([spec.buffers, 2, 3]))} if deepest_buffering() > 2 else {}),
                     "sub_m": list(dict.fromkeys([spec.sub_m, 1, 2]))}

@@ -17,6 +17,7 @@ from agents.llm.offline.levers import (
     not_applicable,
 )
 from agents.llm.offline.matmul import MatmulSpec, _mkn, effective, fit_k, row_tile, vmem_bytes
+from agents.llm.offline.matmul_blocks import MAX_TILE_ELEMENTS
 
 C = ("matmul_epilogue",)
 
@@ -26,7 +27,9 @@ def _limit(spec: MatmulSpec, ctx: LeverContext) -> int:
 
 
 def _fits(spec: MatmulSpec, ctx: LeverContext) -> bool:
-    return vmem_bytes(ctx.facts, spec) <= _limit(spec, ctx) * 3 // 4
+    """Within 3/4 of the VMEM limit, and a tile the compiler handles in its time limit."""
+    bm, bn, _ = effective(ctx.facts, spec)
+    return vmem_bytes(ctx.facts, spec) <= _limit(spec, ctx) * 3 // 4 and bm * bn <= MAX_TILE_ELEMENTS
 
 
 
@@ -102,15 +105,32 @@ def single_buffer(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | Not
     return [changed(spec, single_buffer=new)]
 
 
+def _shrink_to_fit(spec: MatmulSpec, ctx: LeverContext, *, rows_only: bool) -> MatmulSpec | None:
+    """`spec` under the scoped limit, else the raised one, halving block_m (and block_n,
+    unless `rows_only`) until its blocks fit; None when even the smallest do not."""
+    if not _fits(spec, ctx):
+        spec = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
+    tile = row_tile(ctx.facts)
+    while not _fits(spec, ctx):
+        bm, bn = spec.block_m, spec.block_n
+        if rows_only or bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+        if bm < tile * 16 or bn < LANES:
+            return None
+        spec = changed(spec, block_m=bm, block_n=bn)
+    return spec
+
+
 @lever(C, "resident_operands")
 def resident(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotApplicable:
     _m, k, n = _mkn(ctx.facts)
-    out = changed(spec, block_k=k, block_n=max(LANES, -(-n // LANES) * LANES),
-                  single_buffer=tuple(dict.fromkeys((*spec.single_buffer, "b"))))
-    if not _fits(out, ctx):
-        out = changed(out, vmem_limit_bytes=ctx.raised_vmem_limit())
-        if not _fits(out, ctx):
-            return NotApplicable(f"the whole b ({k}x{n}) does not fit VMEM next to the other blocks")
+    out = _shrink_to_fit(changed(spec, block_k=k, block_n=max(LANES, -(-n // LANES) * LANES),
+                                 single_buffer=tuple(dict.fromkeys((*spec.single_buffer, "b")))),
+                         ctx, rows_only=True)
+    if out is None:
+        return NotApplicable(f"the whole b ({k}x{n}) does not fit VMEM next to the other blocks")
     return [out]
 
 
@@ -127,7 +147,9 @@ def vmem_budget(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotAp
     raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_blocks(raised, ctx, spec.block_m * 2, spec.block_n * 2, spec.block_k),
            _blocks(raised, ctx, spec.block_m, spec.block_n, spec.block_k * 4), raised]
-    return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger tile fits even the raised limit")
+    out = [s for s in out if s != spec]  # a limit raised already is no variant
+    return ([s for s in dict.fromkeys(out) if _fits(s, ctx)]
+            or NotApplicable("the limit is already raised and no larger tile fits under it"))
 
 
 @lever(C, "reduction_in_one_block")
@@ -135,10 +157,9 @@ def reduction_in_one_block(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSp
     if spec.k_in_one_block:
         return NotApplicable("K is already one block")
     _, k, _ = _mkn(ctx.facts)
-    out = changed(spec, k_in_one_block=True, block_k=k, sub_m=1, accumulate="scratch")
-    if not _fits(out, ctx):
-        out = changed(out, vmem_limit_bytes=ctx.raised_vmem_limit())
-    return [out] if _fits(out, ctx) else NotApplicable(f"K={k} in one block does not fit VMEM")
+    out = _shrink_to_fit(changed(spec, k_in_one_block=True, block_k=k, sub_m=1, accumulate="scratch"),
+                         ctx, rows_only=False)
+    return [out] if out is not None else NotApplicable(f"K={k} in one block does not fit VMEM")
 
 
 @lever(C, "mxu_alignment")
