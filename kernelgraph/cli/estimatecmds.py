@@ -100,7 +100,7 @@ def _sides_lines(sides: Any) -> list[str]:
         lines.append(
             f"{k.name}: {model}; compiler compute {k.compiler_cycles:,.0f} cycles = "
             f"{k.compiler_compute_s * 1e6:.2f} us ({k.compiler_step_cycles:,.0f} a step, "
-            f"pl.when regions {k.regions_counted}), with the model's memory "
-            f"{(k.combined_latency_s or 0) * 1e6:.2f} us, steps bound compute/memory "
+            f"pl.when regions {k.regions_counted}); latency with the model's memory "
+            f"{(k.combined_latency_s or 0) * 1e6:.2f} us (beside), steps bound compute/memory "
             f"{k.combined_step_bounds.get('compute', 0)}/{k.combined_step_bounds.get('memory', 0)}")
     return lines
