@@ -26,12 +26,12 @@ import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
+from agents.llm.offline.levers import FALLBACK_VMEM_BYTES
 
 TILE_SIDES = (256, 512, 1024, 2048)
 K_SIDES = (256, 512, 1024, 2048, 4096)
 MAX_TILE_ELEMENTS = 2048 * 1024
 RAISE_GAIN = 0.02  # a raised VMEM limit only where it makes the kernel this much faster
-FALLBACK_VMEM_BYTES = 128 * 1024 * 1024
 
 
 def _ceil_to(value: int, multiple: int) -> int:
@@ -44,7 +44,8 @@ def _figure(chip: dict[str, Any], key: str, default: float) -> float:
 
 
 def raised_limit(chip: dict[str, Any] | None) -> int:
-    """Three quarters of the chip's VMEM: room for the compiler's own scratch above it."""
+    """Three quarters of the chip's VMEM (as `LeverContext.raised_vmem_limit`, without a task):
+    room for the compiler's own scratch above it."""
     vmem = (chip or {}).get("vmem_bytes")
     return (int(vmem) if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM_BYTES) * 3 // 4
 
