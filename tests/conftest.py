@@ -31,12 +31,17 @@ SHARED_UNITS = ("tests/analysis/",)  # modules that share a session fixture: one
 PER_TEST_UNITS = ("tests/test_task_suite.py",)
 
 
-# the longest units (`--durations`), longest first; then the rest by how many slow tests
-LONGEST_FIRST = ("tests/test_task_suite.py", "tests/agents/test_search_run.py",
-                 "tests/test_verify.py", "tests/agents/test_distributed.py", "tests/analysis/",
-                 "tests/test_time_limits.py", "tests/agents/test_search_cli.py",
-                 "tests/agents/test_auto.py", "tests/agents/test_hitl.py",
-                 "tests/agents/test_auditor.py")
+# the longest units (`--durations`), longest first, then the tests of PER_TEST_UNITS (each
+# shorter than these, they even out the workers); the rest by how many slow tests they hold
+LONGEST_FIRST = ("tests/agents/test_offline_conv.py", "tests/agents/test_offline_fixed_dims.py",
+                 "tests/test_verify.py", "tests/test_fairness.py",
+                 "tests/agents/test_search_run.py", "tests/analysis/",
+                 "tests/agents/test_distributed.py", "tests/test_runner.py",
+                 "tests/agents/test_search_cli.py", "tests/agents/test_auto.py",
+                 "tests/agents/test_hitl.py", "tests/agents/test_auditor.py",
+                 "tests/test_time_limits.py", "tests/agents/test_offline_author.py",
+                 "tests/agents/test_jaxpr_readable.py", "tests/agents/test_offline_levers.py",
+                 "tests/test_scalar_fuzz.py", "tests/test_task_suite.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
