@@ -8,7 +8,7 @@
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
   under `tests/analysis/` are one unit, so the real search they share is run once; the
-  tests of `tests/test_task_suite.py` are one unit each, so both workers share its 21
+  tests of `tests/test_task_suite.py` are one unit each, so the workers share its per-task
   verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
   then by how many slow tests they hold, so no long one starts last.
 """
