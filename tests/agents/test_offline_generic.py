@@ -72,6 +72,39 @@ def make_inputs(key, shape_index=0):
     return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
 '''
 
+# a causal mask over the last two axes, broadcast over a short batch: one image per step, the
+# boolean mask broadcast through int32 (Mosaic cannot relayout an i1 vector to broadcast it)
+MASKED = _HEAD + '''SHAPES = [(4, 128, 128), (2, 128, 128)]
+
+
+def reference(x):
+    keep = jnp.tril(jnp.ones(x.shape[1:], jnp.bool_))[None]
+    e = jnp.exp(jnp.where(keep, x, -1e30))
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def make_inputs(key, shape_index=0):
+    return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
+'''
+
+# experts' outputs weighted per token (JAXBench 10p's last einsums): a bf16 dot whose batch dim
+# (the expert) is not leading, which XLA:CPU cannot run, so the body moves it to the front
+EXPERTS = _HEAD + '''SHAPES = [(2, 32, 4, 64, 128), (2, 16, 4, 64, 128)]
+
+
+def reference(h, w, p):
+    out = jnp.einsum("bsnm,nme->bsne", h, w, preferred_element_type=jnp.float32)
+    return jnp.einsum("bsne,bsn->bse", out, p)
+
+
+def make_inputs(key, shape_index=0):
+    b, s, n, m, e = SHAPES[shape_index]
+    kh, kw, kp = jax.random.split(key, 3)
+    return (jax.random.normal(kh, (b, s, n, m), jnp.bfloat16),
+            jax.random.normal(kw, (n, m, e), jnp.bfloat16) * 0.1,
+            jax.random.uniform(kp, (b, s, n), jnp.float32))
+'''
+
 # a global statistic: no axis is independent
 GLOBAL = _HEAD + '''SHAPES = [(64, 256), (32, 128)]
 
@@ -132,6 +165,22 @@ def test_an_axis_that_feeds_an_iota_is_not_tiled(tmp_path: Path) -> None:
     assert_matches_reference(task, first_kernel(task), seed=1, block_0=128)
 
 
+def test_a_masked_batch_is_one_image_per_step_with_the_mask_broadcast_as_int(tmp_path: Path) -> None:
+    task = _task(tmp_path, "masked", MASKED)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic" and facts.detail["units"] == [True], facts.reasons
+    assert "!= 0" in facts.detail["body"] and "iota" in facts.reasons[-1]
+    assert_matches_reference(task, first_kernel(task), seed=4)
+
+
+def test_a_dot_with_its_batch_dim_inside_is_written_batch_first(tmp_path: Path) -> None:
+    task = _task(tmp_path, "experts", EXPERTS)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic" and facts.detail["units"][0], facts.reasons
+    assert "(((2,), (1,)), ((0,), (0,)))" in facts.detail["body"], facts.detail["body"]
+    assert_matches_reference(task, first_kernel(task), seed=6, rtol=2e-2, atol=2e-2)
+
+
 def test_a_global_statistic_is_one_block(tmp_path: Path) -> None:
     facts = classify_task(_task(tmp_path, "global_stat", GLOBAL))
     assert facts.kernel_class == "single_block" and not facts.unsupported
@@ -161,6 +210,6 @@ def test_the_levers_see_a_class_of_its_own_with_block_tunables(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("text", [MIDDLE_SUM, OVER_BATCH, COLUMN_NORM])
+@pytest.mark.parametrize("text", [MIDDLE_SUM, OVER_BATCH, COLUMN_NORM, MASKED])
 def test_the_generic_kernel_passes_the_verifier(tmp_path: Path, text: str) -> None:
     assert_verifies(_task(tmp_path, "generic_task", text), tmp_path)

@@ -304,13 +304,13 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
     if facts.kernel_class == "single_block" and facts.body_source and not fixed:
         from agents.llm.offline import generic
-        from agents.llm.offline.generic_axes import TILE_SYMBOLS
+        from agents.llm.offline.generic_axes import TILE_SYMBOLS, lowerable
 
         def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
             tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
             again = _rewritten(_symbolic_jaxpr(reference, tiled, [*symbols, *TILE_SYMBOLS],
                                                minimum, pinned, merge))
-            return flatten(again)
+            return flatten(lowerable(again) if merge else again)
 
         generic.decide(facts, trace, (invars, eqns, outvars, consts))
     if facts.kernel_class == "single_block" and not facts.body_source:

@@ -393,8 +393,13 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
               "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
               "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values]}
     facts.kernel_class, facts.detail = "generic", detail
-    least = block_vmem(facts, aligns(facts))
     described = ", ".join(f"{o} ({facts.dim_values[o]})" for o in got.origins)
+    if not any(u or s > a for u, s, a in zip(units(facts), sizes(facts), aligns(facts), strict=True)):
+        facts.kernel_class, facts.detail = "single_block", {}
+        facts.reasons.append(f"the independent axes {described} are too short to split into "
+                             "aligned blocks: one block")
+        return
+    least = block_vmem(facts, aligns(facts))
     facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
                          "(no op of the jaxpr mixes positions along them): a grid over them"
                          + (f"; not tiled: {'; '.join(got.rejected)}" if got.rejected else ""))

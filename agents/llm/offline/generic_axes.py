@@ -328,3 +328,90 @@ def _tiling(trace: Callable[[list[tuple[Any, ...]], bool], Any], got: Any, origi
                   tuple(axes(v.aval.shape) for v in checked_in),
                   tuple(axes(v.aval.shape) for v in checked_out), tuple(arg_dims),
                   tuple(tuple(out_dim(d) for d in v.aval.shape) for v in checked_out), body, inter)
+
+
+def _bool_broadcast(ins: list[Any], params: dict[str, Any]) -> Any:
+    """A boolean broadcast through int32 and back (`!= 0`): Mosaic cannot relayout an i1
+    vector into the replicated layout a broadcast needs ("Invalid relayout")."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    (x,) = ins
+    if x.dtype != jnp.bool_:
+        return lax.broadcast_in_dim_p.bind(x, **params)
+    return lax.broadcast_in_dim_p.bind(x.astype(jnp.int32), **params) != 0
+
+
+def _bool_select(ins: list[Any], params: dict[str, Any]) -> Any:
+    """A select between boolean cases through int32 and back, for the same reason."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    which, *cases = ins
+    if cases[0].dtype != jnp.bool_:
+        return lax.select_n_p.bind(which, *cases, **params)
+    return lax.select_n_p.bind(which, *[c.astype(jnp.int32) for c in cases], **params) != 0
+
+
+def _plain_batched(e_or_numbers: Any, ranks: tuple[int, int]) -> bool:
+    """No batch dims, or the (b, m, k) x (b, k, n) form: batch dims first, one free and one
+    contracting dim on each side, the contracting dims last of lhs and first after the batch
+    dims of rhs."""
+    (lc, rc), (lb, rb) = e_or_numbers
+    nb = len(lb)
+    if not nb:
+        return True
+    return (tuple(lb) == tuple(rb) == tuple(range(nb)) and ranks == (nb + 2, nb + 2)
+            and tuple(lc) == (nb + 1,) and tuple(rc) == (nb,))
+
+
+def _canonical_dot(ins: list[Any], params: dict[str, Any]) -> Any:
+    """A batched dot in any other form as (b, m, k) x (b, k, n): operands transposed to
+    (batch, free, contracting) and (batch, contracting, free), the free and contracting dims
+    merged, the output reshaped back. The same values, in the one form the TPU lowering and
+    the interpreter's CPU dot both take (XLA:CPU has no other bf16 x bf16 = f32 batched dot)."""
+    import math
+
+    from jax import lax
+
+    lhs, rhs = ins
+    numbers = params["dimension_numbers"]
+    if _plain_batched(numbers, (lhs.ndim, rhs.ndim)):
+        return lax.dot_general_p.bind(lhs, rhs, **params)
+    (lc, rc), (lb, rb) = numbers
+    lfree = [i for i in range(lhs.ndim) if i not in (*lc, *lb)]
+    rfree = [i for i in range(rhs.ndim) if i not in (*rc, *rb)]
+    batch = [lhs.shape[i] for i in lb]
+    m, n = [lhs.shape[i] for i in lfree], [rhs.shape[i] for i in rfree]
+    k = math.prod(lhs.shape[i] for i in lc)
+    a = lax.transpose(lhs, (*lb, *lfree, *lc)).reshape((*batch, math.prod(m), k))
+    b = lax.transpose(rhs, (*rb, *rc, *rfree)).reshape((*batch, k, math.prod(n)))
+    nb = len(batch)
+    plain = (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))))
+    out = lax.dot_general_p.bind(a, b, **{**params, "dimension_numbers": plain})
+    return out.reshape((*batch, *m, *n))
+
+
+def lowerable(closed: Any) -> Any:
+    """`closed` with the forms Mosaic rejects rewritten to the same values: a boolean
+    broadcast, and a select between boolean cases, go through int32; a dot's batch dims
+    are moved to the front."""
+    from agents.llm.offline.windows import rewritten
+
+    def needed(e: Any) -> bool:
+        if e.primitive.name == "dot_general":
+            return not _plain_batched(e.params["dimension_numbers"],
+                                      (len(e.invars[0].aval.shape), len(e.invars[1].aval.shape)))
+        return (e.primitive.name in ("broadcast_in_dim", "select_n")
+                and str(e.invars[-1].aval.dtype) == "bool")
+
+    if not any(needed(e) for e in flatten_eqns(closed)):
+        return closed
+    return rewritten(closed, {"broadcast_in_dim": _bool_broadcast, "select_n": _bool_select,
+                              "dot_general": _canonical_dot})
+
+
+def flatten_eqns(closed: Any) -> list[Any]:
+    from agents.llm.offline.jaxpr_source import flatten
+
+    return flatten(closed)[1]
