@@ -12,7 +12,7 @@ NAME = "swiglu_mlp"
 # per weight: a kernel that keeps the weights in VMEM fetches them once, before its first
 # step, and that fetch is only paid back over many row blocks (at 256 tokens it capped the
 # kernel near 0.78x of XLA, simulated). It runs once against the oracle; the seeds and
-# probes repeat at shape 1.
+# probes repeat at the larger unseen shape.
 SHAPES = [(8192, 256, 1024), (100, 128, 384), (64, 384, 512)]
 
 

@@ -193,11 +193,11 @@ def test_failed_lever_is_not_repeated() -> None:
 
 def test_hint_steers_the_lever() -> None:
     task = TASKS / "matmul_bias_gelu.py"
-    parent = _parent("", "", {"block_m": 256, "block_n": 256, "block_k": 256},
+    parent = _parent("", "", {"block_m": 128, "block_n": 128, "block_k": 256},
                      _profile(bound="compute", grid_steps=8))
     spec = _plan_json(_ask("plan", _ctx(task, parent=parent, hint="try full_k")))
     assert spec["levers"][-1] == "full_k"
-    assert spec["params"]["block_k"] == 512
+    assert spec["params"]["block_k"] == 4096  # the whole K of the tuning point
 
 
 def test_no_gain_marker_when_baseline_is_at_the_roofline() -> None:
