@@ -4,33 +4,18 @@ top-k baseline no longer falls back to the host program, which priced the op at 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from tools.lowered import tpu_compiler
-from tools.performance import simbaseline
 from tools.performance.chips import get_chip
 from tools.performance.hlo_compute import bitonic_sort_exchanges, sort_ops, top_k_ops
 from tools.performance.simbaseline import simulated_baseline
 from tools.performance.xla_tpu import price_program
 
-needs_libtpu = pytest.mark.skipif(
-    not tpu_compiler.available(),
-    reason="libtpu is not installed (pip install -e '.[tpu-compiler]'): no XLA:TPU program")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(tpu_compiler.CACHE_ENV, str(tmp_path / "tpu-compile"))
-    tpu_compiler.CACHE._memory.clear()
-    simbaseline.clear_cache()
-    yield
-    simbaseline.clear_cache()
-
+needs_libtpu = pytest.mark.skipif(not tpu_compiler.available(),
+                                  reason="libtpu is not installed: no XLA:TPU program")
 
 # XLA:TPU's program for lax.top_k(x, 8) on f32[512,1024] (v6e, libtpu 0.0.42), trimmed: the
 # operand copied into VMEM with the rows along lanes, then the TopK custom call.
