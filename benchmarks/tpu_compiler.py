@@ -3,10 +3,10 @@
 - `compile_s`: wall seconds of the compiler per program (no cache) at the shipped tuning
   points: the shipped kernels at their tasks' tuning points (every TUNABLES value) and the
   offline author's kernel per shipped task (default and largest knobs); median and worst,
-  and the worst programs by name; the same with the kernels' static cycles read from the
-  compiler's bundle schedule (`median_with_cycles_s`, `worst_with_cycles_s`), and how many
-  compiled programs gave them (the rest named, with why). `--cycles-cost` compiles the same
-  programs again without the schedules (`compile_s_without_cycles`). The compiles run one after another in one sandboxed
+  and the worst programs by name. The compile check reads no bundle schedules;
+  `--cycles-cost` compiles the same programs again with them (`compile_s_with_cycles`: the
+  compile, and with the kernels' static cycles read, `median_with_cycles_s`,
+  `worst_with_cycles_s`; how many compiled programs gave them, the rest named with why). The compiles run one after another in one sandboxed
   child (JAX and libtpu start once: `child_startup_s` is the rest of that child's time).
 - `edge`: the same for the tuning configurations at the VMEM edge (tests/tpu_corpus.py),
   where a refused kernel may take the compiler much longer to refuse.
@@ -314,8 +314,8 @@ def main() -> int:
                         help="no compile-check figures (with --baselines: baselines only)")
     parser.add_argument("--baselines", action="store_true")
     parser.add_argument("--cycles-cost", action="store_true",
-                        help="compile the tuning points again without the bundle schedules "
-                             "(compile_s_without_cycles): what reading the kernels' cycles costs")
+                        help="compile the tuning points again with the bundle schedules "
+                             "(compile_s_with_cycles): what reading the kernels' cycles costs")
     parser.add_argument("--json", action="store_true", help="(the output is always JSON)")
     args = parser.parse_args()
 
@@ -361,12 +361,12 @@ def main() -> int:
         "child_startup_s": round(batch_s - sum(p.real.seconds for p in tuning if p.real), 1),
         "lowering_failures": [p.name for p in tuning if p.lower_error],
     }
-    if args.cycles_cost:  # the same programs compiled again without the bundle schedules
-        bare = [tpu_corpus.Program(p.name, p.chip, p.source, p.text) for p in tuning if p.text]
-        for p, real in zip(bare, tpu_compiler.compile_all([p.text for p in bare], args.chip,
-                                                          cycles=False), strict=True):
+    if args.cycles_cost:  # the same programs compiled again with the bundle schedules
+        read = [tpu_corpus.Program(p.name, p.chip, p.source, p.text) for p in tuning if p.text]
+        for p, real in zip(read, tpu_compiler.compile_all([p.text for p in read], args.chip,
+                                                          cycles=True), strict=True):
             p.real = real
-        figures["compile_s_without_cycles"] = _seconds(bare)
+        figures["compile_s_with_cycles"] = _seconds(read)
     programs = list(tuning)
     if not args.skip_edge:
         edge = list(tpu_corpus.edge(args.chip))

@@ -183,8 +183,10 @@ def test_the_compile_child_reads_a_real_schedule(tmp_path: Path,
     tpu_compiler.CACHE._memory.clear()
     a = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
     text = lower(matmul.build(block_m=256, block_n=256, block_k=256), a, a)
-    (compiled,) = tpu_compiler.compile_all([text], "v6e")
-    assert compiled.ok and compiled.cycles_note == "", compiled.cycles_note
+    (bare,) = tpu_compiler.compile_all([text], "v6e")  # the compile check's: no schedule
+    assert bare.ok and bare.kernel_cycles == [] and bare.cycles_note == tpu_compiler.NOT_ASKED
+    (compiled,) = tpu_compiler.compile_all([text], "v6e", cycles=True)
+    assert compiled.ok and not compiled.cached and compiled.cycles_note == ""
     (k,) = compiled.kernel_cycles
     assert k.trips == 66 and len(k.regions) == 2 and k.unknown_trips == 0
     chip = get_chip("v6e")
@@ -195,5 +197,5 @@ def test_the_compile_child_reads_a_real_schedule(tmp_path: Path,
     mxu_cycles = 2 * 1024**3 / chip.matmul_peak("float32") * chip.clock_hz
     assert kernel.compiler_cycles is not None and kernel.compiler_cycles >= mxu_cycles
     assert kernel.combined_latency_s is not None and sides.price == "model"
-    (again,) = tpu_compiler.compile_all([text], "v6e")
+    (again,) = tpu_compiler.compile_all([text], "v6e", cycles=True)
     assert again.cached and again.kernel_cycles == compiled.kernel_cycles

@@ -8,9 +8,10 @@ text), never imports candidate code, and writes a
 a timer ends the process when one compile passes its limit, after writing the results so far
 and a timeout verdict for that program.
 
-libtpu starts with its bundle schedules dumped into a folder of the child's own (its private
-/tmp); after each compile the kernels' static cycles are read from it and the folder is
-emptied (:func:`tools.lowered.tpu_compiler.read_cycles`), so each result carries its own.
+Where the request asks for the kernels' cycles, libtpu starts with its bundle schedules
+dumped into a folder of the child's own (its private /tmp); after each compile the kernels'
+static cycles are read from it and the folder is emptied
+(:func:`tools.lowered.tpu_compiler.read_cycles`), so each result carries its own.
 """
 
 from __future__ import annotations

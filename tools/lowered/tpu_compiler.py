@@ -47,6 +47,7 @@ SWITCH_ENV = "KG_TPU_COMPILER"  # "0": the emulated check alone, even with libtp
 CACHE_ENV = "KG_TPU_COMPILE_CACHE"
 DEFAULT_LIMIT_S = 120.0
 DUMP_FLAGS = "--xla_jf_dump_to={folder} --xla_jf_dump_llo_pass_label_regex={regex}"
+NOT_ASKED = "no bundle schedule was asked for"
 _CACHE_FORMAT = "v3"  # v3: with the kernels' static cycles (v7's six delay slots)
 _MESSAGE_CHARS = 2000
 
@@ -259,7 +260,7 @@ def compile_text(text: str, chip: str, *, keep_hlo: bool = False,
         except Exception:  # a figure, never the verdict
             hlo = ""
     kernels: list[KernelCycles] = []
-    note = "no bundle schedule was asked for"
+    note = NOT_ASKED
     read_started = time.perf_counter()
     if dump_folder is not None:
         kernels, note = read_cycles(dump_folder, hlo, chip)
@@ -324,7 +325,7 @@ class CompileRequest(msgspec.Struct, frozen=True):
     texts: list[str]
     limit_s: float
     keep_hlo: bool = False
-    cycles: bool = True  # dump and read the kernels' bundle schedules (False: to time without)
+    cycles: bool = False  # dump and read the kernels' bundle schedules
 
 
 class CompileResponse(msgspec.Struct, frozen=True):
@@ -333,11 +334,13 @@ class CompileResponse(msgspec.Struct, frozen=True):
 
 
 def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
-                keep_hlo: bool = False, cycles: bool = True) -> list[RealCompile]:
+                keep_hlo: bool = False, cycles: bool = False) -> list[RealCompile]:
     """Every text's compile on ``chip``: cached ones from the cache, the rest in sandboxed
     children (one for all of them; after a compile over its limit, a fresh one for the rest).
-    ``cycles=False`` compiles without the bundle schedules (what they cost, measured): no
-    cache is read or written then."""
+    ``cycles``: with the kernels' static cycles from the bundle schedules, which only the
+    figures beside a price use (``estimate``, the calibration): the dump costs compile time
+    (about 5 s on a 6-7 s compile of a 512x1024x1024-block bf16 matmul, under load), so the
+    verifier's compile check does without; a cached result without them is compiled again."""
     if not available():
         raise TpuCompilerError("libtpu is not installed (pip install -e '.[tpu-compiler]')")
     topology_name(chip)
@@ -345,16 +348,16 @@ def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
     found: dict[str, RealCompile] = {}
     for text in texts:
         digest = program_sha256(text)
-        hit = found.get(digest) or (CACHE.get(digest, chip) if cycles else None)
-        if hit is not None and (not keep_hlo or hit.hlo or not hit.ok):
+        hit = found.get(digest) or CACHE.get(digest, chip)
+        if hit is not None and (not keep_hlo or hit.hlo or not hit.ok) and (
+                not cycles or hit.cycles_note != NOT_ASKED or not hit.ok):
             found[digest] = hit
     todo = list(dict.fromkeys(t for t in texts if program_sha256(t) not in found))
     while todo:
         done = _compile_in_child(todo, chip, limit, keep_hlo, cycles)
         for result in done:
             found[result.program_sha256] = result
-            if cycles:
-                CACHE.put(result)
+            CACHE.put(result)
         todo = [t for t in todo if program_sha256(t) not in found]
     return [found[program_sha256(t)] for t in texts]
 
@@ -363,7 +366,7 @@ _STARTUP_S = 60.0  # importing JAX and starting libtpu in the child, on a loaded
 
 
 def _compile_in_child(texts: list[str], chip: str, limit: float,
-                      keep_hlo: bool = False, cycles: bool = True) -> list[RealCompile]:
+                      keep_hlo: bool = False, cycles: bool = False) -> list[RealCompile]:
     """Compile ``texts`` in one sandboxed child; what it did not answer for gets a verdict
     here (the first unanswered one: over its limit or the child died), so each call makes
     progress."""
@@ -427,9 +430,10 @@ def decide(emulated: Any, real: RealCompile | None, *, unavailable: str = "") ->
         emulated_ok=emulated.ok, compile_seconds=real.seconds)
 
 
-def check(text: str, *, chip: Any, program: Any = None) -> Any:
+def check(text: str, *, chip: Any, program: Any = None, cycles: bool = False) -> Any:
     """The compile check of one lowered program: the emulated check, then (with libtpu) the
-    TPU compiler, which wins."""
+    TPU compiler, which wins. ``cycles``: compile with the kernels' bundle schedules (cached
+    for whoever reads them next: ``estimate``'s figures beside its price)."""
     from tools.lowered.compile_check import check_lowered
     from tools.performance.chips import get_chip
 
@@ -438,7 +442,7 @@ def check(text: str, *, chip: Any, program: Any = None) -> Any:
     if not available():
         return decide(emulated, None, unavailable=f"{SWITCH_ENV}=0" if switched_off() else "")
     try:
-        return decide(emulated, compile_all([text], name)[0])
+        return decide(emulated, compile_all([text], name, cycles=cycles)[0])
     except TpuCompilerError as exc:
         return decide(emulated, None, unavailable=str(exc))
 

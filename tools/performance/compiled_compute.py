@@ -132,7 +132,7 @@ def program_sides(program: LoweredProgram, estimate: ProgramEstimate, chip: Chip
     found: list[KernelCycles] = list(getattr(compiled, "kernel_cycles", None) or [])
     note = ""
     if compiled is None:
-        note = "no TPU compiler: the model's sides alone"
+        note = "no TPU compiler (or its figures not asked for): the model's sides alone"
     elif not found:
         note = getattr(compiled, "cycles_note", "") or "the compiler's schedule gave no kernel"
     elif len(found) != len(program.kernels):

@@ -58,7 +58,7 @@ def _kernel_point(text: str, chip: Any, values: list[Any] | None = None,
 
     program = parse_lowered(text)
     estimate = estimate_program(program, chip, values)
-    (compiled,) = tpu_compiler.compile_all([text], chip.name, keep_hlo=True)
+    (compiled,) = tpu_compiler.compile_all([text], chip.name, keep_hlo=True, cycles=True)
     if not compiled.ok:
         return (estimate.latency_s, None, None, None, "",
                 f"the compiler refused it: {compiled.message}")

@@ -190,7 +190,8 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     """Simulated latency and speedup of one configuration at one shape; unverified.
 
     The baseline is the verifier's (`simulated_baseline`, cached per task and shape in this
-    process); `beside_xla_tpu=False` leaves its per-op detail out of the result."""
+    process); `beside_xla_tpu=False` leaves its per-op detail out of the result, and the
+    compiler's compute beside the kernels' (no bundle schedules are read)."""
     import hashlib
 
     from tools.inputs.candidate import read_candidate
@@ -213,12 +214,13 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
                             limits, task.statics_at(shape_index))
     lowered = parse_lowered(text)
-    check = tpu_compiler.check(text, chip=chip, program=lowered)  # the verifier's compile check
+    # the verifier's compile check (with the bundle schedules the figures beside it read)
+    check = tpu_compiler.check(text, chip=chip, program=lowered, cycles=beside_xla_tpu)
     if not check.ok:  # a kernel the chip cannot compile has no price
         raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
     program = estimate_program(lowered, chip, concrete)
-    sides = _sides(text, lowered, program, chip, concrete)
+    sides = _sides(text, lowered, program, chip, concrete, beside_xla_tpu)
     baseline = simulated_baseline(task.reference_at(shape_index), abstract, chip,
                                   key=f"{task.source_sha256}:{shape_index}")
     reasons = [f"kernel {k.name}: {u}" for k in program.kernels for u in k.unsound]
@@ -244,17 +246,18 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     )
 
 
-def _sides(text: str, lowered: Any, program: Any, chip: Any,
-           inputs: Sequence[Any]) -> ProgramSides:
-    """Both sides of every kernel: the compiler's compute where libtpu compiled the program
-    (the compile check's result, from the cache), the model's alone otherwise."""
+def _sides(text: str, lowered: Any, program: Any, chip: Any, inputs: Sequence[Any],
+           beside: bool) -> ProgramSides:
+    """Both sides of every kernel: the compiler's compute where libtpu compiles the program
+    with its bundle schedules (``beside``: the figures beside the price are wanted; the
+    autotuner's pricing does without them), the model's alone otherwise."""
     from tools.lowered import tpu_compiler
     from tools.performance.compiled_compute import program_sides
 
     compiled = None
-    if tpu_compiler.available():
+    if beside and tpu_compiler.available():
         try:
-            (compiled,) = tpu_compiler.compile_all([text], chip.name)
+            (compiled,) = tpu_compiler.compile_all([text], chip.name, cycles=True)
         except tpu_compiler.TpuCompilerError:  # a figure beside the price, never the verdict
             compiled = None
     return program_sides(lowered, program, chip, compiled, inputs)
