@@ -339,7 +339,7 @@ def compile_all(texts: Sequence[str], chip: str, *, limit: float | None = None,
     children (one for all of them; after a compile over its limit, a fresh one for the rest).
     ``cycles``: with the kernels' static cycles from the bundle schedules, which only the
     figures beside a price use (``estimate``, the calibration): the dump costs compile time
-    (about 5 s on a 6-7 s compile of a 512x1024x1024-block bf16 matmul, under load), so the
+    (about 5 s more on a 5-8 s compile of a 512x1024x1024-block bf16 matmul, under load), so the
     verifier's compile check does without; a cached result without them is compiled again."""
     if not available():
         raise TpuCompilerError("libtpu is not installed (pip install -e '.[tpu-compiler]')")
