@@ -394,11 +394,6 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
               "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values]}
     facts.kernel_class, facts.detail = "generic", detail
     described = ", ".join(f"{o} ({facts.dim_values[o]})" for o in got.origins)
-    if not any(u or s > a for u, s, a in zip(units(facts), sizes(facts), aligns(facts), strict=True)):
-        facts.kernel_class, facts.detail = "single_block", {}
-        facts.reasons.append(f"the independent axes {described} are too short to split into "
-                             "aligned blocks: one block")
-        return
     least = block_vmem(facts, aligns(facts))
     facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
                          "(no op of the jaxpr mixes positions along them): a grid over them"
