@@ -361,6 +361,12 @@ def vmem_budget(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | Not
 
 not_applicable(C, "dimension_semantics", "every grid axis is a tiled independent axis, already parallel")
 not_applicable(C, "grid_order", "the tiled axes are independent: no block is reused across steps")
+not_applicable(C, "single_buffer_invariants", "a block that never moves is already single-buffered")
+not_applicable(C, "kernel_fusion", "the whole reference is already one kernel")
+not_applicable(C, "multiple_outputs", "every output of the reference is already written by the one kernel")
+not_applicable(C, "autotune_space", "the tiled axes' blocks are already TUNABLES")
+not_applicable(C, "precision", "the body is the reference's own program: its dtypes are kept")
+not_applicable(C, "transpose_free", "the body is the reference's own program: its dots are kept as written")
 
 
 # --- classification ------------------------------------------------------------------------
