@@ -17,6 +17,7 @@ import pytest
 from agents.llm.offline import matmul, matmul_blocks
 from agents.llm.offline.classify import TaskFacts, classify_task
 from agents.llm.offline.common import drop_unused_imports, scoped_vmem
+from agents.llm.offline.levers import raised_vmem_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMMS = ["matmul", "matmul_bias_gelu", "matmul_bias_gelu_bf16", "matmul_scale_residual"]
@@ -86,7 +87,7 @@ def test_the_vmem_limit_is_raised_only_where_the_blocks_need_it() -> None:
     large = matmul.default_spec(facts, {}, _chip())
     need = matmul_blocks.footprint(facts, large.block_m, large.block_n, large.block_k)
     assert need > scoped_vmem(_chip()) * 3 // 4
-    assert large.vmem_limit_bytes == matmul_blocks.raised_limit(_chip()) and need <= large.vmem_limit_bytes * 3 // 4
+    assert large.vmem_limit_bytes == raised_vmem_limit(_chip()) and need <= large.vmem_limit_bytes * 3 // 4
 
 
 def test_tunables_leave_out_blocks_the_tuning_point_cannot_use() -> None:

@@ -27,6 +27,14 @@ CATALOGUE_CLASS = {"elementwise": "elementwise", "rowwise": "rowwise", "rows_gen
 FALLBACK_VMEM_BYTES = 128 * 1024 * 1024
 
 
+def raised_vmem_limit(chip: dict[str, Any] | None) -> int:
+    """Three quarters of the chip's VMEM (of 128 MiB when the chip does not say): room
+    for the compiler's own scratch above a raised scoped limit."""
+    vmem = (chip or {}).get("vmem_bytes")
+    whole = int(vmem) if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM_BYTES
+    return whole * 3 // 4
+
+
 @dataclass(frozen=True)
 class NotApplicable:
     """A lever that does not apply to this class or task, with the reason (costs no candidate)."""
@@ -42,11 +50,7 @@ class LeverContext:
     chip: dict[str, Any] = field(default_factory=dict)
 
     def raised_vmem_limit(self) -> int:
-        """Three quarters of the chip's VMEM (of 128 MiB when the chip does not say): room
-        for the compiler's own scratch above a raised scoped limit."""
-        vmem = self.chip.get("vmem_bytes")
-        whole = int(vmem) if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM_BYTES
-        return whole * 3 // 4
+        return raised_vmem_limit(self.chip)
 
 
 Lever = Callable[[Any, LeverContext], "list[Any] | NotApplicable"]

@@ -25,8 +25,8 @@ from agents.llm.offline.common import (
     tunables_literal,
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
-from agents.llm.offline.levers import deepest_buffering
-from agents.llm.offline.matmul_blocks import MAX_TILE_ELEMENTS, best_blocks, footprint, raised_limit
+from agents.llm.offline.levers import deepest_buffering, raised_vmem_limit
+from agents.llm.offline.matmul_blocks import MAX_TILE_ELEMENTS, best_blocks, footprint
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def vmem_limit_for(facts: TaskFacts, blocks: dict[str, int], chip: dict[str, Any
     m, k, n = _mkn(facts)
     bk = fit_k(blocks["block_k"], k)
     need = footprint(facts, min(blocks["block_m"], m), min(blocks["block_n"], n), bk)
-    return raised_limit(chip) if need > scoped_vmem(chip) * 3 // 4 else None
+    return raised_vmem_limit(chip) if need > scoped_vmem(chip) * 3 // 4 else None
 
 
 def _ceil_to(value: int, multiple: int) -> int:
@@ -105,7 +105,7 @@ def _usable(facts: TaskFacts, blocks: dict[str, int]) -> bool:
     if bm >= _ceil_to(m, SUBLANES) * 2 or bn >= _ceil_to(n, LANES) * 2 or bk > k:
         return False
     bm, bn = min(bm, m), min(bn, n)
-    return bm * bn <= MAX_TILE_ELEMENTS and footprint(facts, bm, bn, fit_k(bk, k)) <= raised_limit(None) * 3 // 4
+    return bm * bn <= MAX_TILE_ELEMENTS and footprint(facts, bm, bn, fit_k(bk, k)) <= raised_vmem_limit(None) * 3 // 4
 
 
 def row_tile(facts: TaskFacts) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
-from agents.llm.offline.levers import FALLBACK_VMEM_BYTES
+from agents.llm.offline.levers import raised_vmem_limit
 
 TILE_SIDES = (256, 512, 1024, 2048)
 K_SIDES = (256, 512, 1024, 2048, 4096)
@@ -41,13 +41,6 @@ def _ceil_to(value: int, multiple: int) -> int:
 def _figure(chip: dict[str, Any], key: str, default: float) -> float:
     value = chip.get(key)
     return float(value) if isinstance(value, int | float) and value > 0 else default
-
-
-def raised_limit(chip: dict[str, Any] | None) -> int:
-    """Three quarters of the chip's VMEM (as `LeverContext.raised_vmem_limit`, without a task):
-    room for the compiler's own scratch above it."""
-    vmem = (chip or {}).get("vmem_bytes")
-    return (int(vmem) if isinstance(vmem, int | float) and vmem > 0 else FALLBACK_VMEM_BYTES) * 3 // 4
 
 
 def footprint(facts: TaskFacts, bm: int, bn: int, bk: int, buffers: int = 2) -> int:
@@ -130,7 +123,7 @@ def best_blocks(facts: TaskFacts, chip: dict[str, Any] | None, row_floor: int = 
     d = facts.detail
     m, k, n = (facts.dim_values[d[s]] for s in ("m", "k", "n"))
     scoped = scoped_vmem(chip) * 3 // 4
-    raised = raised_limit(chip) * 3 // 4
+    raised = raised_vmem_limit(chip) * 3 // 4
     ks = sorted({fit_k(s, k) if fit_k else min(s, k) for s in K_SIDES})
     best: dict[bool, tuple[float, tuple[int, int, int]]] = {}
     for bm, bn, bk in itertools.product(_sides(m, row_floor, TILE_SIDES), _sides(n, LANES, TILE_SIDES), ks):
@@ -148,4 +141,4 @@ def best_blocks(facts: TaskFacts, chip: dict[str, Any] | None, row_floor: int = 
     use_raised = True not in best or best[True][0] > (1 + RAISE_GAIN) * best[False][0]
     _, (bm, bn, bk) = best[False] if use_raised else best[True]
     need = footprint(facts, min(bm, m), min(bn, n), bk)
-    return {"block_m": bm, "block_n": bn, "block_k": bk}, (raised_limit(chip) if need > scoped else None)
+    return {"block_m": bm, "block_n": bn, "block_k": bk}, (raised_vmem_limit(chip) if need > scoped else None)
