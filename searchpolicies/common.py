@@ -27,10 +27,15 @@ def speedup(node: Node) -> float:
 
 
 def ranked(graph: SearchGraph, *, include_root: bool = True) -> list[Node]:
-    """Valid nodes (and the root), fastest first; the earliest wins a tie."""
-    nodes = [n for n in graph.nodes if n.status == "valid" or (include_root and n.status == "root")]
+    """Valid nodes, fastest first (the earliest wins a tie), then the root.
+
+    The root stands for XLA's program at 1.0x, but it is no kernel to improve: a climb goes on
+    from the best kernel it has, even one slower than XLA, and writes afresh from the request
+    only where no kernel can be expanded."""
     order = {n.node_id: i for i, n in enumerate(graph.nodes)}
-    return sorted(nodes, key=lambda n: (-speedup(n), order[n.node_id]))
+    valid = sorted((n for n in graph.nodes if n.status == "valid"),
+                   key=lambda n: (-speedup(n), order[n.node_id]))
+    return valid + ([n for n in graph.nodes if n.status == "root"] if include_root else [])
 
 
 def lever_of(node: Node) -> str:

@@ -53,3 +53,12 @@ def test_patience() -> None:
     assert GreedyPolicy(patience=2).decide(g.graph, Budget(), 4) == [
         Stop("greedy: 2 nodes without a better one")]
     assert isinstance(GreedyPolicy(patience=3).decide(g.graph, Budget(), 4)[0], Expand)
+
+
+def test_climbs_from_a_kernel_slower_than_xla() -> None:
+    """The root's 1.0x is XLA's program, not a kernel: a 0.9x kernel is still the one to improve."""
+    g = GraphBuilder()
+    g.expand("n1", strategy=hint(["block_shape"], "")).evaluate("n1", 0.8)
+    g.expand("n2", "n1", hint(["grid_order"], "")).evaluate("n2", 0.9)
+    (e,) = GreedyPolicy().decide(g.graph, Budget(), 2)
+    assert e.parent_id == "n2"
