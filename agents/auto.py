@@ -249,7 +249,9 @@ class _AutoRun:
                 beat_s = judged.latency_to_beat(checked, parent, self.cmd.price_margin)
                 rescued = await self.call(self.command(
                     TuneKernel, f"it{it}/tune-priced", it, code_sha256=code,
-                    budget=self.cmd.tune_budget, verdict_sha256="", beat_latency_s=beat_s),
+                    budget=self.cmd.tune_budget, verdict_sha256="", beat_latency_s=beat_s,
+                    default_latency_s=checked.estimate_s,
+                    default_program_sha256=checked.program_sha256),
                     TuningSwept) if beat_s is not None else None
                 if (rescued is None or rescued.best_latency_s is None
                         or rescued.best_latency_s >= (beat_s or 0.0)):

@@ -10,7 +10,10 @@ has the same price. On simulated targets that lowering also prices each configur
 (`api.price_config`, the cost model the verdict uses), and only the `TESTED_AFTER_PRICING`
 priced fastest, and faster than the default, are tested, one at a time until one passes:
 the rest cannot win the sweep, and a test run costs many lowerings' worth of interpret mode (`configs_priced`, with each
-one's fate in the tuning table). Each configuration tested is one
+one's fate in the tuning table). The default is not lowered again where the iteration
+already priced it (`known_default`: the test run's verdict, or the compile check the
+command passes on when the default was priced too slow to test): its price and program
+hash are the bar and the first program seen. Each configuration tested is one
 `MeasureConfig` command, so every executor process on the bus takes part; the commands'
 ids derive from this command's, so a restarted sweep does not measure anything twice.
 """
@@ -90,6 +93,29 @@ def same_programs(default: dict[str, Any], planned: list[dict[str, Any]],
                    for i, j in again.items()]
 
 
+def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
+                  ) -> tuple[api.PricedConfig | None, str]:
+    """The default configuration's price where this iteration already has it, and where it
+    came from: the verdict record of its test run (a valid simulated measurement of this very
+    configuration, with the program it priced), else the compile check's price the command
+    carries. (None, "") when neither holds both a latency and a program hash: the sweep
+    lowers the default itself. Both are the cost model's price of the same program
+    `price_config` lowers; a program whose price depends on scalar-prefetch values is priced
+    there on the suite's seed cases (the mean, as the verdict a tuned configuration must beat
+    is), in `price_config` on the task's seed-0 inputs."""
+    measurement = (record or {}).get("measurement") or {}
+    program = (measurement.get("breakdown") or {}).get("program_sha256")
+    if (record is not None and record.get("config") == msgspec.to_builtins(default)  # as JSON
+            and measurement.get("measured_on") == "simulated" and measurement.get("valid")
+            and measurement.get("latency_s") is not None and program):
+        return api.PricedConfig(dict(default), program, measurement["latency_s"],
+                                measurement.get("speedup")), "the test run's verdict"
+    if cmd.default_latency_s is not None and cmd.default_program_sha256:
+        return api.PricedConfig(dict(default), cmd.default_program_sha256,
+                                cmd.default_latency_s), "the compile check"
+    return None, ""
+
+
 def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
                   keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
                   ) -> tuple[list[dict[str, Any]], list[Json]]:
@@ -132,7 +158,7 @@ class AutotunerAgent(Agent[TuneKernel]):
             grid = await ctx.run_tool(api.candidate_configs, code)
         except api.CandidateError:
             grid = [{}]
-        profile = None
+        profile, record = None, None
         if cmd.verdict_sha256:
             record = msgspec.json.decode(await ctx.get_text(cmd.verdict_sha256))
             if record.get("measurement"):
@@ -143,8 +169,11 @@ class AutotunerAgent(Agent[TuneKernel]):
         if cmd.budget is not None:
             planned = planned[:max(cmd.budget, 1)]
         priced: list[Json] = []
+        default_price: Json | None = None
         if cmd.target_name.startswith("sim-"):
-            planned, skipped, priced = await self.price(ctx, grid[0], planned)
+            known = known_default(grid[0], record, cmd)
+            planned, skipped, priced, default_price = await self.price(
+                ctx, grid[0], planned, known)
         else:
             planned, skipped = await self.distinct(ctx, grid[0], planned)
         commands = [
@@ -170,7 +199,7 @@ class AutotunerAgent(Agent[TuneKernel]):
         passing = [r for r in measured if r.passed and r.latency_s]
         best = min(passing, key=lambda r: r.latency_s or float("inf")) if passing else None
         table = {"grid_size": len(grid), "planned": len(planned), "narrowing": why, "rows": rows,
-                 "skipped": skipped, "priced": priced}
+                 "skipped": skipped, "priced": priced, "default": default_price}
         table_sha = await ctx.put_text(msgspec.json.encode(table).decode(), "tuning-table")
         yield self.event(
             TuningSwept, cmd, code_sha256=cmd.code_sha256, configs_tried=len(measured),
@@ -184,19 +213,29 @@ class AutotunerAgent(Agent[TuneKernel]):
 
     async def price(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
                     planned: list[dict[str, Any]],
-                    ) -> tuple[list[dict[str, Any]], list[Json], list[Json]]:
-        """On a simulated target: price the default and every planned configuration from one
-        sandboxed lowering each, skip repeated programs, and test only the
-        `TESTED_AFTER_PRICING` priced fastest that beat the default's price. Returns (to test,
-        skipped as repeats, every priced row with what became of it)."""
+                    known: tuple[api.PricedConfig | None, str] = (None, ""),
+                    ) -> tuple[list[dict[str, Any]], list[Json], list[Json], Json | None]:
+        """On a simulated target: price every planned configuration from one sandboxed
+        lowering each, and the default too unless its price is `known` (`known_default`),
+        skip repeated programs, and test only the `TESTED_AFTER_PRICING` priced fastest that
+        beat the default's price. Returns (to test, skipped as repeats, every priced row with
+        what became of it, the default's price and where it came from; None: nothing planned)."""
         if not planned:
-            return planned, [], []
-        base, *rest = await self.lowered(ctx, api.price_config, [default, *planned])
+            return planned, [], [], None
+        base, source = known
+        if base is None:
+            base, *rest = await self.lowered(ctx, api.price_config, [default, *planned])
+            source = "lowered in this sweep"
+        else:
+            rest = await self.lowered(ctx, api.price_config, planned)
         again, skipped = same_programs(default, planned, base.program_sha256,
                                        [f.program_sha256 for f in rest])
         fresh = [f for i, f in enumerate(rest) if i not in again]
         chosen, rows = worth_testing(base, fresh, below_s=ctx.cmd.beat_latency_s)
-        return chosen, skipped, rows
+        return chosen, skipped, rows, {
+            "config": default, "estimate_s": base.latency_s,
+            "program_sha256": base.program_sha256, "priced_from": source,
+            **({"problem": base.problem} if base.problem else {})}
 
     async def distinct(self, ctx: AgentContext[TuneKernel], default: dict[str, Any],
                        planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Json]]:

@@ -172,6 +172,11 @@ class TuneKernel(_KernelCommand, frozen=True, kw_only=True, tag="TuneKernel"):
     beat_latency_s: float | None = None
     """On a simulated target, test only configurations priced below this: the latency that
     beats the node's parent, when the default configuration was priced too slow to test."""
+    default_latency_s: float | None = None
+    default_program_sha256: str | None = None
+    """On a simulated target without a verdict, the default configuration's price and the
+    sha256 of the program priced, from its compile check: the sweep takes them instead of
+    lowering the default again. None (both): the sweep prices the default itself."""
 
 
 class ProfileKernel(_TaskCommand, frozen=True, kw_only=True, tag="ProfileKernel"):

@@ -153,7 +153,9 @@ class ExecutorAgent(Agent[Any]):
                              attempt=cmd.attempt, diagnostics=[] if ok else diagnostics_of(verdict),
                              vmem_bytes=vmem, iteration=cmd.iteration, wall_s=wall_s,
                              estimate_s=priced.latency_s if priced else None,
-                             estimate_speedup=priced.speedup if priced else None)
+                             estimate_speedup=priced.speedup if priced else None,
+                             program_sha256=priced.breakdown.get("program_sha256")
+                             if priced else None)
             return
         record_sha = await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
                                         "verdict")

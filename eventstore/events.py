@@ -199,6 +199,10 @@ class CompileChecked(_IterationEvent, frozen=True, kw_only=True, tag="CompileChe
     the compile check itself (simulated targets only; None when the check could not price
     it): what the price gate reads before any test runs."""
     estimate_speedup: float | None = None
+    program_sha256: str | None = None
+    """The sha256 of the program `estimate_s` priced (the tuning point's lowered text), so
+    the autotuner takes that price for the default configuration instead of lowering it
+    again; None where `estimate_s` is, and in logs written before it was recorded."""
     phase: ClassVar[str | None] = "compile"
 
 
@@ -239,8 +243,11 @@ class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept")
     """Configurations not timed because they lowered to a program already priced in the
     sweep (the same lowered module text, hashed)."""
     configs_priced: int = 0
-    """On a simulated target, configurations priced from their lowering before any was
-    tested; only the fastest priced were tested (`configs_tried`)."""
+    """On a simulated target, the configurations other than the default priced from their
+    own lowering in the sweep before any was tested, less those skipped as repeats
+    (`configs_skipped`); only the fastest priced were tested (`configs_tried`). The default's
+    price, the test run's or the compile check's where known, else lowered in the sweep too,
+    is never counted (the tuning table says where it came from)."""
     best_config: Json = {}
     best_latency_s: float | None = None
     measured_on: MeasuredOn = "simulated"
