@@ -67,7 +67,7 @@ DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2)
 # Factors applied to every floating input of the tuning case; a task may set PROBE_SCALES.
 DEFAULT_PROBE_SCALES: dict[str, float] = {"large": 1e3, "small": 1e-3}
 # Above this many bytes of inputs the tuning point runs once; its repeats move to a smaller
-# shape (every shipped task's tuning point, at most 8 MiB, is not above it).
+# shape (the shipped GEMM tasks' tuning points are above it; the others are not).
 REPEAT_LIMIT_BYTES = 8 << 20
 _PERTURB_SEED = 20240917
 _NAMES = {"nan": "NaN", "inf": "+inf/-inf"}
