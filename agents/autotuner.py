@@ -100,9 +100,10 @@ def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
     configuration, with the program it priced), else the compile check's price the command
     carries. (None, "") when neither holds both a latency and a program hash: the sweep
     lowers the default itself. Both are the cost model's price of the same program
-    `price_config` lowers; a program whose price depends on scalar-prefetch values is priced
-    there on the suite's seed cases (the mean, as the verdict a tuned configuration must beat
-    is), in `price_config` on the task's seed-0 inputs."""
+    `price_config` lowers; only a program whose price depends on scalar-prefetch values is
+    priced on other values: the mean over the suite's tuning-point seed cases in the verdict
+    (the figure a tuned configuration must beat), the first case's in the compile check, the
+    task's seed-0 inputs in `price_config`."""
     measurement = (record or {}).get("measurement") or {}
     program = (measurement.get("breakdown") or {}).get("program_sha256")
     if (record is not None and record.get("config") == msgspec.to_builtins(default)  # as JSON

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from eventstore.events import (
@@ -31,6 +33,8 @@ from kernelgraph.runtime import Runtime, RuntimeConfig
 
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
 SCRIPTED = "scripted_provider:ScriptedProvider"
+TABLES: dict[str, Any] = {}
+"""Every sweep's tuning table read back from the log, by its sha256."""
 
 
 async def run(db: Path, request: KernelRequest) -> str:
@@ -56,7 +60,10 @@ def scripted_search(tmp: Path, script: str, tune_budget: int) -> list:
         run_id = asyncio.run(run(db, request))
     with EventLog(db, read_only=True) as log:
         assert log.verify().ok
-        return list(log.events(run_id=run_id))
+        events = list(log.events(run_id=run_id))
+        TABLES.update({e.table_sha256: msgspec.json.decode(log.get_artifact(e.table_sha256))
+                       for e in events if isinstance(e, TuningSwept) and e.table_sha256})
+        return events
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +157,12 @@ def test_a_child_priced_slow_at_its_default_is_tested_at_a_configuration_that_be
     assert won.tunables == {"block_rows": 256} and won.speedup > parent.speedup
     proof = next(e for e in events if e.event_id == won.proof_event_id)
     assert isinstance(proof, TuningSwept) and proof.configs_tried == 1 and proof.best_config == won.tunables
+    # the default's price was its compile check's, not lowered again in the sweep
+    default = TABLES[proof.table_sha256 or ""]["default"]
+    assert default["priced_from"] == "the compile check" and priced.program_sha256
+    assert (default["estimate_s"], default["program_sha256"]) == (priced.estimate_s,
+                                                                  priced.program_sha256)
+    assert proof.configs_priced == 1  # the other block alone
     # tested through the full suite at that configuration only, never at its slow default
     assert not any(isinstance(e, TestsRun) and e.code_sha256 == won.code_sha256 for e in events)
     measured = [e for e in events if isinstance(e, ConfigMeasured) and e.code_sha256 == won.code_sha256]
