@@ -175,11 +175,28 @@ def check_policy(request: KernelRequest) -> dict[str, Any]:
     params = dict(request.policy_params)
     try:
         cls = policy_class(request.policy)
-        if "iterations" in {p.name for p in cls.params()}:  # --iterations: per trajectory
+        names = {p.name for p in cls.params()}
+        if "iterations" in names:  # --iterations: per trajectory
             params.setdefault("iterations", str(request.iterations))
+        if "kernel_class" in names and "kernel_class" not in params:
+            params["kernel_class"] = task_kernel_class(request.task)
         return get_policy(request.policy, params, seed=request.seed).param_values()
     except PolicyError as exc:
         raise RequestError(str(exc)) from None
+
+
+def task_kernel_class(task: Path) -> str:
+    """The task's kernel class as the offline author reads it from the jaxpr, so a policy
+    draws only the levers that can change its kernel; '' (any lever) for a class the lever
+    catalogue does not name, or a task that cannot be classified before its suite exists."""
+    from kernelgraph.taskinfo import describe
+    from searchpolicies.common import KERNEL_CLASS
+
+    try:
+        found = describe(task).kernel_class or ""
+    except Exception:  # only a default: the run itself reports a task it cannot load
+        return ""
+    return found if found in KERNEL_CLASS.choices else ""
 
 
 def _literal_name(source: str) -> str | None:

@@ -18,7 +18,8 @@ from searchpolicies.levers import (
 
 KERNEL_CLASS = Param(
     "kernel_class", str, "",
-    "the task's kernel class, to draw only levers that apply to it ('' = any lever)",
+    "the task's kernel class, to draw only levers that apply to it ('' = any lever; search and "
+    "bench fill it from the task's class as the offline author reads it)",
     choices=("", *KERNEL_CLASSES, *CLASS_ALIASES))
 
 

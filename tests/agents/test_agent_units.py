@@ -95,6 +95,18 @@ def test_requests_are_checked_before_anything_is_sent(tmp_path: Path) -> None:
         provider_class("no_such_module:Nope")
 
 
+def test_policies_are_told_the_tasks_kernel_class(tmp_path: Path) -> None:
+    """A policy draws only the levers of the task's class unless the request names one."""
+    task = EVALTASKS / "rmsnorm_small.py"
+    told = check_request(KernelRequest(task=task, policy="greedy")).policy_params
+    assert told["kernel_class"] == "rowwise"
+    kept = check_request(KernelRequest(task=task, policy="greedy",
+                                       policy_params={"kernel_class": ""})).policy_params
+    assert kept["kernel_class"] == ""
+    partial = check_request(KernelRequest(task=EVALTASKS / "rmsnorm_no_inputs.py", policy="greedy"))
+    assert partial.policy_params["kernel_class"] == ""  # no input maker yet: any lever
+
+
 def test_search_and_submit_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
     load_commands()
     runner = CliRunner()
