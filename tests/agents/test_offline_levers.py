@@ -315,3 +315,30 @@ def test_no_two_nodes_of_a_run_write_one_spec_until_the_space_is_exhausted(name:
         assert spec not in seen or exhausted, (lever_id, ordinal, seen.get(spec), decision["evidence"][-3:])
         seen.setdefault(spec, f"{lever_id}/{ordinal}")
         written.append(planner.plan_text(facts, decision, {"chip": _chip()}, name))
+
+
+@pytest.mark.parametrize("name", ["grouped_matmul", "paged_attention", "linear_attention"])
+def test_block_only_classes_stop_instead_of_writing_a_kernel_again(name: str) -> None:
+    """Classes the offline author writes from their block sizes alone: a child under any hint
+    either moves the blocks to sizes no node of the run wrote, or stops and says why; it never
+    writes a kernel the run already has."""
+    facts = _facts(name)
+    c = facts.kernel_class
+    root = _plan(name, "", 0)
+    assert not root["no_gain"]
+    parent = {"plan": planner.plan_text(facts, root, {"chip": _chip()}, name), "config": root["params"]}
+    written = [parent["plan"]]
+    seen = [root["params"]]
+    stops = 0
+    for ordinal, lever_id in enumerate(["prologue_fusion", "masking", "grid_order", "block_shape"] * 2):
+        ctx = {"chip": _chip(), "seed": ordinal, "hint": _hint(lever_id, ""), "parent": parent,
+               "failures": [], "written_plans": list(written)}
+        decision = planner.choose(facts, ctx)
+        if decision["no_gain"]:
+            stops += 1
+            assert "already wrote" in decision["stop"], decision
+            continue
+        assert decision["params"] not in seen, (lever_id, ordinal, decision["params"])
+        seen.append(decision["params"])
+        written.append(planner.plan_text(facts, decision, {"chip": _chip()}, name))
+    assert stops, f"{c}: eight children and no stop, so the block space was never exhausted"

@@ -202,15 +202,42 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     levers = list(FIXED_LEVERS[c])
     if variety.has_spec(c):
         return _choose_spec(facts, ctx, parent, base_params, base_config, usable, evidence, vmem_failed)
+    written = _written_params(facts, ctx, parent)
     if knobs and usable:
-        lever = usable[seed % len(usable)] if not hinted and not candidates else usable[0]
+        start = seed % len(usable) if not hinted and not candidates else 0
+        order = usable[start:] + usable[:start]
+        lever = next((lv for lv in order if _apply(facts, lv, params, chip) not in written), order[0])
         params = _apply(facts, lever, params, chip)
         levers.append(lever)
     elif knobs and seed and not parent:
         params = _seed_variant(facts, params, seed)
         levers.append("seeded_block_variant")
+    if params in written:  # its source is a function of the blocks alone: the same kernel again
+        moves = ", ".join(usable) or "none"
+        return {"no_gain": True, "kernel_class": c, "evidence": evidence, "stop": (
+            f"the offline author writes the {c} kernel from its block sizes alone, and every "
+            f"block move it has here (moves: {moves}) gives a kernel this run already wrote "
+            f"(blocks {json.dumps(params, sort_keys=True)})")}
     return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
             "evidence": evidence}
+
+
+def _written_params(facts: TaskFacts, ctx: dict[str, Any],
+                    parent: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The block sizes this run already wrote a kernel of this class from: other nodes' plans,
+    the parent's plan, and the parent's tuned configuration (its default moved there is the
+    same program under other defaults)."""
+    def params_of(text: str) -> dict[str, Any] | None:
+        decisions = plan_spec(text)
+        given = decisions.get("params")
+        return dict(given) if decisions.get("kernel_class") == facts.kernel_class and isinstance(given, dict) else None
+
+    seen = [p for p in map(params_of, map(str, ctx.get("written_plans") or [])) if p is not None]
+    own = params_of(str((parent or {}).get("plan") or ""))
+    if own is not None:
+        config = dict((parent or {}).get("config") or {})
+        seen += [own, {k: config.get(k, v) for k, v in own.items()}]
+    return seen
 
 
 def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] | None,
