@@ -340,10 +340,11 @@ class _AutoRun:
                              failed_phase=phase, error=error[:2000], **fields)
 
     def written_plans(self) -> list[str]:
-        """The plans other nodes of this run wrote kernels from, oldest first (what a planner
-        avoids repeating; this node's own line is its parent chain, which it reads already)."""
+        """The plans this run wrote kernels from, oldest first (what a planner avoids
+        repeating), this node's earlier iterations too: one priced not faster never becomes
+        the next iteration's parent, so without it the next would write the same kernel."""
         planned = {(e.node_id, e.iteration): e.plan_sha256 for e in self.history.of_type(PlanProposed)
-                   if e.run_id == self.cmd.run_id and not e.no_gain and e.node_id != self.node_id}
+                   if e.run_id == self.cmd.run_id and not e.no_gain}
         written = [planned.get((e.node_id, e.iteration)) for e in self.history.of_type(KernelWritten)
                    if e.run_id == self.cmd.run_id]
         return list(dict.fromkeys(sha for sha in written if sha))[-MAX_WRITTEN_PLANS:]

@@ -98,12 +98,15 @@ def test_a_kernel_written_again_cites_its_verdict_and_is_tested_once(search: lis
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_nodes_planner_is_told_the_plans_other_nodes_wrote_kernels_from(search: list) -> None:
-    """Node 2 starts after node 1 wrote two kernels: its first plan is told of both (read
-    once the run's history has caught up, never from a half-read one)."""
+def test_a_planner_is_told_the_plans_the_run_wrote_kernels_from(search: list) -> None:
+    """Node 1's second iteration is told of its first (an iteration priced not faster is no
+    parent, so nothing else would keep it from writing that kernel again); node 2 starts after
+    node 1 wrote two kernels and is told of both (read once the run's history has caught up,
+    never from a half-read one)."""
     plans = {(e.node_id, e.iteration): e.summary for e in search if isinstance(e, PlanProposed)}
     first, second = dict.fromkeys(node for node, _ in plans)  # in log order
     assert plans[(first, 1)].endswith("after 0 written plans.")
+    assert plans[(first, 2)].endswith("after 1 written plans."), plans
     assert plans[(second, 1)].endswith("after 2 written plans."), plans
 
 
