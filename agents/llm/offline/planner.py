@@ -205,9 +205,8 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     written = _written_params(facts, ctx, parent)
     if knobs and usable:
         start = seed % len(usable) if not hinted and not candidates else 0
-        order = usable[start:] + usable[:start]
-        lever = next((lv for lv in order if _apply(facts, lv, params, chip) not in written), order[0])
-        params = _apply(facts, lever, params, chip)
+        moves = [(lv, _apply(facts, lv, params, chip)) for lv in usable[start:] + usable[:start]]
+        lever, params = next(((lv, moved) for lv, moved in moves if moved not in written), moves[0])
         levers.append(lever)
     elif knobs and seed and not parent:
         params = _seed_variant(facts, params, seed)
