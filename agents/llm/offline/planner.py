@@ -212,10 +212,9 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
         params = _seed_variant(facts, params, seed)
         levers.append("seeded_block_variant")
     if params in written:  # its source is a function of the blocks alone: the same kernel again
-        moves = ", ".join(usable) or "none"
         return {"no_gain": True, "kernel_class": c, "evidence": evidence, "stop": (
             f"the offline author writes the {c} kernel from its block sizes alone, and every "
-            f"block move it has here (moves: {moves}) gives a kernel this run already wrote "
+            f"block move it has here (moves: {', '.join(usable) or 'none'}) gives a kernel this run already wrote "
             f"(blocks {json.dumps(params, sort_keys=True)})")}
     return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
             "evidence": evidence}
