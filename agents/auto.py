@@ -223,7 +223,7 @@ class _AutoRun:
                 hint=self.cmd.hint, baseline_s=self.baseline_s,
                 written_plans=self.written_plans()), PlanProposed)
             if plan.no_gain:
-                return self.finished(it, valid=False, compiled=False, plan=plan,
+                return self.finished(it, valid=False, compiled=False, plan=plan, no_gain=True,
                                      error="the planner concluded that no kernel will pay off"), True
             phase = "implement"
             written = await self.call(self.command(
@@ -388,6 +388,7 @@ class _AutoRun:
         best = min(valid, key=lambda f: (f.latency_s, f.iteration)) if valid else None
         parent_id = self.cmd.parent_id if isinstance(self.cmd, ExpandNode) else self.cmd.node_id
         common = {"iterations": len(state.finished), "strategy": self.cmd.hint,
+                  "no_gain_plans": sum(1 for f in state.finished if f.no_gain),
                   "compiled": any(f.compiled for f in state.finished), "parent_id": parent_id}
         if best is None:
             return self.event(NodeEvaluated, valid=False, **common)

@@ -59,6 +59,8 @@ log = logging.getLogger("kernelgraph.agents")
 AUDIT_INTERVAL_ENV = "KG_AUDIT_INTERVAL_S"
 """Seconds between interim audits of a running search (default 300; 0 turns them off)."""
 MAX_PATH_FAILURES = 8
+BARREN_NODES = 6
+"""Evaluated nodes in a row that wrote no kernel after which a search stops (`barren_stop`)."""
 
 
 def audit_interval_s() -> float:
@@ -71,10 +73,12 @@ def build_policy(cmd: StartSearch) -> SearchPolicy:
 
 def budget_of(cmd: StartSearch, history: list[Event], *, now: float) -> Budget:
     """The search's limits and what the history says is used; pending nodes count the
-    iterations they were given, evaluated ones the iterations they ran."""
+    iterations they were given, evaluated ones the iterations they ran that wrote a kernel
+    (a plan that wrote none costs no candidate)."""
     requested = {e.node_id: e.iterations for e in history
                  if isinstance(e, ExpansionRequested) and e.node_id}
-    ran = {e.node_id: e.iterations for e in history if isinstance(e, NodeEvaluated) and e.node_id}
+    ran = {e.node_id: e.iterations - e.no_gain_plans for e in history
+           if isinstance(e, NodeEvaluated) and e.node_id}
     candidates = sum(ran.get(node, wanted) for node, wanted in requested.items())
     tokens = sum(e.tokens_in + e.tokens_out for e in history if isinstance(e, LlmCalled))
     return Budget(max_nodes=cmd.max_nodes, max_candidates=cmd.max_candidates,
@@ -82,6 +86,27 @@ def budget_of(cmd: StartSearch, history: list[Event], *, now: float) -> Budget:
                   max_wall_s=cmd.max_wall_s, max_tokens=cmd.max_tokens,
                   nodes_used=len(requested), candidates_used=candidates,
                   wall_used_s=max(0.0, now - cmd.ts), tokens_used=tokens)
+
+
+def barren_stop(history: list[Event], *, concurrency: int) -> str | None:
+    """Why the search must stop because the author keeps writing nothing, or None.
+
+    A plan that writes no kernel costs no candidate, so a candidate budget alone would let a
+    policy expand nodes whose space is exhausted for ever. After `BARREN_NODES` (at least
+    twice the expansions running at once) evaluated nodes in a row wrote no kernel, the
+    space this run can reach is taken as exhausted."""
+    limit = max(BARREN_NODES, 2 * concurrency)
+    streak = 0
+    for e in reversed(history):
+        if not isinstance(e, NodeEvaluated):
+            continue
+        if e.iterations == 0 or e.no_gain_plans < e.iterations:
+            break
+        streak += 1
+        if streak >= limit:
+            return (f"the author wrote no kernel in the last {limit} nodes: every plan said no "
+                    "kernel pays off or that its space from the parent is exhausted")
+    return None
 
 
 def fold(run_id: str, events: list[Event]) -> SearchGraph:
@@ -166,6 +191,10 @@ class _SearchRun(_AutoRun):
                 seen = len(self.history.events)
                 graph = fold(cmd.run_id, self.history.events[:seen])
                 budget = budget_of(cmd, self.history.events[:seen], now=time.time())
+                barren = barren_stop(self.history.events[:seen], concurrency=cmd.concurrency)
+                if barren is not None:
+                    stop_reason = barren
+                    break
                 decisions = policy.decide(graph, budget, decision)
                 if decisions:
                     decided = self.decided(policy, graph, budget, decision, seen, decisions)

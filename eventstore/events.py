@@ -309,6 +309,9 @@ class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="Iterati
     parent by the run's price margin, so the kernel was not tested."""
     estimate_speedup: float | None = None
     """For `failed_phase` "price": the estimate that could not beat the parent."""
+    no_gain: bool = False
+    """The plan wrote no kernel: the planner concluded none pays off, or the author's space
+    from this parent is exhausted. It is no candidate: a candidate budget does not count it."""
 
 
 class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):
@@ -328,6 +331,9 @@ class NodeEvaluated(Event, frozen=True, kw_only=True, tag="NodeEvaluated"):
     verdict_sha256: str | None = None
     """The best iteration's verdict, which backs `speedup`."""
     parent_id: str | None = None
+    no_gain_plans: int = 0
+    """Of `iterations`, those whose plan wrote no kernel (`IterationFinished.no_gain`): they
+    cost no candidate. A node whose every iteration is one wrote nothing at all."""
 
 
 # --- the end of a run ---------------------------------------------------------------------

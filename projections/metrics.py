@@ -20,7 +20,8 @@ are never averaged together):
   call whose command ended no phase (its agent gave up) counts under the agent's name.
 - by_policy repeats the run figures (runs, correct runs, best and floored geometric-mean
   speedup, fast_p) per search policy and label, with the search's efficiency:
-  - candidates: the run's iterations (what a candidate budget counts);
+  - candidates: the run's iterations that wrote a kernel (what a candidate budget counts; a
+    plan that wrote none, `IterationFinished.no_gain`, costs none);
   - judged: the kernels among them the run judged itself (tested, or priced and refused), not citing an
     earlier judgment of the same kernel;
   - distinct_kernels: distinct code among the candidates (distinct_per_candidate, their
@@ -186,7 +187,9 @@ class Metrics(Projection[MetricsState]):
         counts.compiled += e.compiled
         counts.correct += e.valid
         eff = self._run(e.run_id).efficiency
-        eff.candidates += 1  # what a candidate budget counts, a plan that gave up too
+        if e.no_gain:  # a plan that wrote nothing costs no candidate
+            return
+        eff.candidates += 1  # what a candidate budget counts
         if e.code_sha256 is None:
             return
         eff.judged += e.cites_event_id is None or e.failed_phase == "price"

@@ -38,6 +38,8 @@ class Node(msgspec.Struct, kw_only=True):
     policy: str = ""
     children: list[str] = []
     iterations_done: int = 0
+    no_gain_plans: int = 0
+    """Iterations whose plan wrote no kernel: they cost no candidate."""
     plan_sha256: str | None = None
     code_sha256: str | None = None
     compiled: bool | None = None
@@ -126,6 +128,7 @@ class SearchGraph(Projection[SearchGraphState]):
         if node is None:
             return
         node.iterations_done += 1
+        node.no_gain_plans += e.no_gain
         if node.status == "pending":
             node.status = "running"
 
@@ -140,6 +143,7 @@ class SearchGraph(Projection[SearchGraphState]):
         node.latency_s, node.speedup, node.measured_on = e.latency_s, e.speedup, e.measured_on
         node.tunables, node.best_iteration = dict(e.tunables), e.best_iteration
         node.iterations_done = max(node.iterations_done, e.iterations)
+        node.no_gain_plans = max(node.no_gain_plans, e.no_gain_plans)
         if e.strategy and not node.strategy:
             node.strategy = e.strategy
 

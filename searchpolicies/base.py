@@ -53,7 +53,8 @@ class Budget:
     """The limits of one search and what is used so far, as data the orchestrator fills in.
 
     `None` means no limit. `nodes_used` and `candidates_used` are counted from the graph
-    when left `None` (non-root nodes; iterations finished by non-root nodes); the
+    when left `None` (non-root nodes; iterations finished by non-root nodes, less those whose
+    plan wrote no kernel: such a plan costs no candidate); the
     orchestrator passes them when it knows more (iterations requested but not yet run).
     """
 
@@ -78,7 +79,7 @@ class Budget:
     def candidates(self, graph: SearchGraph) -> int:
         if self.candidates_used is not None:
             return self.candidates_used
-        return sum(n.iterations_done for n in graph.nodes if n.parent_id is not None)
+        return sum(n.iterations_done - n.no_gain_plans for n in graph.nodes if n.parent_id is not None)
 
     def nodes_left(self, graph: SearchGraph) -> int | None:
         return None if self.max_nodes is None else max(0, self.max_nodes - self.nodes(graph))

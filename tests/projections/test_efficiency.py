@@ -30,7 +30,8 @@ def emit(cls: type[Event], node: str = "n1", **payload: Any) -> Any:
 
 def events() -> list[Event]:
     """Five candidates: A (1.0x), A again (cited), B (1.5x), C (priced, not tested), then a
-    plan that gave up; A was tested twice (the waste the figure counts)."""
+    plan that failed; A was tested twice (the waste the figure counts). A plan that wrote no
+    kernel (`no_gain`) is no candidate."""
     it1 = emit(IterationFinished, iteration=1, valid=True, compiled=True, code_sha256="A",
                speedup=1.0, latency_s=1.0)
     return [
@@ -50,6 +51,8 @@ def events() -> list[Event]:
              failed_phase="price", cites_event_id="check", estimate_speedup=1.2),
         emit(IterationFinished, "n2", iteration=3, valid=False, compiled=False,
              failed_phase="plan"),
+        emit(IterationFinished, "n3", iteration=1, valid=False, compiled=False, no_gain=True,
+             error="the planner concluded that no kernel will pay off"),
         emit(NodeEvaluated, valid=True, compiled=True, speedup=1.0, latency_s=1.0),
         emit(NodeEvaluated, "n2", valid=True, compiled=True, speedup=1.5, latency_s=1 / 1.5),
     ]
