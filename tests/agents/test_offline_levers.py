@@ -22,7 +22,10 @@ from agents.llm.offline.levers import (
     STANDING,
     LeverContext,
     NotApplicable,
+    first_step,
     seed_index,
+    seed_iteration,
+    seed_ordinal,
     variants,
 )
 from searchpolicies.levers import levers_for
@@ -342,3 +345,71 @@ def test_block_only_classes_stop_instead_of_writing_a_kernel_again(name: str) ->
         seen.append(decision["params"])
         written.append(planner.plan_text(facts, decision, {"chip": _chip()}, name))
     assert stops, f"{c}: eight children and no stop, so the block space was never exhausted"
+
+
+def _root_default(facts: TaskFacts) -> Any:
+    """The spec a root expansion plans from: the class default at its default blocks."""
+    return variety.spec_of(facts, None, planner.default_params(facts, _chip()), _chip())
+
+
+def _root(facts: TaskFacts, hint: str, seed: int, written: list[str] | None = None) -> dict[str, Any]:
+    ctx = {"chip": _chip(), "seed": seed, "hint": hint, "parent": None, "failures": [],
+           "written_plans": list(written or [])}
+    return planner.choose(facts, ctx)
+
+
+def test_only_a_runs_first_step_is_marked_first_by_its_seed() -> None:
+    """Search steps are `(run * 1000 + ordinal) * 1000 + iteration`, single trajectories
+    (auto, HITL) `run * 1000 + iteration`: one step per run is the first."""
+    search = {(run, o, i): first_step((run * 1000 + o) * 1000 + i)
+              for run in (0, 5) for o in (1, 2, 3) for i in (1, 2)}
+    assert [k for k, first in search.items() if first] == [(0, 1, 1), (5, 1, 1)]
+    assert [first_step(0 * 1000 + i) for i in (1, 2, 3)] == [True, False, False]
+    assert seed_ordinal((5 * 1000 + 3) * 1000 + 2) == 3 and seed_iteration(5_003_002) == 2
+
+
+@pytest.mark.parametrize("name", SPEC_TASKS)
+def test_a_runs_first_expansion_writes_the_class_default_whatever_its_hint(name: str) -> None:
+    """A greedy search's first expansion carried a lever hint and wrote a hinted variant
+    (matmul_scale_residual: 0.661x simulated) while the class default it never wrote prices
+    at 0.944x: the first kernel of a run is the default, every lever measured against it.
+    Only the run's first step: a second expansion (or a later iteration of the first) under
+    the same hint writes the hinted variant, and so does a first one whose run already has
+    the default."""
+    facts = _facts(name)
+    default = _root_default(facts)
+    lctx = LeverContext(facts, _chip())
+    lever_id = next(i for i in _catalogue_ids(facts.kernel_class)
+                    if not isinstance(variants(facts.kernel_class, default, i, lctx), NotApplicable))
+    hint = _hint(lever_id, facts.kernel_class)
+    default_plan = ""
+    for seed in (1001, 1, 5_001_001):  # search ordinal 1 (run seeds 0 and 5); auto, run seed 0
+        first = _root(facts, hint, seed)
+        assert first == _root(facts, hint, seed)  # a pure function of (task, plan, hint, seed)
+        assert variety.spec_of(facts, first["spec"], {}, _chip()) == default, (seed, first["evidence"][-2:])
+        assert lever_id not in first["levers"]
+        assert any("first kernel of a run is the class's default" in e for e in first["evidence"])
+        default_plan = planner.plan_text(facts, first, {"chip": _chip()}, name)
+    for seed, written in ((2001, []), (1002, []), (1001, [default_plan])):
+        later = _root(facts, hint, seed, written)
+        assert not later["no_gain"], later["evidence"][-2:]
+        assert variety.spec_of(facts, later["spec"], {}, _chip()) != default, (seed, later["evidence"][-2:])
+        assert lever_id in later["levers"], (seed, later["levers"])
+
+
+@pytest.mark.parametrize(("path", "lever_id"), [(TASKS / "grouped_matmul.py", "buffering"),
+                                                (TASKS / "linear_attention.py", "block_shape"),
+                                                (ROOT / "tests/evaltasks/conv2d_nchw_grouped.py", "block_shape")])
+def test_a_block_only_classs_first_expansion_writes_its_default_blocks(path: Path, lever_id: str) -> None:
+    """The same rule for the classes written from their block sizes alone: the hint's block
+    move waits for the next step."""
+    facts = classify_task(path)
+    default = planner.default_params(facts, _chip())
+    hint = _hint(lever_id, "")
+    first = _root(facts, hint, 1001)
+    assert first["params"] == default and not first["no_gain"], first["evidence"][-2:]
+    assert any("first kernel of a run is the class's default" in e for e in first["evidence"])
+    plan = planner.plan_text(facts, first, {"chip": _chip()}, path.stem)
+    for seed, written in ((2001, []), (1001, [plan])):
+        later = _root(facts, hint, seed, written)
+        assert later["no_gain"] or later["params"] != default, (seed, later["evidence"][-2:])

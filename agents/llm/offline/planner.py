@@ -19,6 +19,7 @@ from agents.llm.offline import attention, conv, generic, grouped, matmul, paged,
 from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
+from agents.llm.offline.levers import first_step
 
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
@@ -203,7 +204,9 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     if variety.has_spec(c):
         return _choose_spec(facts, ctx, parent, base_params, base_config, usable, evidence, vmem_failed)
     written = _written_params(facts, ctx, parent)
-    if knobs and usable:
+    if knobs and not parent and first_step(seed) and params not in written:
+        evidence.append(variety.first_default_note(hinted))  # as `variety.choose_spec` does
+    elif knobs and usable:
         start = seed % len(usable) if not hinted and not candidates else 0
         moves = [(lv, _apply(facts, lv, params, chip)) for lv in usable[start:] + usable[:start]]
         lever, params = next(((lv, moved) for lv, moved in moves if moved not in written), moves[0])

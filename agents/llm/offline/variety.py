@@ -4,10 +4,13 @@ An expansion's space is an ordered list of distinct specs, none equal to the par
 with a catalogue lever in the hint, that lever's variants, then each of them combined with
 one more lever; without one, the profile's choice, then every lever's variants. The seed
 picks a position (`levers.seed_index`), so children with different seeds or hints get
-different specs until the space is exhausted, and the plan says when it is. A hinted lever
-that does not apply ends the expansion with its reason instead of a duplicate kernel. Specs
-other nodes of the run already wrote kernels from are left out too (a sibling whose hinted
-lever does not apply, or two paths to one combination of levers, would write them again).
+different specs until the space is exhausted, and the plan says when it is. The run's
+first step from the root (`levers.first_step`) writes the class default instead, whatever
+its hint and seed, unless the run already wrote it: every lever is then measured against
+it, and the hint moves the next kernel written from it. A hinted lever that does not apply
+ends the expansion with its reason instead of a duplicate kernel. Specs other nodes of the
+run already wrote kernels from are left out too (a sibling whose hinted lever does not
+apply, or two paths to one combination of levers, would write them again).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from agents.llm.offline.levers import (
     REGISTRY,
     LeverContext,
     NotApplicable,
+    first_step,
     seed_index,
     spec_from,
     variants,
@@ -53,6 +57,14 @@ class Choice:
     notes: list[str] = field(default_factory=list)
     not_applicable: dict[str, str] = field(default_factory=dict)
     stop: str = ""  # non-empty: write nothing, with this reason
+
+
+def first_default_note(hinted: Sequence[str]) -> str:
+    """Why a run's first expansion writes its class's default, whatever the hint and seed."""
+    later = (f"; the hinted {', '.join(hinted)} is left to the next kernel written from it"
+             if hinted else "")
+    return ("the first kernel of a run is the class's default, so every lever is measured "
+            f"against it{later}")
 
 
 def has_spec(kernel_class: str) -> bool:
@@ -107,6 +119,8 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     seed = int(ctx.get("seed") or 0)
     index = seed_index(seed)
     hinted = hinted_levers(c, str(ctx.get("hint") or ""))
+    if root and first_step(seed) and parent_spec not in written_elsewhere:
+        return Choice(parent_spec, "", [first_default_note(hinted)])
     na: dict[str, str] = {}
     notes: list[str] = []
     all_ids = list(REGISTRY.get(c, {}))
