@@ -413,3 +413,17 @@ def test_a_block_only_classs_first_expansion_writes_its_default_blocks(path: Pat
     for seed, written in ((2001, []), (1001, [plan])):
         later = _root(facts, hint, seed, written)
         assert later["no_gain"] or later["params"] != default, (seed, later["evidence"][-2:])
+
+
+@pytest.mark.parametrize("path", [TASKS / "grouped_matmul.py", TASKS / "linear_attention.py",
+                                  ROOT / "tests/evaltasks/conv2d_nchw_grouped.py"])
+def test_block_moves_go_the_way_they_are_named(path: Path) -> None:
+    """`smaller_blocks` raised a convolution's 4 images per step to 8: the move rounded every
+    knob to a multiple of 8 sublanes, though a count of images (groups, pages) is no sublane
+    extent. Smaller never grows a knob and shrinks at least one; bigger never shrinks one."""
+    facts = classify_task(path)
+    params = planner.default_params(facts, _chip())
+    smaller = planner._apply(facts, "smaller_blocks", params, _chip())
+    bigger = planner._apply(facts, "bigger_blocks", params, _chip())
+    assert all(smaller[k] <= v and bigger[k] >= v for k, v in params.items()), (params, smaller, bigger)
+    assert smaller != params or all(v <= planner._knob_floor(k) for k, v in params.items()), (params, smaller)

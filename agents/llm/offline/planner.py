@@ -105,8 +105,18 @@ def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     return total, f"2 x {facts.io_bytes:,} B of whole inputs and outputs = {total:,} B"
 
 
+LANE_KNOBS = frozenset({"block_n", "block_k"})
+SUBLANE_KNOBS = frozenset({"block_rows", "block_m", "block_q", "block_kv", "block_seq"})
+"""Knobs that size a block's last (lane) or second-to-last (sublane) axis; every other knob
+counts whole units per step (images, groups, pages) and needs no alignment."""
+
+
+def _knob_floor(knob: str) -> int:
+    return LANES if knob in LANE_KNOBS else SUBLANES if knob in SUBLANE_KNOBS else 1
+
+
 def _align(knob: str, value: int) -> int:
-    floor = LANES if knob == "block_n" or knob == "block_k" else SUBLANES
+    floor = _knob_floor(knob)
     return max(floor, value // floor * floor)
 
 
@@ -293,7 +303,7 @@ def _apply(facts: TaskFacts, lever: str, params: dict[str, int], chip: dict[str,
     if lever == "bigger_blocks":
         for k in out:
             if k != "block_k":
-                out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), SUBLANES))
+                out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), _knob_floor(k)))
         if vmem_bytes(facts, out)[0] > budget:
             return dict(params)
     elif lever == "smaller_blocks":
