@@ -219,7 +219,8 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     elif knobs and usable:
         start = seed % len(usable) if not hinted and not candidates else 0
         moves = [(lv, _apply(facts, lv, params, chip)) for lv in usable[start:] + usable[:start]]
-        lever, params = next(((lv, moved) for lv, moved in moves if moved not in written), moves[0])
+        lever, params = next(((lv, moved) for lv, moved in moves  # a move that moves nothing is no move
+                              if moved != params and moved not in written), moves[0])
         levers.append(lever)
     elif knobs and seed and not parent:
         params = _seed_variant(facts, params, seed)
