@@ -373,7 +373,8 @@ def session_origin(state: HitlState) -> StepOrigin:
         task_file=str(request.policy_params.get("task_file", f"{request.task_name}.py")),
         target_name=request.target, provider=request.provider,
         provider_options=dict(request.policy_params.get("provider_options", {})),
-        seed=request.seed, knowledge_cutoff_ts=request.policy_params.get("knowledge_cutoff_ts"))
+        seed=request.seed, knowledge_cutoff_ts=request.policy_params.get("knowledge_cutoff_ts"),
+        single_trajectory=True)
 
 
 def derived(state: HitlState, key: str) -> str:
