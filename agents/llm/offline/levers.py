@@ -127,11 +127,9 @@ def seed_index(seed: int) -> int:
 
 
 def seed_ordinal(seed: int) -> int:
-    """Which expansion of its run a step's seed belongs to: its second base-1000 digit. A
-    search builds `(run * 1000 + ordinal) * 1000 + iteration` (ordinals from 1); a single
-    trajectory (`auto`, HITL) builds `run * 1000 + iteration`, so there it is the run seed's
-    last digit (0 for the default seed): the seed alone cannot tell `auto --seed 2` from a
-    search's second expansion."""
+    """Which expansion of its run a step's seed belongs to: its second base-1000 digit. Every
+    orchestrator builds `(run * 1000 + ordinal) * 1000 + iteration` (ordinals from 1; a single
+    trajectory, `auto` or HITL, is ordinal 1: `agents.steps`); 0 for a direct call."""
     return abs(int(seed)) // 1000 % 1000
 
 
@@ -141,11 +139,10 @@ def seed_iteration(seed: int) -> int:
 
 
 def first_step(seed: int) -> bool:
-    """Whether the seed is its run's first expansion's first iteration: ordinal 1 (a search)
-    or 0 (a single trajectory run with seed 0, or a direct call), iteration 1 (0: a direct
-    call). Only one step of a run is this, so a parallel search's concurrent expansions,
-    which cannot see each other's plans, never all take it; nor does a later iteration of a
-    run that is not told its earlier plans (HITL)."""
+    """Whether the seed is its run's first expansion's first iteration: ordinal 1 (0: a
+    direct call), iteration 1 (0: a direct call). Only one step of a run is this, so a
+    parallel search's concurrent expansions, which cannot see each other's plans, never all
+    take it; nor does a later iteration of a run that is not told its earlier plans (HITL)."""
     return seed_ordinal(seed) <= 1 and seed_iteration(seed) <= 1
 
 
