@@ -23,6 +23,11 @@
   kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
   core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
   priced and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
+  Per shipped task also its `roofline_ceiling`: the run's baseline over the least time any
+  kernel could take in the model (the task's flops at the bf16 MXU peak or its input and
+  output bytes at full HBM bandwidth, whichever is longer, plus one launch), and `headroom`,
+  that ceiling over the first valid candidate: below 1.10 no kernel can climb 1.10x there,
+  so `tasks_with_headroom` counts the tasks where a climb is possible at all.
 - `race` (`--part race [--tasks ...] [--race-budget 12] [--race-repeat 3] [--jobs 2]`): every
   policy (`--race-policies`, default all five) at the same candidate budget, 3 seeds each;
   per policy the mean and spread of the candidates its runs needed to reach the best
@@ -173,7 +178,7 @@ def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None
 def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
     """The climb's figures from a bench log (`--climb-db` reads one kept earlier; its wall
     time is then the span of its events)."""
-    from eventstore.events import RunRequested, TuningSwept
+    from eventstore.events import BaselineMeasured, RunRequested, TuningSwept
     from eventstore.log import EventLog
     from projections.metrics import CLIMBED, Metrics
 
@@ -193,11 +198,16 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
             judged += eff.judged
             sweeps = [e for e in events if isinstance(e, TuningSwept)]
             ratio = eff.best_over_first
+            baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
+            ceiling = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target)
+                       if baseline is not None and baseline.measured_on == "simulated" else None)
             per_task[requested.task_name] = {
                 "before": eff.first_valid, "after": eff.best_valid,
                 "verified": stats.final_speedup if stats.finished else None,
                 "best_over_first": round(ratio, 4) if ratio is not None else None,
                 "climbed": ratio is not None and ratio >= CLIMBED * (1 - 1e-9),
+                "roofline_ceiling": round(ceiling, 3) if ceiling else None,
+                "headroom": round(ceiling / eff.first_valid, 3) if ceiling and eff.first_valid else None,
                 **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
                                                   "tested_twice", "candidates_to_best")},
                 "autotune": {"sweeps": len(sweeps),
@@ -213,6 +223,10 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
         "command": command,
         "tasks": len(per_task),
         "tasks_climbed": sum(1 for t in per_task.values() if t["climbed"]),
+        "tasks_with_headroom": sum(1 for t in per_task.values()
+                                   if (t["headroom"] or 0) >= CLIMBED_FIGURE),
+        "climbed_with_headroom": sum(1 for t in per_task.values()
+                                     if t["climbed"] and (t["headroom"] or 0) >= CLIMBED_FIGURE),
         "distinct_per_candidate": round(distinct / candidates, 4) if candidates else None,
         "tested_twice": sum(t["tested_twice"] for t in per_task.values()),
         "candidates": candidates, "judged": judged,
@@ -220,6 +234,34 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
         "cores": cores, "wall_s": round(wall, 1), "per_task": per_task,
         "label": "simulated speedups (sim-tpu-v6e cost model), offline author",
     }
+
+
+CLIMBED_FIGURE = 1.10  # projections.metrics.CLIMBED, without importing it at module load
+
+
+def roofline_ceiling(task_name: str, baseline_s: float, target: str) -> float | None:
+    """The run's baseline over the model's least time for the task's work, for a shipped task
+    (None for another: its file is not at hand here)."""
+    import jax
+
+    from tools.api import chip_for_target
+    from tools.inputs.tasks import load_task
+    from tools.performance.baseline import reference_cost
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import KERNEL_LAUNCH_S, roofline_floor_s
+
+    path = ROOT / "tasks" / f"{task_name}.py"
+    if not path.exists():
+        return None
+    task = load_task(path)
+    args = task.input_specs(0)
+    outs = jax.tree.leaves(jax.eval_shape(task.reference, *args))
+    nbytes = sum(a.size * a.dtype.itemsize for a in [*args, *outs])
+    flops = task.flops(0, args)
+    if flops is None:
+        flops = reference_cost(task.reference, args).flops
+    floor = roofline_floor_s(float(flops), float(nbytes), get_chip(chip_for_target(target))) + KERNEL_LAUNCH_S
+    return baseline_s / floor
 
 
 RACE_POLICIES = "parallel,beam,greedy,adaptive,evolutionary"
