@@ -35,7 +35,8 @@ PER_TEST_UNITS = ("tests/test_task_suite.py",)
 # shorter than these, they even out the workers); the rest by how many slow tests they hold
 LONGEST_FIRST = ("tests/agents/test_offline_conv.py", "tests/agents/test_offline_fixed_dims.py",
                  "tests/test_verify.py", "tests/test_fairness.py",
-                 "tests/agents/test_search_run.py", "tests/analysis/",
+                 "tests/agents/test_search_run.py", "tests/agents/test_search_resume.py",
+                 "tests/analysis/",
                  "tests/agents/test_distributed.py", "tests/test_runner.py",
                  "tests/agents/test_search_cli.py", "tests/agents/test_auto.py",
                  "tests/agents/test_hitl.py", "tests/agents/test_auditor.py",
