@@ -399,7 +399,8 @@ def test_a_runs_first_expansion_writes_the_class_default_whatever_its_hint(name:
 
 @pytest.mark.parametrize(("path", "lever_id"), [(TASKS / "grouped_matmul.py", "buffering"),
                                                 (TASKS / "linear_attention.py", "block_shape"),
-                                                (ROOT / "tests/evaltasks/conv2d_nchw_grouped.py", "block_shape")])
+                                                (ROOT / "tests/evaltasks/conv2d_nchw_grouped.py", "block_shape"),
+                                                (TASKS / "paged_attention.py", "block_shape")])
 def test_a_block_only_classs_first_expansion_writes_its_default_blocks(path: Path, lever_id: str) -> None:
     """The same rule for the classes written from their block sizes alone: the hint's block
     move waits for the next step."""
@@ -416,7 +417,8 @@ def test_a_block_only_classs_first_expansion_writes_its_default_blocks(path: Pat
 
 
 @pytest.mark.parametrize("path", [TASKS / "grouped_matmul.py", TASKS / "linear_attention.py",
-                                  ROOT / "tests/evaltasks/conv2d_nchw_grouped.py"])
+                                  ROOT / "tests/evaltasks/conv2d_nchw_grouped.py",
+                                  TASKS / "paged_attention.py"])
 def test_block_moves_go_the_way_they_are_named(path: Path) -> None:
     """`smaller_blocks` raised a convolution's 4 images per step to 8: the move rounded every
     knob to a multiple of 8 sublanes, though a count of images (groups, pages) is no sublane

@@ -24,7 +24,7 @@ from agents.llm.offline.levers import first_step
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
     "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
-    "paged_attention": (), "linear_attention": ("block_seq",),
+    "paged_attention": ("pages_per_step",), "linear_attention": ("block_seq",),
     "grouped_matmul": ("block_m", "block_n", "groups_per_step"), "convolution": ("block_images",), "single_block": (),
     "generic": (),  # its blocks live in the spec (one per tiled axis), moved by its levers
 }
@@ -57,6 +57,8 @@ def default_params(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, i
         return grouped.default_blocks(facts, chip)
     if c == "convolution":
         return conv.default_blocks(facts, chip)
+    if c == "paged_attention":
+        return paged.default_blocks(facts, chip)
     return {}
 
 
@@ -76,6 +78,8 @@ def extents(facts: TaskFacts) -> dict[str, int]:
         return grouped.extents(facts)
     if c == "convolution":
         return conv.extents(facts)
+    if c == "paged_attention":
+        return paged.extents(facts)
     return {}
 
 
