@@ -123,7 +123,7 @@ def _kernel(sizes_ref, lhs_ref, rhs_ref, o_ref, acc_ref):
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "groups_per_step"))
 def %NAME%(%ARGS%, *statics, block_m: int = %BM%, block_n: int = %BN%,
-           groups_per_step: int = %G%):
+        groups_per_step: int = %G%):
     del statics  # a task's trailing Python scalars (JAXBench 11p's group capacity): unused
     lhs, rhs, group_sizes = %LHS%, %RHS%, %SIZES%
     if (lhs.ndim != 2 or rhs.ndim != 3 or rhs.shape[1] != lhs.shape[1]
