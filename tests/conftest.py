@@ -10,7 +10,8 @@
   under `tests/analysis/` are one unit, so the real search they share is run once; the
   tests of `tests/test_task_suite.py` are one unit each, so the workers share its per-task
   verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
-  then by how many slow tests they hold, so no long one starts last.
+  then by how many slow tests they hold, so no long one starts last; a worker that still has
+  a long test to run takes a short unit next, so two long ones never queue on one worker.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def _group(nodeid: str) -> str:
     return next((u for u in SHARED_UNITS if module.startswith(u)), module)
 
 
+def _long(nodeid: str) -> bool:
+    """Is the test in one of the long units (LONGEST_FIRST)?"""
+    return _group(nodeid) in LONGEST_FIRST
+
+
 def _unit(nodeid: str) -> str | None:
     """What one worker runs together: a SHARED_UNITS folder, a PER_TEST_UNITS test, or
     (None) what --dist loadscope makes of it (the module, or the class)."""
@@ -85,6 +91,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SharedUnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _unit(nodeid) or super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """A worker takes its next unit while it still has up to two tests to run (it
+            needs the next test to run the current one). When one of those is long, the next
+            unit is the first short one: otherwise two long one-test units (a whole search
+            each) queue on one worker and run in a row while the other runs short ones."""
+            pending = [nodeid for unit in self.assigned_work.get(node, {}).values()
+                       for nodeid, done in unit.items() if not done]
+            if any(_long(nodeid) for nodeid in pending):
+                short = next((scope for scope, unit in self.workqueue.items()
+                              if not any(_long(nodeid) for nodeid in unit)), None)
+                if short is not None:
+                    self.workqueue.move_to_end(short, last=False)
+            super()._assign_work_unit(node)
 
     return SharedUnitScheduling(config, log)
 
