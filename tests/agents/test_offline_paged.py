@@ -1,6 +1,7 @@
-"""The paged-attention writer's knob `pages_per_step`: P pages of a sequence folded per grid
-step, so an overhead-bound decode kernel takes 1/P of the steps; every P (a tail included)
-computes what the reference does, and the planner moves it as it moves other blocks."""
+"""The paged-attention writer's knobs `pages_per_step` (P) and `seqs_per_step` (S): P pages of
+S sequences folded per grid step, so an overhead-bound decode kernel takes 1/(P x S) of the
+steps; every P and S (tails of pages and of the batch included) computes what the reference
+does, and the planner moves them as it moves other blocks."""
 
 from __future__ import annotations
 
@@ -34,89 +35,102 @@ def _facts(path: Path) -> TaskFacts:
     return classify_task(path)
 
 
-def _source(path: Path, pages_per_step: int | None = None) -> str:
-    params = {} if pages_per_step is None else {"pages_per_step": pages_per_step}
-    return candidate_source(_facts(path), params, path.stem)
+def _source(path: Path, **knobs: int) -> str:
+    return candidate_source(_facts(path), knobs, path.stem)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [PAGED, RAGGED], ids=["paged", "ragged"])
-@pytest.mark.parametrize("pages_per_step", [1, 2, 3])  # 3: a tail step at every shape
-def test_the_kernel_equals_the_reference_at_every_pages_per_step(path: Path, pages_per_step: int) -> None:
-    assert_matches_reference(path, _source(path), 0, pages_per_step=pages_per_step)
+@pytest.mark.parametrize(("pages_per_step", "seqs_per_step"),  # batches 4, 3, 2 and 4, 3; pages 2, 3, 2
+                         [(1, 1), (2, 1), (3, 1), (1, 3), (2, 2)])  # 3: a tail at most shapes
+def test_the_kernel_equals_the_reference_at_every_block(path: Path, pages_per_step: int,
+                                                        seqs_per_step: int) -> None:
+    assert_matches_reference(path, _source(path), 0, pages_per_step=pages_per_step,
+                             seqs_per_step=seqs_per_step)
 
 
 @pytest.mark.parametrize("path", [PAGED, RAGGED], ids=["paged", "ragged"])
-def test_the_class_default_is_one_page_per_step_and_tunables_list_it_first(path: Path) -> None:
+def test_the_class_default_is_one_page_of_one_sequence_and_tunables_list_it_first(path: Path) -> None:
     facts = _facts(path)
-    assert planner.default_params(facts, _chip()) == {"pages_per_step": 1}
-    assert planner.extents(facts) == {"pages_per_step": facts.args[facts.detail["tables"]].shape[1]}
+    assert planner.default_params(facts, _chip()) == {"pages_per_step": 1, "seqs_per_step": 1}
+    batch, pages = facts.args[facts.detail["tables"]].shape
+    assert planner.extents(facts) == {"pages_per_step": pages, "seqs_per_step": batch} == {
+        "pages_per_step": 2, "seqs_per_step": 4}
     namespace: dict[str, Any] = {}
-    exec(compile(_source(path, 2), str(path), "exec"), namespace)
-    assert namespace["TUNABLES"] == {"pages_per_step": [2, 1]}  # 4 would pass a 2-page table
+    exec(compile(_source(path, pages_per_step=2, seqs_per_step=4), str(path), "exec"), namespace)
+    assert namespace["TUNABLES"] == {"pages_per_step": [2, 1], "seqs_per_step": [4, 2]}  # no more than there are
     exec(compile(_source(path), str(path), "exec"), namespace)
-    assert namespace["TUNABLES"] == {"pages_per_step": [1, 2]}
+    assert namespace["TUNABLES"] == {"pages_per_step": [1, 2], "seqs_per_step": [1, 2]}
 
 
 def test_rendered_sources_are_lint_clean(tmp_path: Path) -> None:
     paths = []
     for path in (PAGED, RAGGED):
-        for pages_per_step in (1, 2, 3):
-            out = tmp_path / f"{path.stem}_{pages_per_step}.py"
-            out.write_text(_source(path, pages_per_step))
+        for pages_per_step, seqs_per_step in ((1, 1), (2, 1), (3, 3)):
+            out = tmp_path / f"{path.stem}_{pages_per_step}_{seqs_per_step}.py"
+            out.write_text(_source(path, pages_per_step=pages_per_step, seqs_per_step=seqs_per_step))
             paths.append(str(out))
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config",
                            str(ROOT / "pyproject.toml"), *paths], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
 
 
-def test_a_page_count_below_one_is_refused() -> None:
+@pytest.mark.parametrize("knob", ["pages_per_step", "seqs_per_step"])
+def test_a_count_below_one_is_refused(knob: str) -> None:
     from tools.api import load_task
 
     namespace: dict[str, Any] = {"__name__": "candidate"}
     exec(compile(_source(PAGED), str(PAGED), "exec"), namespace)
-    with pytest.raises(ValueError, match="pages_per_step=0"):
-        namespace["build"](pages_per_step=0)(*load_task(PAGED).make_inputs(0, 0))
+    with pytest.raises(ValueError, match=f"{knob}=0"):
+        namespace["build"](**{knob: 0})(*load_task(PAGED).make_inputs(0, 0))
 
 
-def test_vmem_counts_the_pages_of_a_step() -> None:
+def test_vmem_counts_the_pages_and_sequences_of_a_step() -> None:
     facts = _facts(PAGED)  # 2 heads, depth 128, pages of 32 tokens
-    one, text = paged.vmem_bytes(facts, {"pages_per_step": 1})
-    two, _ = paged.vmem_bytes(facts, {"pages_per_step": 2})
+    one, text = paged.vmem_bytes(facts, {"pages_per_step": 1, "seqs_per_step": 1})
+    two, _ = paged.vmem_bytes(facts, {"pages_per_step": 2, "seqs_per_step": 1})
     assert two - one == 2 * 4 * 2 * 2 * 32 * 128  # double-buffered f32 k and v: one more page each
     assert text.endswith(f"= {one:,} B") and "2 x 1 x 2x32x128 k,v pages" in text
+    assert paged.vmem_bytes(facts, {"pages_per_step": 2, "seqs_per_step": 3})[0] == 3 * two
 
 
-def test_a_bigger_blocks_child_folds_more_pages_per_step_and_then_stops() -> None:
+def test_bigger_blocks_children_fold_more_pages_and_sequences_per_step_and_then_stop() -> None:
     """A search stopped after one kernel, the class had no knob: now the root writes one page
-    per step, a child asked for bigger blocks (or fewer steps) two, and the next stops."""
+    of one sequence per step, children asked for bigger blocks (fewer steps) fold more of
+    both, and the run stops once every block move gives a kernel it already wrote."""
     facts = _facts(PAGED)
     root = planner.choose(facts, {"chip": _chip(), "seed": 1, "hint": "", "parent": None, "failures": []})
-    assert root["params"] == {"pages_per_step": 1} and not root["no_gain"]
+    assert root["params"] == {"pages_per_step": 1, "seqs_per_step": 1} and not root["no_gain"]
     written = [planner.plan_text(facts, root, {"chip": _chip()}, "paged_attention")]
     profile = {"bound": "overhead", "grid_steps": 8, "speedup": 3.16, "measured_on": "simulated"}
-    parent = {"plan": written[0], "config": root["params"], "profile": profile}
-    child = planner.choose(facts, {"chip": _chip(), "seed": 2, "hint": "[lever=block_shape] fewer steps",
-                                   "parent": parent, "failures": [], "written_plans": written})
-    assert child["params"] == {"pages_per_step": 2}, child["evidence"]
-    assert "bigger_blocks" in child["levers"]
-    plan = planner.plan_text(facts, child, {"chip": _chip()}, "paged_attention")
-    assert "grid (batch, cdiv(pages_per_sequence, 2))" in plan
-    written.append(plan)
-    parent = {"plan": plan, "config": child["params"], "profile": {**profile, "grid_steps": 4}}
-    last = planner.choose(facts, {"chip": _chip(), "seed": 3, "hint": "[lever=block_shape]",
-                                  "parent": parent, "failures": [], "written_plans": written})
-    assert last["no_gain"] and "already wrote" in last["stop"], last
+    parent, moves = {"plan": written[0], "config": root["params"], "profile": profile}, []
+    for seed in range(2, 8):
+        child = planner.choose(facts, {"chip": _chip(), "seed": seed, "hint": "[lever=block_shape]",
+                                       "parent": parent, "failures": [], "written_plans": written})
+        if child["no_gain"]:
+            assert "already wrote" in child["stop"], child
+            break
+        moves.append((child["levers"][-1], child["params"]["pages_per_step"], child["params"]["seqs_per_step"]))
+        written.append(planner.plan_text(facts, child, {"chip": _chip()}, "paged_attention"))
+        parent = {"plan": written[-1], "config": child["params"], "profile": profile}
+    else:
+        pytest.fail(f"no stop after {moves}")
+    assert moves[:2] == [("bigger_blocks", 2, 2), ("bigger_blocks", 2, 4)], moves
+    assert "grid (cdiv(batch, 4), cdiv(pages_per_sequence, 2))" in written[2]
+    assert len(set(moves)) == len(moves)
 
 
 @pytest.mark.slow
-def test_the_cost_model_prices_more_pages_per_step_soundly_in_fewer_steps(tmp_path: Path) -> None:
+def test_the_cost_model_prices_more_pages_and_sequences_per_step_soundly_in_fewer_steps(tmp_path: Path) -> None:
     from tools.api import estimate
 
     candidate = tmp_path / "paged_candidate.py"
     candidate.write_text(_source(PAGED))
-    one, two = (estimate(PAGED, candidate, config={"pages_per_step": p}) for p in (1, 2))
-    assert one.sound and two.sound, (one.reasons, two.reasons)
-    (k1,), (k2,) = one.breakdown, two.breakdown
-    assert (k1.steps, k2.steps) == (8, 4)  # batch 4 x 2 pages, then x 1 step of 2 pages
-    assert k2.bytes == k1.bytes and two.latency_s < one.latency_s
+    configs = [{"pages_per_step": 1, "seqs_per_step": 1}, {"pages_per_step": 2, "seqs_per_step": 1},
+               {"pages_per_step": 2, "seqs_per_step": 4}]
+    got = [estimate(PAGED, candidate, config=c) for c in configs]
+    assert all(e.sound for e in got), [e.reasons for e in got]
+    kernels = [e.breakdown[0] for e in got]
+    assert [k.steps for k in kernels] == [8, 4, 1]  # batch 4 x 2 pages, 4 x 1, 1 x 1
+    assert len({k.bytes for k in kernels}) == 1  # the same pages, fetched in fewer steps
+    assert got[0].latency_s > got[1].latency_s > got[2].latency_s
