@@ -8,7 +8,14 @@ from typing import Any
 
 from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES, drop_unused_imports
+from agents.llm.offline.common import (
+    LANE_KNOBS,
+    LANES,
+    SUBLANE_KNOBS,
+    SUBLANES,
+    drop_unused_imports,
+    knob_floor,
+)
 
 FALLBACK_VMEM_LIMIT = 48 * 1024 * 1024  # below the VMEM of every chip the targets model
 _JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -65,14 +72,16 @@ def safer_ladder(facts: TaskFacts, params: dict[str, int],
     if c == "generic":
         steps += [(c, p, what) for p, what in generic.safer_steps(facts, chip)]
     if params:
-        half = {k: max(LANES if k in ("block_n", "block_k") else SUBLANES, v // 2) for k, v in params.items()}
+        # a count knob (images, groups, pages per step) shrinks to one unit, never to a tile
+        half = {k: max(knob_floor(k), v // 2) for k, v in params.items()}
         steps.append((c, {**half, "tunables": {k: [v] for k, v in half.items()}},
                       "halved every block and kept one configuration"))
-        small = {k: (LANES if k in ("block_n", "block_k") else 2 * SUBLANES if k == "block_rows" else LANES)
-                 for k in params}
+        small = {k: (LANES if k in LANE_KNOBS else 2 * SUBLANES if k == "block_rows"
+                     else LANES if k in SUBLANE_KNOBS else 1) for k in params}
         steps.append((c, {**small, "tunables": {k: [v] for k, v in small.items()}},
-                      "minimal aligned blocks (8 sublanes / 128 lanes)"))
-        tiny = {k: LANES if k in ("block_n", "block_k") else 2 * SUBLANES for k in params}
+                      "minimal aligned blocks (8 sublanes / 128 lanes, one unit of a count)"))
+        tiny = {k: LANES if k in LANE_KNOBS else 2 * SUBLANES if k in SUBLANE_KNOBS else 1
+                for k in params}
         if tiny != small:  # row-side blocks down to one 16-row tile (writers align to the dtype)
             steps.append((c, {**tiny, "tunables": {k: [v] for k, v in tiny.items()}},
                           "row-side blocks of one 16-row tile"))

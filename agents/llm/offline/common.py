@@ -98,6 +98,17 @@ def sublane_tile(dtypes: Iterable[Any]) -> int:
     return SUBLANES * max(1, 4 // max(1, min(sizes, default=4)))
 
 
+LANE_KNOBS = frozenset({"block_n", "block_k"})
+SUBLANE_KNOBS = frozenset({"block_rows", "block_m", "block_q", "block_kv", "block_seq"})
+"""Knobs that size a block's last (lane) or second-to-last (sublane) axis; every other knob
+counts whole units per step (images, groups, pages, sequences) and needs no alignment."""
+
+
+def knob_floor(knob: str) -> int:
+    """The least value of a block knob: one lane tile, one sublane tile, or one unit."""
+    return LANES if knob in LANE_KNOBS else SUBLANES if knob in SUBLANE_KNOBS else 1
+
+
 def aligned(value: int, floor: int) -> int:
     """`value` rounded down to a multiple of `floor`, at least `floor`."""
     return max(floor, int(value) // floor * floor)
