@@ -27,7 +27,11 @@
   kernel could take in the model (the task's flops at the bf16 MXU peak or its input and
   output bytes at full HBM bandwidth, whichever is longer, plus one launch), and `headroom`,
   that ceiling over the first valid candidate: below 1.10 no kernel can climb 1.10x there,
-  so `tasks_with_headroom` counts the tasks where a climb is possible at all.
+  so `tasks_with_headroom` counts the tasks where a climb is possible at all. `first_written`
+  is the first kernel as written (its first passing test, at its default configuration),
+  before the autotuner of its own iteration moved it: `best_over_first` starts from the
+  tuned first candidate, so a knob the tuner reaches in the first iteration is no climb
+  there; `best_over_first_written` shows what the whole loop, tuner included, gained.
 - `race` (`--part race [--tasks ...] [--race-budget 12] [--race-repeat 3] [--jobs 2]`): every
   policy (`--race-policies`, default all five) at the same candidate budget, 3 seeds each;
   per policy the mean and spread of the candidates its runs needed to reach the best
@@ -178,7 +182,7 @@ def climb(tasks: list[str], budget: int, jobs: int = 1, keep: Path | None = None
 def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
     """The climb's figures from a bench log (`--climb-db` reads one kept earlier; its wall
     time is then the span of its events)."""
-    from eventstore.events import BaselineMeasured, RunRequested, TuningSwept
+    from eventstore.events import BaselineMeasured, RunRequested, TestsRun, TuningSwept
     from eventstore.log import EventLog
     from projections.metrics import CLIMBED, Metrics
 
@@ -201,11 +205,16 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
             baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
             ceiling = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target)
                        if baseline is not None and baseline.measured_on == "simulated" else None)
+            written = next((e.speedup for e in events if isinstance(e, TestsRun)
+                            and e.passed and e.speedup is not None), None)
             per_task[requested.task_name] = {
                 "before": eff.first_valid, "after": eff.best_valid,
                 "verified": stats.final_speedup if stats.finished else None,
                 "best_over_first": round(ratio, 4) if ratio is not None else None,
                 "climbed": ratio is not None and ratio >= CLIMBED * (1 - 1e-9),
+                "first_written": written,
+                "best_over_first_written": (round(eff.best_valid / written, 4)
+                                            if written and eff.best_valid else None),
                 "roofline_ceiling": round(ceiling, 3) if ceiling else None,
                 "headroom": round(ceiling / eff.first_valid, 3) if ceiling and eff.first_valid else None,
                 **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
@@ -225,6 +234,8 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
         "tasks_climbed": sum(1 for t in per_task.values() if t["climbed"]),
         "tasks_with_headroom": sum(1 for t in per_task.values()
                                    if (t["headroom"] or 0) >= CLIMBED_FIGURE),
+        "climbed_over_written": sum(1 for t in per_task.values()
+                                    if (t["best_over_first_written"] or 0) >= CLIMBED_FIGURE),
         "climbed_with_headroom": sum(1 for t in per_task.values()
                                      if t["climbed"] and (t["headroom"] or 0) >= CLIMBED_FIGURE),
         "distinct_per_candidate": round(distinct / candidates, 4) if candidates else None,
