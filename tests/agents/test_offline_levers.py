@@ -16,7 +16,7 @@ import pytest
 
 from agents.llm.offline import planner, variety
 from agents.llm.offline.classify import TaskFacts, classify_task
-from agents.llm.offline.common import drop_unused_imports
+from agents.llm.offline.common import drop_unused_imports, knob_floor
 from agents.llm.offline.levers import (
     REGISTRY,
     STANDING,
@@ -428,4 +428,4 @@ def test_block_moves_go_the_way_they_are_named(path: Path) -> None:
     smaller = planner._apply(facts, "smaller_blocks", params, _chip())
     bigger = planner._apply(facts, "bigger_blocks", params, _chip())
     assert all(smaller[k] <= v and bigger[k] >= v for k, v in params.items()), (params, smaller, bigger)
-    assert smaller != params or all(v <= planner._knob_floor(k) for k, v in params.items()), (params, smaller)
+    assert smaller != params or all(v <= knob_floor(k) for k, v in params.items()), (params, smaller)

@@ -18,7 +18,7 @@ from agents.llm.base import NO_GAIN_MARKER
 from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES, scoped_vmem
+from agents.llm.offline.common import LANES, SUBLANES, knob_floor, scoped_vmem
 from agents.llm.offline.levers import first_step
 
 BLOCK_KNOBS = {
@@ -109,18 +109,8 @@ def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     return total, f"2 x {facts.io_bytes:,} B of whole inputs and outputs = {total:,} B"
 
 
-LANE_KNOBS = frozenset({"block_n", "block_k"})
-SUBLANE_KNOBS = frozenset({"block_rows", "block_m", "block_q", "block_kv", "block_seq"})
-"""Knobs that size a block's last (lane) or second-to-last (sublane) axis; every other knob
-counts whole units per step (images, groups, pages) and needs no alignment."""
-
-
-def _knob_floor(knob: str) -> int:
-    return LANES if knob in LANE_KNOBS else SUBLANES if knob in SUBLANE_KNOBS else 1
-
-
 def _align(knob: str, value: int) -> int:
-    floor = _knob_floor(knob)
+    floor = knob_floor(knob)
     return max(floor, value // floor * floor)
 
 
@@ -308,7 +298,7 @@ def _apply(facts: TaskFacts, lever: str, params: dict[str, int], chip: dict[str,
     if lever == "bigger_blocks":
         for k in out:
             if k != "block_k":
-                out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), _knob_floor(k)))
+                out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), knob_floor(k)))
         if vmem_bytes(facts, out)[0] > budget:
             return dict(params)
     elif lever == "smaller_blocks":
