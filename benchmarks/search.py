@@ -250,25 +250,18 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
 def roofline_ceiling(task_name: str, baseline_s: float, target: str) -> float | None:
     """The run's baseline over the model's least time for the task's work, for a shipped task
     (None for another: its file is not at hand here)."""
-    import jax
-
     from tools.api import chip_for_target
     from tools.inputs.tasks import load_task
-    from tools.performance.baseline import reference_cost
+    from tools.performance.baseline import task_work
     from tools.performance.chips import get_chip
     from tools.performance.roofline import KERNEL_LAUNCH_S, roofline_floor_s
 
     path = ROOT / "tasks" / f"{task_name}.py"
     if not path.exists():
         return None
-    task = load_task(path)
-    args = task.input_specs(0)
-    outs = jax.tree.leaves(jax.eval_shape(task.reference, *args))
-    nbytes = sum(a.size * a.dtype.itemsize for a in [*args, *outs])
-    flops = task.flops(0, args)
-    if flops is None:
-        flops = reference_cost(task.reference, args).flops
-    floor = roofline_floor_s(float(flops), float(nbytes), get_chip(chip_for_target(target))) + KERNEL_LAUNCH_S
+    work = task_work(load_task(path))
+    chip = get_chip(chip_for_target(target))
+    floor = roofline_floor_s(work.flops, float(work.min_bytes), chip) + KERNEL_LAUNCH_S
     return baseline_s / floor
 
 

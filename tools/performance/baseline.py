@@ -99,6 +99,32 @@ _HLO_BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "s64": 64, "s32": 32, 
 _NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 
+class TaskWork(msgspec.Struct, frozen=True):
+    """The least work any program for a task does: its operands and results moved once, and
+    its flops (the task's own count, else the reference's as XLA reports them)."""
+
+    min_bytes: int
+    flops: float
+
+
+def task_work(task: Any, shape_index: int = 0) -> TaskWork:
+    """Shapes only: nothing of the task is made or run, unless its `flops()` reads values."""
+    import jax
+
+    from tools.inputs.tasks import TaskError
+
+    args = task.input_specs(shape_index)
+    outs = jax.tree.leaves(jax.eval_shape(task.reference, *args))
+    min_bytes = sum(a.size * a.dtype.itemsize for a in [*args, *outs])
+    try:
+        flops = task.flops(shape_index, args)
+    except TaskError:  # a flops() that reads values, not only shapes
+        flops = task.flops(shape_index, task.make_inputs(0, shape_index))
+    if flops is None:
+        flops = reference_cost(task.reference, args).flops
+    return TaskWork(int(min_bytes), float(flops))
+
+
 def _hlo_bytes(type_text: str) -> int:
     total = 0
     for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", type_text):
@@ -327,9 +353,11 @@ __all__ = [
     "DotShape",
     "FusionCost",
     "ReferenceCost",
+    "TaskWork",
     "dot_seconds",
     "dots_of",
     "estimate_baseline",
     "reference_cost",
     "share_dots",
+    "task_work",
 ]

@@ -31,7 +31,7 @@ import msgspec
 from kernelgraph.errors import KernelgraphError
 from tools import jaxprivate
 from tools.lowered.mosaic import LoweredProgram
-from tools.performance.baseline import ReferenceCost, reference_cost
+from tools.performance.baseline import ReferenceCost, reference_cost, task_work
 from tools.performance.chips import get_chip
 from tools.performance.roofline import estimate_program, roofline_floor_s
 from tools.performance.simbaseline import SimBaseline, host_program, simulated_baseline
@@ -278,10 +278,6 @@ class RealExecutor:
         return self._judge(task, result)
 
     def _judge(self, task: Any, result: TimingResult) -> Measurement:
-        import jax
-
-        from tools.inputs.tasks import TaskError
-
         cand_wall = statistics.median(result.candidate_wall_s)
         base_wall = statistics.median(result.baseline_wall_s)
         device = device_times(result.xplane, ("jit_kg_candidate", "jit_kg_baseline"))
@@ -291,17 +287,8 @@ class RealExecutor:
         latency = cand_dev if use_device else cand_wall
         baseline = base_dev if use_device else base_wall
 
-        args = task.input_specs(0)  # shapes only: nothing is made or run in this process
-        outs = jax.tree.leaves(jax.eval_shape(task.reference, *args))
-        min_bytes = sum(a.size * a.dtype.itemsize for a in args) + sum(
-            o.size * o.dtype.itemsize for o in outs
-        )
-        try:
-            flops = task.flops(0, args)
-        except TaskError:  # a flops() that reads values, not only shapes
-            flops = task.flops(0, task.make_inputs(0, 0))
-        if flops is None:
-            flops = reference_cost(task.reference, args).flops
+        work = task_work(task)  # shapes only: nothing is made or run in this process
+        min_bytes, flops = work.min_bytes, work.flops
         bw, peak = _device_figures(result.platform, result.device_kind)
         floor = max(flops / peak, min_bytes / bw)
         reasons = []
