@@ -19,7 +19,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +146,26 @@ def leftover_groups(owner_pid: int | None = None) -> list[str]:
         with contextlib.suppress(OSError):
             found += [str(p) for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
     return sorted(found)
+
+
+def remove_groups(abandoned: Callable[[str], bool]) -> list[str]:
+    """Kill the members of, and remove, every group under this caller's hierarchies whose
+    name (`<owner pid>.<box>`) `abandoned` says its launcher left behind."""
+    removed = []
+    for hierarchy in hierarchies():
+        parent = hierarchy.base / PARENT
+        try:
+            names = [p.name for p in parent.iterdir() if p.is_dir()]
+        except OSError:
+            continue
+        for name in sorted(names):
+            if not abandoned(name):
+                continue
+            path = parent / name
+            TreeGroup([(hierarchy, path)]).close()
+            if not path.exists():
+                removed.append(str(path))
+    return removed
 
 
 def hierarchies() -> list[Hierarchy]:

@@ -30,14 +30,13 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.sandbox import cgroups, namespaces, policy
+from tools.sandbox import boxes, cgroups, namespaces, policy
 from tools.sandbox.namespaces import (  # noqa: F401  (part of this module's interface)
     SANDBOX_UID,
     accelerator_devices,
@@ -262,7 +261,9 @@ def run_sandboxed(
     unless the user opted in (:func:`tools.sandbox.policy.weak_allowed`)."""
     limits = limits or Limits()
     full = policy.require(devices) if isolate else _weak_only()
-    box = Path(tempfile.mkdtemp(prefix="kg-sandbox-"))  # 0700, its owner's alone
+    boxes.sweep_once()  # what launchers killed before they could clean up left behind
+    held = boxes.make_box()  # 0700, its owner's alone, locked while this launcher lives
+    box = held.path
     group = cgroups.TreeGroup()
     try:
         if request is not None:
@@ -369,7 +370,7 @@ def run_sandboxed(
         )
     finally:
         group.close()
-        shutil.rmtree(box, ignore_errors=True)
+        held.remove()
 
 
 def _weak_only() -> bool:
