@@ -225,10 +225,10 @@ class AutotunerAgent(Agent[TuneKernel]):
             return planned, [], [], None
         base, source = known
         if base is None:
-            base, *rest = await self.lowered(ctx, api.price_config, [default, *planned])
+            base, *rest = await self.priced(ctx, [default, *planned])
             source = "lowered in this sweep"
         else:
-            rest = await self.lowered(ctx, api.price_config, planned)
+            rest = await self.priced(ctx, planned)
         again, skipped = same_programs(default, planned, base.program_sha256,
                                        [f.program_sha256 for f in rest])
         fresh = [f for i, f in enumerate(rest) if i not in again]
@@ -248,6 +248,20 @@ class AutotunerAgent(Agent[TuneKernel]):
         keys = await self.lowered(ctx, api.program_sha256, [default, *planned])
         again, skipped = same_programs(default, planned, keys[0], list(keys[1:]))
         return [c for i, c in enumerate(planned) if i not in again], skipped
+
+    async def priced(self, ctx: AgentContext[TuneKernel],
+                     configs: list[dict[str, Any]]) -> list[api.PricedConfig]:
+        """`api.price_configs` over the configurations in `LOWERINGS_AT_ONCE` batches at once:
+        each batch is one sandboxed worker and one runner, whatever its size."""
+        cmd = ctx.cmd
+        task = await ctx.task_path()
+        code = await ctx.code_path(cmd.code_sha256)
+        batches = [configs[i::LOWERINGS_AT_ONCE] for i in range(LOWERINGS_AT_ONCE)]
+        priced = await asyncio.gather(*(
+            ctx.run_tool(api.price_configs, str(task), str(code), batch, cmd.target_name)
+            for batch in batches if batch))
+        by_batch = [iter(rows) for rows in priced]
+        return [next(by_batch[i % LOWERINGS_AT_ONCE]) for i in range(len(configs))]
 
     async def lowered(self, ctx: AgentContext[TuneKernel], tool: Any,
                       configs: list[dict[str, Any]]) -> list[Any]:

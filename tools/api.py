@@ -18,7 +18,8 @@ them in a thread (`AgentContext.run_tool`).
 - `program_sha256`: the hash of a configuration's lowered program at the tuning point (a
   sandboxed lowering, no run): configurations with the same program have the same price.
 - `price_config`: that lowering's program hash and its simulated price (unverified), by
-  which the autotuner ranks configurations on simulated targets before testing any.
+  which the autotuner ranks configurations on simulated targets before testing any;
+  `price_configs`: the same for a whole sweep through one worker and one runner.
 - `estimate`: an unverified, simulated estimate from the lowering alone (no suite run).
 - `candidate_configs`: the configurations a candidate's TUNABLES declare, default first.
 - `scaled_task`: the task file to pass everywhere for a run at other sizes (`--scale`);
@@ -52,6 +53,7 @@ from tools.performance.autotune import (
     TuneResult,
     TuneRow,
     price_config,
+    price_configs,
     program_sha256,
 )
 from tools.performance.autotune import autotune as _autotune
@@ -411,6 +413,7 @@ __all__ = [
     "load_task",
     "measure_baseline",
     "price_config",
+    "price_configs",
     "profile",
     "profile_of",
     "program_sha256",

@@ -90,9 +90,13 @@ def main(argv: list[str]) -> int:
     programs.primitives()
     jax.config.update("jax_platforms", "cpu")
     # Started early: the request comes once the worker has traced the candidate.
-    run = wire.decode(worker.wait_for_request(box), wire.RunRequest)
+    data = worker.wait_for_request(box)
     watchdog.install(box / RESULT_FILE)
-    response = run_programs(run)
+    if wire.is_batch(data):
+        runs = wire.decode(data, wire.RunBatch).runs
+        response: object = wire.BatchResponse(tuple(run_programs(run) for run in runs))
+    else:
+        response = run_programs(wire.decode(data, wire.RunRequest))
     (box / RESULT_FILE).write_bytes(wire.encode(response))
     return 0
 

@@ -336,7 +336,7 @@ def _note(tampering: list[str], guard: IntegrityGuard) -> None:
             tampering.append(name)
 
 
-def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
+def evaluate(box: Path, request: wire.EvalRequest, *, publish: bool = True) -> wire.EvalResponse:
     import jax
 
     from tools.child.loader import build_in_child, load_in_child
@@ -375,8 +375,9 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
                 done[group.shape_index] = wire.GroupResult(
                     group.shape_index, trace_error=_one_line(exc),
                     diagnostics=tuple(_diagnose(exc, source, "trace")))
-        _publish_programs(box, {i: d.program for i, d in done.items()
-                                if isinstance(d, Traced) and d.program})
+        if publish:
+            _publish_programs(box, {i: d.program for i, d in done.items()
+                                    if isinstance(d, Traced) and d.program})
     for group in groups:
         found = done.get(group.shape_index)
         if isinstance(found, wire.GroupResult):
@@ -405,6 +406,28 @@ def evaluate(box: Path, request: wire.EvalRequest) -> wire.EvalResponse:
         eager=eager,
         check_seconds=check_seconds,
     )
+
+
+def evaluate_batch(box: Path, batch: wire.EvalBatch) -> wire.BatchResponse:
+    """Each lowering-only request in turn (no programs published: each response carries its
+    own). One guard watches the whole batch, so what one configuration's build replaced is
+    reported for it and every configuration after it."""
+    import msgspec
+
+    guard = IntegrityGuard()
+    responses = []
+    for request in batch.requests:
+        if request.run_cases or not request.send_programs:
+            responses.append(wire.EvalResponse(
+                load_error="a batch serves lowering-only requests (send_programs, no cases)"))
+            continue
+        response = evaluate(box, request, publish=False)
+        changed = [name for name in guard.changed() if name not in response.tampering]
+        if changed:
+            response = msgspec.structs.replace(
+                response, tampering=(*response.tampering, *changed))
+        responses.append(response)
+    return wire.BatchResponse(tuple(responses))
 
 
 def wait_for_request(box: Path) -> bytes:
@@ -454,10 +477,13 @@ def main(argv: list[str]) -> int:
 
     jax.config.update("jax_platforms", "cpu")
     encode = wire.encode
-    request = wire.decode(wait_for_request(box), wire.EvalRequest)
+    data = wait_for_request(box)
     (box / REQUEST_FILE).unlink()  # not left lying around for the candidate to read
     watchdog.install(box / RESULT_FILE)
-    response = evaluate(box, request)
+    if wire.is_batch(data):
+        response: Any = evaluate_batch(box, wire.decode(data, wire.EvalBatch))
+    else:
+        response = evaluate(box, wire.decode(data, wire.EvalRequest))
     (box / RESULT_FILE).write_bytes(encode(response))
     return 0
 

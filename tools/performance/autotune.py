@@ -112,6 +112,25 @@ def price_config(task_path: str, candidate_path: str, config: dict[str, Any],
     return PricedConfig(dict(config), found.program_sha256, found.latency_s, found.speedup)
 
 
+def price_configs(task_path: str, candidate_path: str, configs: list[dict[str, Any]],
+                  target: str) -> list[PricedConfig]:
+    """:func:`price_config` for several configurations of one candidate, from one sandboxed
+    worker and one runner (`estimate_many`): the same prices, one interpreter start-up each
+    side instead of one per configuration."""
+    from tools.performance.estimate import estimate_many
+
+    rows = []
+    for config, found in zip(configs, estimate_many(task_path, candidate_path, configs,
+                                                    target=target), strict=True):
+        if isinstance(found, Exception):
+            rows.append(PricedConfig(dict(config), None,
+                                     problem=str(found).splitlines()[0][:300]))
+        else:
+            rows.append(PricedConfig(dict(config), found.program_sha256, found.latency_s,
+                                     found.speedup))
+    return rows
+
+
 def distinct_programs(keys: list[str | None]) -> dict[int, int]:
     """{index: the earlier index whose program it repeats} for every repeated program."""
     first: dict[str, int] = {}

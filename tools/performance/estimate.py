@@ -116,45 +116,31 @@ def task_arguments(task: Any, shape_index: int) -> tuple[list[Any], list[Any]]:
     return abstract, concrete
 
 
-def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any], chip: str,
-                     shape_index: int, limits: Any = None,
-                     statics: Sequence[tuple[int, Any]] = ()) -> str:
-    """The candidate's StableHLO for these input shapes (and the shape's static arguments),
-    as the verifier gets it: the sandboxed worker imports and traces the candidate and sends
-    the trace as data; the sandboxed runner, which never imports the candidate, rebuilds and
-    lowers it."""
-    import msgspec
+def _lowering_request(config: dict[str, Any], abstract: list[Any], chip: str,
+                      shape_index: int, statics: Sequence[tuple[int, Any]]) -> Any:
     import numpy as np
 
     from tools.sandbox import wire
-    from tools.sandbox.launcher import Limits, run_sandboxed
-    from tools.verification.runner import start_runner
 
-    limits = limits or Limits(wall_s=300.0, memory_bytes=8 << 30)
     shapes = tuple(wire.WireArray(np.dtype(a.dtype).name, tuple(a.shape), b"") for a in abstract)
-    request = wire.EvalRequest(
+    return wire.EvalRequest(
         candidate_file="candidate.py", config=dict(config),
         groups=(wire.ShapeGroup(shape_index, 0, (wire.CaseRequest("abstract", shapes),),
                                 tuple(wire.StaticArg(p, v) for p, v in statics)),),
         order_seed=0, chip=chip, run_cases=False, send_programs=True,
     )
-    runner = start_runner(limits)  # starts up while the worker traces
-    try:
-        box = run_sandboxed("tools.child.worker", wire.encode(request),
-                            files={"candidate.py": candidate.read_bytes()}, limits=limits)
-        group = _worker_group(box)
-        run = wire.RunRequest(request=msgspec.structs.replace(
-            request, candidate_file="", send_programs=False, run_cases=False),
-            programs={shape_index: group.program})
-        runner.mailbox.deliver(wire.encode(run))
-        ran = runner.result.result()
-    except BaseException:
-        runner.cancel()
-        raise
-    runner.pool.shutdown(wait=False)
-    if not ran.ok:
-        raise EstimateError(f"the runner {ran.failure()}")
-    answer = wire.decode(ran.result or b"", wire.EvalResponse)
+
+
+def _run_request(request: Any, shape_index: int, program: bytes) -> Any:
+    from tools.sandbox import wire
+
+    return wire.RunRequest(request=msgspec.structs.replace(
+        request, candidate_file="", send_programs=False, run_cases=False),
+        programs={shape_index: program})
+
+
+def _runner_text(answer: Any, shape_index: int) -> str:
+    """The runner's lowered text for the shape, or EstimateError saying why there is none."""
     lowered = next((g for g in answer.groups if g.shape_index == shape_index), None)
     if lowered is None or lowered.trace_error or not lowered.stablehlo:
         reason = lowered.trace_error if lowered is not None else "no result"
@@ -165,19 +151,116 @@ def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any
     return lowered.stablehlo
 
 
-def _worker_group(box: Any) -> Any:
+def lower_in_sandbox(candidate: Path, config: dict[str, Any], abstract: list[Any], chip: str,
+                     shape_index: int, limits: Any = None,
+                     statics: Sequence[tuple[int, Any]] = ()) -> str:
+    """The candidate's StableHLO for these input shapes (and the shape's static arguments),
+    as the verifier gets it: the sandboxed worker imports and traces the candidate and sends
+    the trace as data; the sandboxed runner, which never imports the candidate, rebuilds and
+    lowers it."""
+    from tools.sandbox import wire
+    from tools.sandbox.launcher import Limits, run_sandboxed
+    from tools.verification.runner import start_runner
+
+    limits = limits or Limits(wall_s=300.0, memory_bytes=8 << 30)
+    request = _lowering_request(config, abstract, chip, shape_index, statics)
+    runner = start_runner(limits)  # starts up while the worker traces
+    try:
+        box = run_sandboxed("tools.child.worker", wire.encode(request),
+                            files={"candidate.py": candidate.read_bytes()}, limits=limits)
+        group = _worker_group(_worker_response(box))
+        runner.mailbox.deliver(wire.encode(_run_request(request, shape_index, group.program)))
+        ran = runner.result.result()
+    except BaseException:
+        runner.cancel()
+        raise
+    runner.pool.shutdown(wait=False)
+    if not ran.ok:
+        raise EstimateError(f"the runner {ran.failure()}")
+    return _runner_text(wire.decode(ran.result or b"", wire.EvalResponse), shape_index)
+
+
+def lower_many_in_sandbox(candidate: Path, configs: Sequence[dict[str, Any]],
+                          abstract: list[Any], chip: str, shape_index: int,
+                          statics: Sequence[tuple[int, Any]] = (),
+                          ) -> list[str | EstimateError]:
+    """:func:`lower_in_sandbox` for several configurations of one candidate, through one
+    worker and one runner (`wire.EvalBatch`): a configuration that fails gets its own
+    EstimateError in its place; a child that fails as a whole fails every one."""
+    from tools.sandbox import wire
+    from tools.sandbox.launcher import Limits, run_sandboxed
+    from tools.verification.runner import start_runner
+
+    if not configs:
+        return []
+    limits = Limits(wall_s=300.0 + 60.0 * (len(configs) - 1), memory_bytes=8 << 30)
+    requests = [_lowering_request(c, abstract, chip, shape_index, statics) for c in configs]
+    requests = [msgspec.structs.replace(r, eager_cases=0) for r in requests]
+    runner = start_runner(limits)
+    try:
+        box = run_sandboxed("tools.child.worker", wire.encode(wire.EvalBatch(tuple(requests))),
+                            files={"candidate.py": candidate.read_bytes()}, limits=limits)
+        answers = _batch_responses(box, len(requests), "the candidate's child")
+        results: list[str | EstimateError] = []
+        runs = []
+        for request, answer in zip(requests, answers, strict=True):
+            try:
+                group = _worker_group(answer)
+            except EstimateError as exc:
+                results.append(exc)
+                continue
+            results.append("")  # filled from the runner's answer below
+            runs.append((len(results) - 1, _run_request(request, shape_index, group.program)))
+        if not runs:
+            runner.cancel()
+            return results
+        runner.mailbox.deliver(wire.encode(wire.RunBatch(tuple(r for _, r in runs))))
+        ran = runner.result.result()
+    except BaseException:
+        runner.cancel()
+        raise
+    runner.pool.shutdown(wait=False)
+    lowered = _batch_responses(ran, len(runs), "the runner")
+    for (index, _), answer in zip(runs, lowered, strict=True):
+        try:
+            results[index] = _runner_text(answer, shape_index)
+        except EstimateError as exc:
+            results[index] = exc
+    return results
+
+
+def _batch_responses(box: Any, expected: int, who: str) -> tuple[Any, ...]:
+    from tools.sandbox import wire
+
+    if not box.ok:
+        raise EstimateError(f"{who} {box.failure()}: {box.stderr_tail.strip().splitlines()[-1:]}")
+    try:
+        responses = wire.decode(box.result or b"", wire.BatchResponse).responses
+    except msgspec.DecodeError as exc:  # a time limit's single response, or a forgery
+        raise EstimateError(f"{who} did not answer the batch: {exc}") from exc
+    if len(responses) != expected:
+        raise EstimateError(f"{who} answered {len(responses)} of {expected} configurations")
+    return responses
+
+
+def _worker_response(box: Any) -> Any:
     from tools.sandbox import wire
 
     if not box.ok:
         raise EstimateError(f"the candidate's child {box.failure()}: "
                             f"{box.stderr_tail.strip().splitlines()[-1:]}")
-    response = wire.decode(box.result or b"", wire.EvalResponse)
+    return wire.decode(box.result or b"", wire.EvalResponse)
+
+
+def _worker_group(response: Any) -> Any:
     if response.load_error:
         raise EstimateError(f"the candidate could not be built: {response.load_error}")
     if response.tampering:
         raise EstimateError("the candidate tampered with the child: " + ", ".join(response.tampering))
     if response.limit_hit:
         raise EstimateError(f"the candidate's child: {response.limit_hit}")
+    if len(response.groups) != 1:
+        raise EstimateError(f"the candidate's child answered {len(response.groups)} shapes of 1")
     (group,) = response.groups
     if group.trace_error or not group.program:
         raise EstimateError(f"the candidate did not trace: {group.trace_error or 'no program'}")
@@ -192,27 +275,74 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
     The baseline is the verifier's (`simulated_baseline`, cached per task and shape in this
     process); `beside_xla_tpu=False` leaves its per-op detail out of the result, and the
     compiler's compute beside the kernels' (no bundle schedules are read)."""
-    import hashlib
-
     from tools.inputs.candidate import read_candidate
-    from tools.lowered import tpu_compiler
-    from tools.lowered.mosaic import parse_lowered
-    from tools.performance.chips import get_chip
-    from tools.performance.roofline import estimate_program
-    from tools.performance.simbaseline import simulated_baseline
 
     started = time.perf_counter()
-    if target not in SIM_TARGETS:
-        raise UnknownTarget(f"estimate prices simulated targets only ({', '.join(SIM_TARGETS)}); "
-                            f"got {target!r}")
-    chip_name = SIM_TARGETS[target]
-    chip = get_chip(chip_name)
+    chip_name = _sim_chip(target)
     task = load_task_quickly(task_path)
     source = read_candidate(candidate_path)  # static: never imported here
     full_config = source.check_config(dict(config or {}))
     abstract, concrete = task_arguments(task, shape_index)
     text = lower_in_sandbox(Path(candidate_path), full_config, abstract, chip_name, shape_index,
                             limits, task.statics_at(shape_index))
+    return _priced(text, task, task_path, candidate_path, full_config, target, shape_index,
+                   abstract, concrete, beside_xla_tpu, started)
+
+
+def estimate_many(task_path: str | Path, candidate_path: str | Path,
+                  configs: Sequence[dict[str, Any]], *, target: str = "sim-tpu-v6e",
+                  shape_index: int = 0) -> list[Estimate | KernelgraphError | ValueError]:
+    """:func:`estimate` (without the detail beside) for several configurations of one
+    candidate, lowered by one worker and one runner; each configuration gets its estimate
+    or the error that refused it, in order."""
+    from tools.inputs.candidate import read_candidate
+
+    chip_name = _sim_chip(target)
+    task = load_task_quickly(task_path)
+    source = read_candidate(candidate_path)
+    abstract, concrete = task_arguments(task, shape_index)
+    results: dict[int, Estimate | KernelgraphError | ValueError] = {}
+    checked: list[tuple[int, dict[str, Any]]] = []
+    for index, config in enumerate(configs):
+        try:
+            checked.append((index, source.check_config(dict(config))))
+        except (KernelgraphError, ValueError) as exc:
+            results[index] = exc
+    started = time.perf_counter()
+    texts = lower_many_in_sandbox(Path(candidate_path), [c for _, c in checked], abstract,
+                                  chip_name, shape_index, task.statics_at(shape_index))
+    for (index, full_config), text in zip(checked, texts, strict=True):
+        if isinstance(text, EstimateError):
+            results[index] = text
+            continue
+        try:
+            results[index] = _priced(text, task, task_path, candidate_path, full_config, target,
+                                     shape_index, abstract, concrete, False, started)
+        except (KernelgraphError, ValueError) as exc:
+            results[index] = exc
+    return [results[i] for i in range(len(configs))]
+
+
+def _sim_chip(target: str) -> str:
+    if target not in SIM_TARGETS:
+        raise UnknownTarget(f"estimate prices simulated targets only ({', '.join(SIM_TARGETS)}); "
+                            f"got {target!r}")
+    return SIM_TARGETS[target]
+
+
+def _priced(text: str, task: Any, task_path: str | Path, candidate_path: str | Path,
+            full_config: dict[str, Any], target: str, shape_index: int, abstract: list[Any],
+            concrete: list[Any], beside_xla_tpu: bool, started: float) -> Estimate:
+    """The compile check and the cost model on one lowered program."""
+    import hashlib
+
+    from tools.lowered import tpu_compiler
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import estimate_program
+    from tools.performance.simbaseline import simulated_baseline
+
+    chip = get_chip(SIM_TARGETS[target])
     lowered = parse_lowered(text)
     # the verifier's compile check (with the bundle schedules the figures beside it read)
     check = tpu_compiler.check(text, chip=chip, program=lowered, cycles=beside_xla_tpu)

@@ -175,6 +175,38 @@ class RunRequest(msgspec.Struct, frozen=True):
     programs: dict[int, bytes]
 
 
+class EvalBatch(msgspec.Struct, frozen=True):
+    """Lowering-only requests (``run_cases`` off, ``send_programs`` on) for one candidate at
+    several configurations, served by one worker: a tuning sweep's pricing pays one
+    interpreter start-up, not one per configuration. Each is evaluated as if alone, except
+    that tampering by any configuration's build is reported for every later one."""
+
+    requests: tuple[EvalRequest, ...]
+
+
+class BatchResponse(msgspec.Struct, frozen=True):
+    """One response per request of an :class:`EvalBatch` or a :class:`RunBatch`, in order."""
+
+    responses: tuple[EvalResponse, ...]
+
+
+class RunBatch(msgspec.Struct, frozen=True):
+    """The runner's side of an :class:`EvalBatch`: one run request per configuration."""
+
+    runs: tuple[RunRequest, ...]
+
+
+class _BatchProbe(msgspec.Struct):
+    requests: msgspec.Raw = msgspec.Raw()
+    runs: msgspec.Raw = msgspec.Raw()
+
+
+def is_batch(data: bytes) -> bool:
+    """Does this request hold a batch? Reads the keys only (a request's arrays are skipped)."""
+    probe = msgspec.msgpack.decode(data, type=_BatchProbe)
+    return len(probe.requests) > 0 or len(probe.runs) > 0
+
+
 def encode(obj: Any) -> bytes:
     return msgspec.msgpack.encode(obj)
 
