@@ -245,34 +245,25 @@ class AutotunerAgent(Agent[TuneKernel]):
         Each lowering is sandboxed and runs nothing: far cheaper than a measurement."""
         if not planned:
             return planned, []
-        keys = await self.lowered(ctx, api.program_sha256, [default, *planned])
+        keys = await self.lowered(ctx, api.program_sha256s, [default, *planned])
         again, skipped = same_programs(default, planned, keys[0], list(keys[1:]))
         return [c for i, c in enumerate(planned) if i not in again], skipped
 
     async def priced(self, ctx: AgentContext[TuneKernel],
                      configs: list[dict[str, Any]]) -> list[api.PricedConfig]:
-        """`api.price_configs` over the configurations in `LOWERINGS_AT_ONCE` batches at once:
-        each batch is one sandboxed worker and one runner, whatever its size."""
+        return await self.lowered(ctx, api.price_configs, configs)
+
+    async def lowered(self, ctx: AgentContext[TuneKernel], tool: Any,
+                      configs: list[dict[str, Any]]) -> list[Any]:
+        """`tool(task, code, configs, target)` (a batch tool: one answer per configuration,
+        in order) over `LOWERINGS_AT_ONCE` batches at once: each batch is one sandboxed
+        worker and one runner, whatever its size."""
         cmd = ctx.cmd
         task = await ctx.task_path()
         code = await ctx.code_path(cmd.code_sha256)
         batches = [configs[i::LOWERINGS_AT_ONCE] for i in range(LOWERINGS_AT_ONCE)]
-        priced = await asyncio.gather(*(
-            ctx.run_tool(api.price_configs, str(task), str(code), batch, cmd.target_name)
+        answered = await asyncio.gather(*(
+            ctx.run_tool(tool, str(task), str(code), batch, cmd.target_name)
             for batch in batches if batch))
-        by_batch = [iter(rows) for rows in priced]
+        by_batch = [iter(rows) for rows in answered]
         return [next(by_batch[i % LOWERINGS_AT_ONCE]) for i in range(len(configs))]
-
-    async def lowered(self, ctx: AgentContext[TuneKernel], tool: Any,
-                      configs: list[dict[str, Any]]) -> list[Any]:
-        """`tool(task, code, config, target)` for each configuration, `LOWERINGS_AT_ONCE` at once."""
-        cmd = ctx.cmd
-        task = await ctx.task_path()
-        code = await ctx.code_path(cmd.code_sha256)
-        gate = asyncio.Semaphore(LOWERINGS_AT_ONCE)
-
-        async def one(config: dict[str, Any]) -> Any:
-            async with gate:
-                return await ctx.run_tool(tool, str(task), str(code), config, cmd.target_name)
-
-        return list(await asyncio.gather(*(one(config) for config in configs)))

@@ -55,6 +55,7 @@ from tools.performance.autotune import (
     price_config,
     price_configs,
     program_sha256,
+    program_sha256s,
 )
 from tools.performance.autotune import autotune as _autotune
 from tools.performance.executors import (
@@ -417,6 +418,7 @@ __all__ = [
     "profile",
     "profile_of",
     "program_sha256",
+    "program_sha256s",
     "read_tunables",
     "receipt_json",
     "receipt_problems",

@@ -46,11 +46,6 @@ class CountingTuner(AutotunerAgent):
         self.lowered_configs.extend(configs)
         return await super().lowered(ctx, tool, configs)
 
-    async def priced(self, ctx: AgentContext[TuneKernel],
-                     configs: list[dict[str, Any]]) -> list[api.PricedConfig]:
-        self.lowered_configs.extend(configs)
-        return await super().priced(ctx, configs)
-
 
 def tuner_context(tmp: Path, **fields: Any) -> tuple[CountingTuner, AgentContext[TuneKernel]]:
     """A sweep of the clamped candidate on scale_task, its files already in the workspace."""

@@ -63,26 +63,43 @@ def program_sha256(task_path: str, candidate_path: str, config: dict[str, Any],
                    target: str) -> str | None:
     """The sha256 of the candidate's lowered program at the tuning point under `config`;
     None when it does not lower (its evaluation will say why). Runs the sandboxed children."""
+    return program_sha256s(task_path, candidate_path, [config], target)[0]
+
+
+def program_sha256s(task_path: str, candidate_path: str, configs: list[dict[str, Any]],
+                    target: str) -> list[str | None]:
+    """:func:`program_sha256` for several configurations, through one sandboxed worker and
+    one runner (`lower_many_in_sandbox`)."""
     import hashlib
 
     from kernelgraph.errors import KernelgraphError
     from tools.inputs.candidate import read_candidate
     from tools.performance.estimate import (
         load_task_quickly,
-        lower_in_sandbox,
+        lower_many_in_sandbox,
         task_arguments,
     )
     from tools.performance.executors import chip_for_target
 
     task = load_task_quickly(task_path)
     abstract, _ = task_arguments(task, 0)
+    source = read_candidate(candidate_path)
+    keys: list[str | None] = [None] * len(configs)
+    checked: list[tuple[int, dict[str, Any]]] = []
+    for index, config in enumerate(configs):
+        try:
+            checked.append((index, source.check_config(dict(config))))
+        except (KernelgraphError, ValueError):  # the evaluation reports why
+            continue
     try:
-        full = read_candidate(candidate_path).check_config(dict(config))
-        text = lower_in_sandbox(Path(candidate_path), full, abstract, chip_for_target(target),
-                                0, None, task.statics_at(0))
-    except (KernelgraphError, ValueError):  # the evaluation reports why, as it always has
-        return None
-    return hashlib.sha256(text.encode()).hexdigest()
+        texts = lower_many_in_sandbox(Path(candidate_path), [c for _, c in checked], abstract,
+                                      chip_for_target(target), 0, task.statics_at(0))
+    except KernelgraphError:  # the child failed as a whole: each evaluation will say why
+        return keys
+    for (index, _), text in zip(checked, texts, strict=True):
+        if isinstance(text, str):
+            keys[index] = hashlib.sha256(text.encode()).hexdigest()
+    return keys
 
 
 class PricedConfig(msgspec.Struct, frozen=True):
@@ -215,9 +232,8 @@ def autotune(
     budget_exhausted = len(planned) < total
     context = multiprocessing.get_context("spawn")  # a clean interpreter per worker
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        keys = list(pool.map(program_sha256, *zip(*[
-            (str(task_path), str(candidate_path), c, target) for c in planned], strict=True))
-        ) if len(planned) > 1 else [None] * len(planned)
+        keys = (program_sha256s(str(task_path), str(candidate_path), planned, target)
+                if len(planned) > 1 else [None] * len(planned))
         repeats = distinct_programs(keys)
         for index, earlier in repeats.items():
             rows[index] = TuneRow(planned[index], "skipped",
