@@ -6,8 +6,10 @@ as large). The default itself is left out: the test run already measured it on t
 suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
 other configurations, in the grid's order; of those, one whose lowered program (hashed) is
 the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
-has the same price. On simulated targets that lowering also prices each configuration
-(`api.price_config`, the cost model the verdict uses), and only the `TESTED_AFTER_PRICING`
+has the same price. The lowerings go in `LOWERINGS_AT_ONCE` batches, each one sandboxed
+worker and one runner however many configurations it holds (`wire.EvalBatch`). On simulated
+targets that lowering also prices each configuration (`api.price_configs`, the cost model
+the verdict uses), and only the `TESTED_AFTER_PRICING`
 priced fastest, and faster than the default, are tested, one at a time until one passes:
 the rest cannot win the sweep, and a test run costs many lowerings' worth of interpret mode (`configs_priced`, with each
 one's fate in the tuning table). The default is not lowered again where the iteration
@@ -36,7 +38,7 @@ from tools import api
 
 VMEM_NARROW_FRACTION = 0.5
 LOWERINGS_AT_ONCE = 2
-"""Sandboxed lowerings run at once to find configurations with the same program."""
+"""Batches of sandboxed lowerings run at once (a batch: one worker and one runner)."""
 TESTED_AFTER_PRICING = 2
 """On simulated targets, the configurations priced fastest that go through the full suite."""
 
@@ -216,8 +218,8 @@ class AutotunerAgent(Agent[TuneKernel]):
                     planned: list[dict[str, Any]],
                     known: tuple[api.PricedConfig | None, str] = (None, ""),
                     ) -> tuple[list[dict[str, Any]], list[Json], list[Json], Json | None]:
-        """On a simulated target: price every planned configuration from one sandboxed
-        lowering each, and the default too unless its price is `known` (`known_default`),
+        """On a simulated target: price every planned configuration from its sandboxed
+        lowering (batched), and the default too unless its price is `known` (`known_default`),
         skip repeated programs, and test only the `TESTED_AFTER_PRICING` priced fastest that
         beat the default's price. Returns (to test, skipped as repeats, every priced row with
         what became of it, the default's price and where it came from; None: nothing planned)."""
