@@ -154,28 +154,29 @@ def offline(chip: str = "v6e") -> Iterator[Program]:
     from tools.inputs import statics
 
     target = {"v5e": "sim-tpu-v5e", "v6e": "sim-tpu-v6e", "v7": "sim-tpu-v7"}[chip]
-    folder = Path(tempfile.mkdtemp(prefix="kg-corpus-"))
-    for name, task_path in sorted(shipped_tasks().items()):
-        context = {"task_path": str(task_path), "task_name": name, "target": target,
-                   "chip": chip_figures(target), "iteration": 0, "seed": 0, "parent": None,
-                   "failures": [], "hint": "", "knowledge": [], "baseline_s": 1e-5,
-                   "feedback": ""}
-        try:
-            plan = check_plan(_ask("plan", context))
-            code = extract_code(_ask("implement", {**context, "plan": plan}))
-        except ProviderError:
-            continue  # the author refuses this task: nothing to compile
-        path = folder / f"{name}_offline.py"
-        path.write_text(code)
-        spec = importlib.util.spec_from_file_location(f"kg_corpus_{name}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        task, args = _abstract(Path(task_path))
-        for config in _configs(getattr(module, "TUNABLES", {}), every=False):
-            fn = statics.bind(module.build(**config), list(task.statics_at(0)))
-            yield _program(f"offline {name} {_describe(config)} @ shape 0", chip, "offline",
-                           fn, args)
+    with tempfile.TemporaryDirectory(prefix="kg-corpus-") as scratch:  # gone when closed
+        folder = Path(scratch)
+        for name, task_path in sorted(shipped_tasks().items()):
+            context = {"task_path": str(task_path), "task_name": name, "target": target,
+                       "chip": chip_figures(target), "iteration": 0, "seed": 0, "parent": None,
+                       "failures": [], "hint": "", "knowledge": [], "baseline_s": 1e-5,
+                       "feedback": ""}
+            try:
+                plan = check_plan(_ask("plan", context))
+                code = extract_code(_ask("implement", {**context, "plan": plan}))
+            except ProviderError:
+                continue  # the author refuses this task: nothing to compile
+            path = folder / f"{name}_offline.py"
+            path.write_text(code)
+            spec = importlib.util.spec_from_file_location(f"kg_corpus_{name}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            task, args = _abstract(Path(task_path))
+            for config in _configs(getattr(module, "TUNABLES", {}), every=False):
+                fn = statics.bind(module.build(**config), list(task.statics_at(0)))
+                yield _program(f"offline {name} {_describe(config)} @ shape 0", chip, "offline",
+                               fn, args)
 
 
 # Adversarial candidates with a kernel worth compiling, and the test task each targets.
