@@ -6,8 +6,13 @@
   freezing included.
 - `sim_estimate_ms`: parsing one lowered kernel's StableHLO text and estimating it on the
   cost model (median of repeated runs; the lowering itself is done once, beforehand).
+- `pricing` (`--pricing`): the autotuner's pricing of every configuration of
+  kernels/rmsnorm.py on tasks/rmsnorm.py, one sandboxed worker and runner per configuration
+  (`price_config`, each in turn) against one pair for them all (`price_configs`): CPU
+  seconds of this process and its children, wall seconds, and whether every price and
+  program agrees. The task's baseline is priced once beforehand, so neither pays for it.
 
-Usage: python benchmarks/tune.py [--json] [--configs 8] [--workers 2] [--skip-tune]
+Usage: python benchmarks/tune.py [--json] [--configs 8] [--workers 2] [--skip-tune] [--pricing]
 """
 
 from __future__ import annotations
@@ -72,18 +77,55 @@ def tune_figure(configs: int, workers: int) -> dict[str, object]:
     }
 
 
+def _cpu_s() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def pricing_figure() -> dict[str, object]:
+    from tools.api import candidate_configs
+    from tools.performance.autotune import price_config, price_configs
+
+    task, kernel = str(ROOT / "tasks" / "rmsnorm.py"), str(ROOT / "kernels" / "rmsnorm.py")
+    configs = candidate_configs(kernel)
+    price_config(task, kernel, configs[0], "sim-tpu-v6e")  # the baseline, priced once
+    figures: dict[str, object] = {"pricing_configs": len(configs)}
+    rows = {}
+    for name, price in (
+            ("one_at_a_time", lambda: [price_config(task, kernel, c, "sim-tpu-v6e")
+                                       for c in configs]),
+            ("batched", lambda: price_configs(task, kernel, configs, "sim-tpu-v6e"))):
+        cpu, wall = _cpu_s(), time.perf_counter()
+        rows[name] = price()
+        figures[f"pricing_{name}_cpu_s"] = round(_cpu_s() - cpu, 2)
+        figures[f"pricing_{name}_wall_s"] = round(time.perf_counter() - wall, 2)
+    figures["pricing_agree"] = all(
+        (a.program_sha256, a.latency_s) == (b.program_sha256, b.latency_s)
+        for a, b in zip(rows["one_at_a_time"], rows["batched"], strict=True))
+    figures["pricing_cpu_ratio"] = round(
+        figures["pricing_one_at_a_time_cpu_s"] / max(figures["pricing_batched_cpu_s"], 1e-9), 2)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-tune", action="store_true", help="only the cost-model figure")
+    parser.add_argument("--pricing", action="store_true",
+                        help="also the autotuner's pricing, one at a time against batched")
     opts = parser.parse_args()
     figures: dict[str, object] = {"measured_on": "this machine (figures of the simulator itself)",
                                   "cpus": os.cpu_count(), "python": platform.python_version()}
     figures.update(sim_estimate_ms())
     if not opts.skip_tune:
         figures.update(tune_figure(opts.configs, opts.workers))
+    if opts.pricing:
+        figures.update(pricing_figure())
     if opts.json:
         print(json.dumps(figures))
     else:
