@@ -53,6 +53,26 @@ def build(block_rows=64):
 '''
 
 
+EXITS_AT_32 = TAMPERS_AT_32.replace(
+    "        mlir.register_lowering(lax.mul_p, _constant, platform=\"tpu\")",
+    "        import os\n        os._exit(3)  # takes the whole worker down")
+
+
+@pytest.mark.timeout(600)
+def test_a_configuration_that_kills_the_batchs_worker_fails_alone(tmp_path: Path) -> None:
+    """The batch's worker dies with it; each configuration is then lowered alone, so the
+    others are still priced, as one at a time."""
+    candidate = tmp_path / "exits_at_32.py"
+    candidate.write_text(EXITS_AT_32)
+    assert "os._exit(3)" in EXITS_AT_32
+    before, exits, after = price_configs(
+        TASK, str(candidate), [{"block_rows": 64}, {"block_rows": 32}, {"block_rows": 16}],
+        TARGET)
+    assert before.program_sha256 and before.latency_s and not before.problem
+    assert after.program_sha256 and after.latency_s and not after.problem
+    assert exits.program_sha256 is None and exits.latency_s is None and exits.problem
+
+
 @pytest.mark.timeout(600)
 def test_a_batch_prices_each_configuration_as_it_is_priced_alone() -> None:
     configs = [{"block_rows": 64}, {"block_rows": 0}, {"block_rows": 32},

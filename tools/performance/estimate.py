@@ -186,13 +186,33 @@ def lower_many_in_sandbox(candidate: Path, configs: Sequence[dict[str, Any]],
                           ) -> list[str | EstimateError]:
     """:func:`lower_in_sandbox` for several configurations of one candidate, through one
     worker and one runner (`wire.EvalBatch`): a configuration that fails gets its own
-    EstimateError in its place; a child that fails as a whole fails every one."""
+    EstimateError in its place. When a child fails as a whole (one configuration killed
+    it, or it hit a limit), each configuration is lowered again alone, so only the ones
+    that fail alone fail."""
+    if not configs:
+        return []
+    try:
+        return _lower_batch(candidate, configs, abstract, chip, shape_index, statics)
+    except EstimateError:
+        if len(configs) == 1:
+            raise
+    results: list[str | EstimateError] = []
+    for config in configs:
+        try:
+            results.append(lower_in_sandbox(candidate, config, abstract, chip, shape_index,
+                                            None, statics))
+        except EstimateError as exc:
+            results.append(exc)
+    return results
+
+
+def _lower_batch(candidate: Path, configs: Sequence[dict[str, Any]], abstract: list[Any],
+                 chip: str, shape_index: int, statics: Sequence[tuple[int, Any]],
+                 ) -> list[str | EstimateError]:
     from tools.sandbox import wire
     from tools.sandbox.launcher import Limits, run_sandboxed
     from tools.verification.runner import start_runner
 
-    if not configs:
-        return []
     limits = Limits(wall_s=300.0 + 60.0 * (len(configs) - 1), memory_bytes=8 << 30)
     requests = [_lowering_request(c, abstract, chip, shape_index, statics) for c in configs]
     requests = [msgspec.structs.replace(r, eager_cases=0) for r in requests]
@@ -309,10 +329,14 @@ def estimate_many(task_path: str | Path, candidate_path: str | Path,
         except (KernelgraphError, ValueError) as exc:
             results[index] = exc
     started = time.perf_counter()
-    texts = lower_many_in_sandbox(Path(candidate_path), [c for _, c in checked], abstract,
-                                  chip_name, shape_index, task.statics_at(shape_index))
+    try:
+        texts: list[str | EstimateError] | list[KernelgraphError] = lower_many_in_sandbox(
+            Path(candidate_path), [c for _, c in checked], abstract, chip_name, shape_index,
+            task.statics_at(shape_index))
+    except KernelgraphError as exc:  # no sandbox, or the one configuration's child failed
+        texts = [exc] * len(checked)
     for (index, full_config), text in zip(checked, texts, strict=True):
-        if isinstance(text, EstimateError):
+        if not isinstance(text, str):
             results[index] = text
             continue
         try:
