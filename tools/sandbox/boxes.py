@@ -8,7 +8,7 @@ its leftovers fill the temporary folder and the cgroup tree. So:
 1. A launcher holds an exclusive `flock` on its box from creating it to removing it. The
    kernel drops the lock when the holder dies, however it dies. Only a group whose box is
    already gone is judged by its owner's pid (not running: abandoned).
-2. The first sandbox a process starts sweeps once (:func:`sweep_once`): every group named for
+2. The first box a process makes sweeps once (:func:`sweep_once`): every group named for
    a box nobody holds has its members killed and is removed, then every such box. A box
    younger than `MIN_AGE_S` is left alone, so one made a moment ago, not yet locked, is safe.
 
@@ -52,6 +52,9 @@ class Box:
 
 
 def make_box() -> Box:
+    """A new box, locked; the first one a process makes first sweeps what launchers killed
+    before they could clean up left behind (:func:`sweep_once`)."""
+    sweep_once()
     path = Path(tempfile.mkdtemp(prefix=PREFIX))
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by children (PEP 446)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

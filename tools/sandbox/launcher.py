@@ -261,7 +261,6 @@ def run_sandboxed(
     unless the user opted in (:func:`tools.sandbox.policy.weak_allowed`)."""
     limits = limits or Limits()
     full = policy.require(devices) if isolate else _weak_only()
-    boxes.sweep_once()  # what launchers killed before they could clean up left behind
     held = boxes.make_box()  # 0700, its owner's alone, locked while this launcher lives
     box = held.path
     group = cgroups.TreeGroup()
