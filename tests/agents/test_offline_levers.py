@@ -110,7 +110,7 @@ def test_a_lever_changes_the_spec_and_the_source_or_says_why_not(name: str, leve
     assert got and len(set(got)) == len(got) and base not in got
     for spec in got:
         changed = {f.name for f in dataclasses.fields(spec) if getattr(spec, f.name) != getattr(base, f.name)}
-        assert changed - {"levers"}, (lever_id, spec)
+        assert changed - {"levers", "vmem_limit_bytes"}, f"{lever_id} only raises the VMEM limit: {spec}"
         source = _render(facts, dataclasses.replace(spec, levers=(lever_id,)), name)
         assert source != parent_source
         past_docstring = source.split('"""', 2)[2], parent_source.split('"""', 2)[2]
@@ -130,6 +130,22 @@ def _run(facts: TaskFacts, spec: Any, name: str, shape_index: int) -> tuple[np.n
     with pltpu.force_tpu_interpret_mode():
         got = namespace["build"]()(*args)
     return np.asarray(got, np.float32), np.asarray(loaded.reference(*args), np.float32)
+
+
+def test_a_variant_that_only_raises_the_vmem_limit_is_no_kernel_of_its_own() -> None:
+    """The limit alone lowers to the parent's schedule; it travels with the blocks it lets grow."""
+    facts = _facts("rmsnorm")
+    base = variety.default_spec(facts, {}, _chip())
+    ctx = LeverContext(facts, _chip())
+    limit_only = dataclasses.replace(base, vmem_limit_bytes=ctx.raised_vmem_limit())
+    REGISTRY["rowwise"]["_probe"] = lambda spec, ctx: [limit_only]
+    try:
+        got = variants("rowwise", base, "_probe", ctx)
+    finally:
+        del REGISTRY["rowwise"]["_probe"]
+    assert isinstance(got, NotApplicable) and "vmem_limit_bytes" in got.reason
+    grown = variants("rowwise", base, "vmem_budget", ctx)
+    assert isinstance(grown, NotApplicable) or all(s.block_rows > base.block_rows for s in grown)
 
 
 # (task, small shape index, lever, parent overrides so the lever applies at that parent)

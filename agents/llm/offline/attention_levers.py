@@ -154,9 +154,8 @@ def single_buffer(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec]
 def vmem_budget(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_blocks(raised, ctx, spec.block_q * 2, spec.block_kv * 2),
-           changed(_blocks(raised, ctx, spec.block_q, spec.block_kv), heads_per_block=2 * spec.heads_per_block),
-           raised]
-    out = [s for s in out if s == raised or effective(ctx.facts, s) != effective(ctx.facts, spec)]
+           changed(_blocks(raised, ctx, spec.block_q, spec.block_kv), heads_per_block=2 * spec.heads_per_block)]
+    out = [s for s in out if effective(ctx.facts, s) != effective(ctx.facts, spec)]
     return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger block fits even the raised limit")
 
 

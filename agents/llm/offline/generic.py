@@ -355,8 +355,11 @@ def vmem_budget(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | Not
     blocks = _blocks(ctx.facts, spec)
     bigger = [min(b * 2, s) for b, s in zip(blocks, sizes(ctx.facts), strict=False)]
     grown = changed(spec, vmem_limit_bytes=raised, **dict(zip(KNOBS, bigger, strict=False)))
-    out = [grown] if block_vmem(ctx.facts, _blocks(ctx.facts, grown)) <= raised else []
-    return [*out, changed(spec, vmem_limit_bytes=raised)]
+    if _blocks(ctx.facts, grown) == blocks:
+        return NotApplicable("every tiled axis is already one block")
+    if block_vmem(ctx.facts, _blocks(ctx.facts, grown)) > raised:
+        return NotApplicable("blocks twice as large do not fit even the raised limit")
+    return [grown]
 
 
 not_applicable(C, "dimension_semantics", "every grid axis is a tiled independent axis, already parallel")

@@ -86,7 +86,19 @@ def variants(kernel_class: str, spec: Any, lever_id: str, ctx: LeverContext) -> 
     distinct = list(dict.fromkeys(s for s in out if s != spec))
     if not distinct:
         return NotApplicable(f"{lever_id}: every value it can take is already the parent's")
-    return distinct
+    scheduled = [s for s in distinct if not _limit_only(s, spec)]
+    if not scheduled:
+        return NotApplicable(f"{lever_id}: it would only raise vmem_limit_bytes, which changes no "
+                             "block, no schedule and no configuration the tuner can reach")
+    return scheduled
+
+
+def _limit_only(variant: Any, parent: Any) -> bool:
+    """Does `variant` differ from `parent` in its VMEM limit alone? Such a kernel lowers to
+    the parent's schedule: the limit only lets larger blocks compile, so it travels with them."""
+    limit = getattr(parent, "vmem_limit_bytes", None)
+    return (hasattr(variant, "vmem_limit_bytes")
+            and changed(variant, vmem_limit_bytes=limit) == parent)
 
 
 def changed(spec: Any, **fields: Any) -> Any:

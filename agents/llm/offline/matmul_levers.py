@@ -146,10 +146,9 @@ def precision(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotAppl
 def vmem_budget(spec: MatmulSpec, ctx: LeverContext) -> list[MatmulSpec] | NotApplicable:
     raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
     out = [_blocks(raised, ctx, spec.block_m * 2, spec.block_n * 2, spec.block_k),
-           _blocks(raised, ctx, spec.block_m, spec.block_n, spec.block_k * 4), raised]
-    out = [s for s in out if s != spec]  # a limit raised already is no variant
-    return ([s for s in dict.fromkeys(out) if _fits(s, ctx)]
-            or NotApplicable("the limit is already raised and no larger tile fits under it"))
+           _blocks(raised, ctx, spec.block_m, spec.block_n, spec.block_k * 4)]
+    return ([s for s in dict.fromkeys(out) if _fits(s, ctx) and s != raised]
+            or NotApplicable("no larger tile fits even the raised limit"))
 
 
 @lever(C, "reduction_in_one_block")

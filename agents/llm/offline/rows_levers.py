@@ -80,8 +80,8 @@ def single_buffer(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotAppl
 @lever(C, "vmem_budget")
 def vmem_budget(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
     raised = changed(spec, vmem_limit_bytes=ctx.raised_vmem_limit())
-    out = [_sized(raised, ctx, spec.block_rows * 4), _sized(raised, ctx, spec.block_rows * 2), raised]
-    out = [s for s in out if s == raised or _effective(s, ctx) != _effective(spec, ctx)]
+    out = [_sized(raised, ctx, spec.block_rows * 4), _sized(raised, ctx, spec.block_rows * 2)]
+    out = [s for s in out if _effective(s, ctx) > _effective(spec, ctx)]
     return [s for s in out if _fits(s, ctx)] or NotApplicable("no larger block fits even the raised limit")
 
 
