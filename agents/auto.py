@@ -335,7 +335,10 @@ class _AutoRun:
     def failed(self, state: Trajectory, it: int, phase: str, error: str, *,
                plan: PlanProposed | None, code: str | None, compiled: bool = False,
                **fields: Any) -> IterationFinished:
-        state.failures.append({"iteration": it, "phase": phase, "error": error[:600]})
+        failure: dict[str, Any] = {"iteration": it, "phase": phase, "error": error[:600]}
+        if plan is not None and code is not None:
+            failure["plan_sha256"] = plan.plan_sha256  # which kernel failed: the planner reads it
+        state.failures.append(failure)
         return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
                              failed_phase=phase, error=error[:2000], **fields)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agents.base import Agent, AgentContext, render_prompt
 from agents.commands import ProposePlan
@@ -46,7 +46,7 @@ class PlannerAgent(Agent[ProposePlan]):
         snippets = await ctx.run_tool(retrieve, ctx, query)
         baseline = f"{cmd.baseline_s:.4g} s" if cmd.baseline_s else "(not measured)"
         written = [await ctx.get_text(sha) for sha in dict.fromkeys(cmd.written_plans)]
-        context.update(parent=parent, failures=list(cmd.failures), hint=cmd.hint,
+        context.update(parent=parent, failures=await _with_plans(ctx, cmd.failures), hint=cmd.hint,
                        knowledge=snippets, baseline_s=cmd.baseline_s, feedback=cmd.feedback,
                        written_plans=written)
         prompt = render_prompt(
@@ -60,3 +60,15 @@ class PlannerAgent(Agent[ProposePlan]):
         yield self.event(PlanProposed, cmd, plan_sha256=sha, summary=plan_summary(plan),
                          no_gain=NO_GAIN_MARKER in plan, iteration=cmd.iteration,
                          wall_s=time.perf_counter() - started)
+
+
+async def _with_plans(ctx: AgentContext[ProposePlan], failures: list[Any]) -> list[Any]:
+    """The failures, each priced-not-faster one with the plan of the kernel that failed: a
+    planner can then leave out kernels made of that one's changes alone."""
+    out = []
+    for failure in failures:
+        if isinstance(failure, dict) and failure.get("phase") == "price" and isinstance(
+                failure.get("plan_sha256"), str):
+            failure = {**failure, "plan": await ctx.get_text(failure["plan_sha256"])}
+        out.append(failure)
+    return out

@@ -241,6 +241,37 @@ def test_a_hinted_lever_that_does_not_apply_says_why_and_costs_no_candidate() ->
     assert "block_skipping" in text and "Stop, writing no candidate" not in text
 
 
+def test_a_kernel_priced_no_faster_sends_the_next_iteration_past_its_changes() -> None:
+    """Iteration 1 of a node wrote the hinted lever with one more; the judge priced it no faster
+    than the parent. Iteration 2 does not write a kernel made of a subset of those changes (the
+    hinted lever alone): the judge saw them together and they did not pay."""
+    name, facts = "attention", _facts("attention")
+    hint, parent = _hint("accumulator", "attention"), {"plan": "", "config": {}}
+    base = variety.spec_of(facts, _plan(name, "", 0)["spec"], {}, _chip())
+
+    def spec(decision: dict[str, Any]) -> Any:
+        return variety.spec_of(facts, decision["spec"], {}, _chip())
+
+    def within(s: Any, failed: Any) -> bool:
+        knobs = [f.name for f in dataclasses.fields(s) if f.name != "levers"]
+        return all(getattr(s, k) in (getattr(base, k), getattr(failed, k)) for k in knobs)
+
+    seeds = range(6)
+    first = {seed: _plan(name, hint, seed, parent=parent) for seed in seeds}
+    failed_seed = next(seed for seed in seeds if sum(
+        getattr(spec(first[seed]), f.name) != getattr(base, f.name)
+        for f in dataclasses.fields(base) if f.name != "levers") >= 2)
+    failed = first[failed_seed]
+    assert any(within(spec(first[seed]), spec(failed)) for seed in seeds if seed != failed_seed)
+    text = planner.plan_text(facts, failed, {"chip": _chip()}, name)
+    for seed in range(4):  # the seeds that pick among the variants not spent (there are more)
+        ctx = {"chip": _chip(), "seed": seed, "hint": hint, "parent": parent, "written_plans": [text],
+               "failures": [{"iteration": 1, "phase": "price", "error": "not faster", "plan": text}]}
+        decision = planner.choose(facts, ctx)
+        assert not within(spec(decision), spec(failed)), (seed, decision["evidence"])
+        assert any("moved last" in e for e in decision["evidence"])
+
+
 def test_plans_and_kernels_replay_byte_for_byte() -> None:
     from agents.llm.offline.author import candidate_source
 

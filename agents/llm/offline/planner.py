@@ -118,7 +118,8 @@ def _failed_levers(failures: list[dict[str, Any]]) -> tuple[set[str], bool]:
     failed: set[str] = set()
     vmem = False
     for f in failures or []:
-        text = json.dumps(f, default=str).lower()
+        text = json.dumps({k: v for k, v in f.items() if k != "plan"} if isinstance(f, dict) else f,
+                          default=str).lower()  # the failed kernel's plan is no failure text
         failed |= {lever for lever in TUNING_LEVERS if lever in text}
         vmem = vmem or "vmem" in text
     return failed, vmem
@@ -264,7 +265,8 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     elsewhere = _written_elsewhere(facts, ctx, chip)
     choice = variety.choose_spec(facts, parent_spec, profile_spec, profile_lever, ctx,
                                  root=parent is None, vmem_failed=vmem_failed,
-                                 written_spec=written, written_elsewhere=elsewhere)
+                                 written_spec=written, written_elsewhere=elsewhere,
+                                 priced_no_faster=_priced_no_faster(facts, ctx, chip))
     named = variety.hinted_levers(c, str(ctx.get("hint") or ""))
     if named:  # the catalogue lever itself, not the block move an older author mapped it to
         evidence = [e for e in evidence if not e.startswith("hint asks for")]
@@ -285,6 +287,20 @@ def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, An
     specs = []
     for text in ctx.get("written_plans") or []:
         decisions = plan_spec(str(text))
+        given = decisions.get("spec")
+        if isinstance(given, dict) and decisions.get("kernel_class") == facts.kernel_class:
+            specs.append(variety.spec_of(facts, given, {}, chip))
+    return specs
+
+
+def _priced_no_faster(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:
+    """The specs of this trajectory's kernels that were priced no faster than their parent
+    (`agents.planner` attaches the plan of each such failure)."""
+    specs = []
+    for failure in ctx.get("failures") or []:
+        if not isinstance(failure, dict) or failure.get("phase") != "price":
+            continue
+        decisions = plan_spec(str(failure.get("plan") or ""))
         given = decisions.get("spec")
         if isinstance(given, dict) and decisions.get("kernel_class") == facts.kernel_class:
             specs.append(variety.spec_of(facts, given, {}, chip))

@@ -109,11 +109,14 @@ def _label(spec: Any, *ids: str) -> Any:
 def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, profile_lever: str,
                 ctx: dict[str, Any], *, root: bool, vmem_failed: bool,
                 written_spec: Any | None = None,
-                written_elsewhere: Sequence[Any] = ()) -> Choice:
+                written_elsewhere: Sequence[Any] = (),
+                priced_no_faster: Sequence[Any] = ()) -> Choice:
     """The spec this expansion writes (see the module docstring). `written_spec` is the spec
     the parent's code was written from (before its tuned configuration): a variant equal to
     it would write the parent's code again, so it is no variant either; nor is any of
-    `written_elsewhere`, the specs other nodes of the run wrote."""
+    `written_elsewhere`, the specs other nodes of the run wrote. A variant made only of changes
+    that a spec of `priced_no_faster` (this trajectory's kernels priced no faster than their
+    parent) already made comes last: the judge saw those changes together and they did not pay."""
     c = facts.kernel_class
     lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
     seed = int(ctx.get("seed") or 0)
@@ -170,6 +173,11 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         if s not in taken:
             unique.setdefault(s, lid)
     ordered = list(unique.items())
+    spent = [(s, lid) for s, lid in ordered if any(_within(s, parent_spec, f) for f in priced_no_faster)]
+    if spent:
+        ordered = [o for o in ordered if o not in spent] + spent
+        notes.append(f"{len(spent)} variant(s) moved last: each only repeats changes of a kernel "
+                     "this trajectory priced no faster than its parent")
     if root and not hinted and parent_spec not in written_elsewhere:
         ordered = [(parent_spec, ""), *ordered]  # a root's first variant is the class default
     skipped = sum(1 for s in dict.fromkeys(s for s, _ in space) if s in written_elsewhere)
@@ -187,6 +195,16 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     notes.append(f"seed {seed} picks variant {position} of {len(ordered)} distinct specs"
                  + (f" ({lid})" if lid else " (the class default)"))
     return Choice(spec, lid, notes, na)
+
+
+def _within(spec: Any, parent: Any, failed: Any) -> bool:
+    """Is every knob of `spec` the parent's or the failed spec's (its changes a subset)?"""
+    from dataclasses import fields
+
+    if type(spec) is not type(parent) or type(failed) is not type(parent):
+        return False
+    knobs = [f.name for f in fields(spec) if f.name != "levers"]
+    return all(getattr(spec, k) in (getattr(parent, k), getattr(failed, k)) for k in knobs)
 
 
 def spec_dict_of(spec: Any) -> dict[str, Any]:
