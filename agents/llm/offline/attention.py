@@ -103,10 +103,17 @@ def effective(facts: TaskFacts, spec: AttentionSpec) -> tuple[int, int, int]:
     g = geometry(facts)
     bq = g["q_len"] if g["q_len"] <= spec.block_q else spec.block_q
     bkv = g["kv_len"] if spec.kv_in_one_block or g["kv_len"] <= spec.block_kv else spec.block_kv
-    hb = spec.heads_per_block if g["groups"] % spec.heads_per_block == 0 and g["repeat"] == 1 else 1
+    hb = spec.heads_per_block if packs(g["groups"], g["repeat"], spec.heads_per_block) else 1
     if has_bias(facts):  # bias blocks are per (batch x head) group; a bias block spans lanes
         hb, bkv = 1, min(g["kv_len"], -(-bkv // 128) * 128)
     return hb, bq, bkv
+
+
+def packs(groups: int, repeat: int, heads: int) -> bool:
+    """Can `heads` (batch x head) groups share a block? Without grouped-query heads, when they
+    divide the groups; with them, when they divide one kv head's query heads (which then
+    share its k and v block)."""
+    return groups % heads == 0 if repeat == 1 else repeat % heads == 0
 
 
 def vmem_bytes(facts: TaskFacts, spec: AttentionSpec) -> int:
@@ -163,8 +170,11 @@ def _operand_casts(spec: AttentionSpec) -> tuple[str, str, str]:
     return "jnp.float32", ".astype(jnp.float32)", ""
 
 
-def _kernel_source(spec: AttentionSpec, bias: bool = False) -> str:
+def _kernel_source(spec: AttentionSpec, bias: bool = False, grouped: bool = False) -> str:
     q_dtype, kv_cast, p_cast = _operand_casts(spec)
+    load_k, load_v = f"k_ref[...]{kv_cast}", f"v_ref[...]{kv_cast}"
+    if grouped:  # a block of several query heads reads their one kv head's block
+        load_k, load_v = f"_per_head(k_ref[...]{kv_cast}, q)", f"_per_head(v_ref[...]{kv_cast}, q)"
     exp = "jnp.exp2" if spec.exp == "exp2" else "jnp.exp"
     rows_layout = spec.layout == "rows"
     axis = -1 if rows_layout else -2
@@ -203,8 +213,8 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False) -> str:
             f'    """{strategy_line(spec).split(";")[0]}: one (q block, KV block) step of the softmax."""',
             f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
     if spec.kv_in_one_block:
-        body = [*head, "    rows, r0 = ..., 0", f"    q = {load_q}", f"    k = k_ref[...]{kv_cast}",
-                f"    v = v_ref[...]{kv_cast}", *[line[4:] for line in zero_v], f"    s = {scores}",
+        body = [*head, "    rows, r0 = ..., 0", f"    q = {load_q}", f"    k = {load_k}",
+                f"    v = {load_v}", *[line[4:] for line in zero_v], f"    s = {scores}",
                 *[line[4:] for line in mask],
                 f"    m = jnp.max(s, axis={axis}, keepdims=True)", f"    p = {exp}(s - m)",
                 f"    row_sum = jnp.sum(p, axis={axis}, keepdims=True)", f"    p = p{p_cast}",
@@ -223,7 +233,7 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False) -> str:
     body += ["", "    def _update(r0, rows):",
              '        """The online-softmax update of the q rows `rows` (starting at row r0)."""',
              "        q = qs_ref[rows]" if spec.hoist_q else f"        q = {load_q}",
-             f"        k = k_ref[...]{kv_cast}", f"        v = v_ref[...]{kv_cast}", *zero_v,
+             f"        k = {load_k}", f"        v = {load_v}", *zero_v,
              f"        s = {scores}", *mask,
              "        m_prev = m_ref[rows]",
              f"        m_new = jnp.maximum(m_prev, jnp.max(s, axis={axis}, keepdims=True))",
@@ -251,7 +261,7 @@ _WRAPPER = '''
 def _batch_dims(x):
     """Head groups batched in the block (3-D) or squeezed out of it (2-D)."""
     return ((0,), (0,)) if x.ndim == 3 else ((), ())
-
+%PER_HEAD%
 
 @functools.partial(jax.jit, static_argnames=("block_q", "block_kv", "heads_per_block", "buffers"))
 def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%,
@@ -270,7 +280,8 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     lead, (q_len, depth), kv_len = q.shape[:-2], q.shape[-2:], k.shape[-2]
     groups, kv_groups = int(np.prod(lead)), int(np.prod(k.shape[:-2]))
     repeat = q_heads // kv_heads  # query head h reads key/value head h // repeat
-    hb = heads_per_block if groups % heads_per_block == 0 and repeat == 1 else 1
+    packed = groups % heads_per_block == 0 if repeat == 1 else repeat % heads_per_block == 0
+    hb = heads_per_block if packed else 1
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
     if BIAS:  # one (batch x head) group per block; the bias block's last axis is on the lanes
@@ -279,6 +290,7 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     q3 = q.reshape(groups, q_len, depth)
     k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
     head = hb if hb > 1 else None  # several groups per block, or one squeezed out
+    kv_head = None if repeat > 1 else head  # grouped-query heads of a block share one kv head
 %PER_BLOCK%
     def q_index(%GRID_ARGS%):
         return (g, i, 0)
@@ -286,9 +298,10 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     def kv_index(%GRID_ARGS%):
         if CAUSAL:  # a block above the diagonal repeats the last needed one: no new fetch
             j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
-        if hb > 1:
+        if kv_head is not None:
             return (g, j, 0)
-        return ((g // q_heads) * kv_heads + (g % q_heads) // repeat, j, 0)
+        h = g * hb  # the block's first query group
+        return ((h // q_heads) * kv_heads + (h % q_heads) // repeat, j, 0)
 
     q_spec = (pl.BlockSpec((head, bq, depth), q_index, pipeline_mode=pl.Buffered(1)) if SINGLE_BUFFER_Q
               else pl.BlockSpec((head, bq, depth), q_index))
@@ -327,6 +340,14 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
 def build(block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%, buffers: int = %BUFFERS%):
     return functools.partial(%NAME%, block_q=block_q, block_kv=block_kv, heads_per_block=heads_per_block,
                              buffers=buffers)
+'''
+
+
+_PER_HEAD = '''
+
+def _per_head(x, like):
+    """One kv head's block, read by each of the block's query heads (grouped-query)."""
+    return jnp.broadcast_to(x, (like.shape[0], *x.shape)) if x.ndim < like.ndim else x
 '''
 
 
@@ -374,9 +395,10 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
         "LANES = 128",
         "MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)",
         *(["_LOG2E = 1.4426950408889634  # exp(x) == exp2(x * log2(e))"] if spec.exp == "exp2" else [])])
+    grouped = geometry(facts)["repeat"] > 1
     pipelined = spec.buffers != 2 or spec.tune_schedule
-    kv_spec = ("pl.BlockSpec((head, bkv, depth), kv_index, pipeline_mode=pl.Buffered(buffers))" if pipelined
-               else "pl.BlockSpec((head, bkv, depth), kv_index)")
+    kv_spec = ("pl.BlockSpec((kv_head, bkv, depth), kv_index, pipeline_mode=pl.Buffered(buffers))" if pipelined
+               else "pl.BlockSpec((kv_head, bkv, depth), kv_index)")
     grid = ("(groups // hb, pl.cdiv(q_len, bq), pl.cdiv(kv_len, bkv))" if spec.grid_order == "gq"
             else "(pl.cdiv(q_len, bq), groups // hb, pl.cdiv(kv_len, bkv))")
     body = (_WRAPPER.replace("%NAME%", "attention_kernel").replace("%ARGS%", ", ".join(names))
@@ -384,11 +406,12 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
             .replace("%BIAS%", names[d["bias"]] if has_bias(facts) else "None")
             .replace("%SCALE%", scale).replace("%LOG2E%", " * _LOG2E" if spec.exp == "exp2" else "")
             .replace("%PER_BLOCK%", "" if spec.kv_in_one_block else "    per_block = (hb,) if hb > 1 else ()\n")
+            .replace("%PER_HEAD%", _PER_HEAD if grouped else "")
             .replace("%KV_SPEC%", kv_spec).replace("%GRID%", grid).replace("%SCRATCH%", _scratch(spec))
             .replace("%GRID_ARGS%", "g, i, j" if spec.grid_order == "gq" else "i, g, j")
             .replace("%BQ%", str(spec.block_q)).replace("%BKV%", str(spec.block_kv))
             .replace("%HB%", str(spec.heads_per_block)).replace("%BUFFERS%", str(spec.buffers)))
-    return header(doc) + "\n" + constants + "\n" + _kernel_source(spec, has_bias(facts)) + body
+    return header(doc) + "\n" + constants + "\n" + _kernel_source(spec, has_bias(facts), grouped) + body
 
 
 def attention_source(facts: TaskFacts, params: dict[str, Any], task_name: str,

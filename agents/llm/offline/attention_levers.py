@@ -11,6 +11,7 @@ from agents.llm.offline.attention import (
     effective,
     geometry,
     has_bias,
+    packs,
     row_tile,
     vmem_bytes,
 )
@@ -66,12 +67,11 @@ def head_packing(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] 
     g = geometry(ctx.facts)
     if has_bias(ctx.facts):
         return NotApplicable("the score bias is read per (batch x head) group: one group per block")
-    if g["repeat"] != 1:
-        return NotApplicable(f"grouped-query heads ({g['repeat']} query heads per kv head) read their "
-                             "kv head through the index map; a packed block would need a gather")
+    shared = g["repeat"] > 1  # a block packs query heads of one kv head: they share its k and v
     out = [changed(spec, heads_per_block=h) for h in (2, 4, 8)
-           if h != spec.heads_per_block and g["groups"] % h == 0]
+           if h != spec.heads_per_block and packs(g["groups"], g["repeat"], h)]
     return [s for s in out if _fits(s, ctx)] or NotApplicable(
+        f"{g['repeat']} query heads per kv head: no packing that divides them fits VMEM" if shared else
         f"{g['groups']} (batch x head) groups: no packing that divides them fits VMEM")
 
 
