@@ -69,37 +69,17 @@ def program_sha256(task_path: str, candidate_path: str, config: dict[str, Any],
 def program_sha256s(task_path: str, candidate_path: str, configs: list[dict[str, Any]],
                     target: str) -> list[str | None]:
     """:func:`program_sha256` for several configurations, through one sandboxed worker and
-    one runner (`lower_many_in_sandbox`)."""
+    one runner (`estimate.lower_configs`); None where one did not lower (its evaluation
+    reports why)."""
     import hashlib
 
-    from kernelgraph.errors import KernelgraphError
-    from tools.inputs.candidate import read_candidate
-    from tools.performance.estimate import (
-        load_task_quickly,
-        lower_many_in_sandbox,
-        task_arguments,
-    )
+    from tools.performance.estimate import load_task_quickly, lower_configs
     from tools.performance.executors import chip_for_target
 
-    task = load_task_quickly(task_path)
-    abstract, _ = task_arguments(task, 0)
-    source = read_candidate(candidate_path)
-    keys: list[str | None] = [None] * len(configs)
-    checked: list[tuple[int, dict[str, Any]]] = []
-    for index, config in enumerate(configs):
-        try:
-            checked.append((index, source.check_config(dict(config))))
-        except (KernelgraphError, ValueError):  # the evaluation reports why
-            continue
-    try:
-        texts = lower_many_in_sandbox(Path(candidate_path), [c for _, c in checked], abstract,
-                                      chip_for_target(target), 0, task.statics_at(0))
-    except KernelgraphError:  # the child failed as a whole: each evaluation will say why
-        return keys
-    for (index, _), text in zip(checked, texts, strict=True):
-        if isinstance(text, str):
-            keys[index] = hashlib.sha256(text.encode()).hexdigest()
-    return keys
+    lowered = lower_configs(load_task_quickly(task_path), candidate_path, configs,
+                            chip_for_target(target))
+    return [hashlib.sha256(text.encode()).hexdigest() if isinstance(text, str) else None
+            for _, text in lowered]
 
 
 class PricedConfig(msgspec.Struct, frozen=True):

@@ -315,36 +315,50 @@ def estimate_many(task_path: str | Path, candidate_path: str | Path,
     """:func:`estimate` (without the detail beside) for several configurations of one
     candidate, lowered by one worker and one runner; each configuration gets its estimate
     or the error that refused it, in order."""
-    from tools.inputs.candidate import read_candidate
-
     chip_name = _sim_chip(target)
     task = load_task_quickly(task_path)
-    source = read_candidate(candidate_path)
     abstract, concrete = task_arguments(task, shape_index)
-    results: dict[int, Estimate | KernelgraphError | ValueError] = {}
-    checked: list[tuple[int, dict[str, Any]]] = []
-    for index, config in enumerate(configs):
-        try:
-            checked.append((index, source.check_config(dict(config))))
-        except (KernelgraphError, ValueError) as exc:
-            results[index] = exc
     started = time.perf_counter()
+    out: list[Estimate | KernelgraphError | ValueError] = []
+    for full_config, text in lower_configs(task, candidate_path, configs, chip_name, shape_index):
+        if not isinstance(text, str):
+            out.append(text)
+            continue
+        try:
+            out.append(_priced(text, task, task_path, candidate_path, full_config, target,
+                               shape_index, abstract, concrete, False, started))
+        except (KernelgraphError, ValueError) as exc:
+            out.append(exc)
+    return out
+
+
+def lower_configs(task: Any, candidate_path: str | Path, configs: Sequence[dict[str, Any]],
+                  chip_name: str, shape_index: int = 0,
+                  ) -> list[tuple[dict[str, Any], str | KernelgraphError | ValueError]]:
+    """Each configuration checked against the candidate's `TUNABLES` (filled in with its
+    defaults) and lowered for `chip_name`, in order: (that full configuration, its lowered
+    text or the error that refused it). One worker and one runner lower all that pass the
+    check (`lower_many_in_sandbox`)."""
+    from tools.inputs.candidate import read_candidate
+
+    source = read_candidate(candidate_path)
+    abstract, _ = task_arguments(task, shape_index)
+    out: list[tuple[dict[str, Any], str | KernelgraphError | ValueError]] = []
+    for config in configs:
+        try:
+            out.append((source.check_config(dict(config)), ""))
+        except (KernelgraphError, ValueError) as exc:
+            out.append((dict(config), exc))
+    checked = [i for i, (_, refused) in enumerate(out) if refused == ""]
     try:
-        texts: list[str | EstimateError] | list[KernelgraphError] = lower_many_in_sandbox(
-            Path(candidate_path), [c for _, c in checked], abstract, chip_name, shape_index,
+        texts: Sequence[str | KernelgraphError] = lower_many_in_sandbox(
+            Path(candidate_path), [out[i][0] for i in checked], abstract, chip_name, shape_index,
             task.statics_at(shape_index))
     except KernelgraphError as exc:  # no sandbox, or the one configuration's child failed
         texts = [exc] * len(checked)
-    for (index, full_config), text in zip(checked, texts, strict=True):
-        if not isinstance(text, str):
-            results[index] = text
-            continue
-        try:
-            results[index] = _priced(text, task, task_path, candidate_path, full_config, target,
-                                     shape_index, abstract, concrete, False, started)
-        except (KernelgraphError, ValueError) as exc:
-            results[index] = exc
-    return [results[i] for i in range(len(configs))]
+    for i, text in zip(checked, texts, strict=True):
+        out[i] = (out[i][0], text)
+    return out
 
 
 def _sim_chip(target: str) -> str:
