@@ -28,6 +28,8 @@ NOTES_PACKAGE = "knowledge"
 CATALOGUE_NOTE = "levers.md"
 
 KERNEL_CLASSES = ("elementwise", "rowwise", "matmul", "attention", "row_independent", "generic")
+BOUNDS = ("compute", "memory", "overhead")
+"""What bounds a kernel in a profile (`tools.performance.roofline`), and so what a lever relieves."""
 CLASS_ALIASES = {"matmul_epilogue": "matmul", "rows_generic": "row_independent"}
 """The offline classifier's names for the notes' classes."""
 
@@ -41,6 +43,7 @@ class Lever:
     classes: tuple[str, ...]
     hint: str
     text: str = ""
+    relieves: tuple[str, ...] = ()  # the bounds it can lower: compute, memory, overhead ('': unknown)
 
     def applies_to(self, kernel_class: str) -> bool:
         return not kernel_class or kernel_class in self.classes
@@ -66,7 +69,7 @@ def parse_catalogue(text: str) -> tuple[Lever, ...]:
         rest: list[str] = []
         for line in section.strip().splitlines():
             key, sep, value = line.partition(":")
-            if sep and key.strip() in ("classes", "hint") and key.strip() not in fields:
+            if sep and key.strip() in ("classes", "hint", "relieves") and key.strip() not in fields:
                 fields[key.strip()] = value.strip()
             else:
                 rest.append(line)
@@ -80,8 +83,12 @@ def parse_catalogue(text: str) -> tuple[Lever, ...]:
                               f"classes {unknown}; known: {', '.join(KERNEL_CLASSES)}")
         if any(lv.id == lever_id for lv in levers):
             raise PolicyError(f"{CATALOGUE_NOTE}: lever {lever_id!r} appears twice")
+        relieves = tuple(b.strip() for b in fields.get("relieves", "").split(",") if b.strip())
+        if set(relieves) - set(BOUNDS):
+            raise PolicyError(f"{CATALOGUE_NOTE}: lever {lever_id!r} relieves unknown bounds "
+                              f"{sorted(set(relieves) - set(BOUNDS))}; known: {', '.join(BOUNDS)}")
         levers.append(Lever(lever_id, title.strip(), classes, fields["hint"],
-                            "\n".join(rest).strip()))
+                            "\n".join(rest).strip(), relieves))
     return tuple(levers)
 
 

@@ -273,6 +273,24 @@ def test_a_kernel_priced_no_faster_sends_the_next_iteration_past_its_changes() -
         assert any("moved last" in e for e in decision["evidence"])
 
 
+def test_a_parents_bound_puts_the_levers_that_relieve_it_first() -> None:
+    """A memory-bound parent: a hinted lever that only relieves compute (accumulator) is first
+    combined with one that can lower memory time; the same hint on a compute-bound parent
+    starts with the lever alone."""
+    from searchpolicies.levers import lever
+
+    hint = _hint("accumulator", "attention")
+    picks = {}
+    for bound in ("memory", "compute"):
+        profile = {"bound": bound, "grid_steps": 8, "achieved_bandwidth_fraction": 0.5, "speedup": 1.2,
+                   "measured_on": "simulated"}
+        decision = _plan("attention", hint, 0, parent={"plan": "", "config": {}, "profile": profile})
+        picks[bound] = [i for i in decision["levers"] if i not in planner.FIXED_LEVERS["attention"]]
+    assert picks["compute"] == ["accumulator"]
+    assert picks["memory"][0] == "accumulator" and len(picks["memory"]) == 2
+    assert "memory" in lever(picks["memory"][1]).relieves
+
+
 def test_plans_and_kernels_replay_byte_for_byte() -> None:
     from agents.llm.offline.author import candidate_source
 

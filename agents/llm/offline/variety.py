@@ -11,6 +11,11 @@ it, and the hint moves the next kernel written from it. A hinted lever that does
 ends the expansion with its reason instead of a duplicate kernel. Specs other nodes of the
 run already wrote kernels from are left out too (a sibling whose hinted lever does not
 apply, or two paths to one combination of levers, would write them again).
+
+The order then follows the evidence: variants none of whose levers can relieve what bounds
+the parent (the profile's compute, memory or per-step overhead; the catalogue's `relieves:`)
+go after those that can, and variants made only of the changes of a kernel this trajectory
+priced no faster than its parent go last.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from agents.llm.offline.levers import (
     spec_from,
     variants,
 )
+from searchpolicies.levers import BOUNDS, catalogue
 
 WRITERS: dict[str, Any] = {"matmul_epilogue": matmul, "attention": attention, "elementwise": rows,
                            "rowwise": rows, "rows_generic": rows, "generic": generic}
@@ -173,6 +179,12 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         if s not in taken:
             unique.setdefault(s, lid)
     ordered = list(unique.items())
+    bound = str(((ctx.get("parent") or {}).get("profile") or {}).get("bound") or "")
+    idle = [(s, lid) for s, lid in ordered if lid and not _relieves(lid, bound)]
+    if idle and len(idle) < len(ordered):
+        ordered = [o for o in ordered if o not in idle] + idle
+        notes.append(f"{len(idle)} variant(s) moved later: none of their levers relieves the "
+                     f"parent's {bound} bound")
     spent = [(s, lid) for s, lid in ordered if any(_within(s, parent_spec, f) for f in priced_no_faster)]
     if spent:
         ordered = [o for o in ordered if o not in spent] + spent
@@ -195,6 +207,15 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     notes.append(f"seed {seed} picks variant {position} of {len(ordered)} distinct specs"
                  + (f" ({lid})" if lid else " (the class default)"))
     return Choice(spec, lid, notes, na)
+
+
+def _relieves(lid: str, bound: str) -> bool:
+    """Can one of the levers `lid` names ("a+b") lower `bound`? Yes for an unknown bound or a
+    lever the catalogue does not tag (the profile's block moves)."""
+    if bound not in BOUNDS:
+        return True
+    tags = {lv.id: lv.relieves for lv in catalogue()}
+    return any(not tags.get(i) or bound in tags[i] for i in lid.split("+"))
 
 
 def _within(spec: Any, parent: Any, failed: Any) -> bool:
