@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from agents.llm.offline import (  # noqa: F401  (registers the levers)
@@ -220,8 +220,6 @@ def _relieves(lid: str, bound: str) -> bool:
 
 def _within(spec: Any, parent: Any, failed: Any) -> bool:
     """Is every knob of `spec` the parent's or the failed spec's (its changes a subset)?"""
-    from dataclasses import fields
-
     if type(spec) is not type(parent) or type(failed) is not type(parent):
         return False
     knobs = [f.name for f in fields(spec) if f.name != "levers"]
