@@ -45,10 +45,10 @@ class PlannerAgent(Agent[ProposePlan]):
                           *profile.get("suggestions", []), fields["task_source"][:2000]])
         snippets = await ctx.run_tool(retrieve, ctx, query)
         baseline = f"{cmd.baseline_s:.4g} s" if cmd.baseline_s else "(not measured)"
-        written = [await ctx.get_text(sha) for sha in dict.fromkeys(cmd.written_plans)]
-        context.update(parent=parent, failures=await _with_plans(ctx, cmd.failures), hint=cmd.hint,
-                       knowledge=snippets, baseline_s=cmd.baseline_s, feedback=cmd.feedback,
-                       written_plans=written)
+        written = {sha: await ctx.get_text(sha) for sha in dict.fromkeys(cmd.written_plans)}
+        context.update(parent=parent, failures=await _with_plans(ctx, cmd.failures, written),
+                       hint=cmd.hint, knowledge=snippets, baseline_s=cmd.baseline_s,
+                       feedback=cmd.feedback, written_plans=list(written.values()))
         prompt = render_prompt(
             "plan", **fields, baseline=baseline, measured_on="simulated" if cmd.target_name.startswith(
                 "sim-") else "measured", parent=render_parent(parent),
@@ -62,13 +62,15 @@ class PlannerAgent(Agent[ProposePlan]):
                          wall_s=time.perf_counter() - started)
 
 
-async def _with_plans(ctx: AgentContext[ProposePlan], failures: list[Any]) -> list[Any]:
-    """The failures, each priced-not-faster one with the plan of the kernel that failed: a
-    planner can then leave out kernels made of that one's changes alone."""
+async def _with_plans(ctx: AgentContext[ProposePlan], failures: list[Any],
+                      known: dict[str, str]) -> list[Any]:
+    """The failures, each priced-not-faster one with the plan of the kernel that failed (from
+    `known`, the plans already read, when there): a planner can then leave out kernels made
+    of that one's changes alone."""
     out = []
     for failure in failures:
-        if isinstance(failure, dict) and failure.get("phase") == "price" and isinstance(
-                failure.get("plan_sha256"), str):
-            failure = {**failure, "plan": await ctx.get_text(failure["plan_sha256"])}
+        sha = failure.get("plan_sha256") if isinstance(failure, dict) else None
+        if isinstance(sha, str) and failure.get("phase") == "price":
+            failure = {**failure, "plan": known.get(sha) or await ctx.get_text(sha)}
         out.append(failure)
     return out

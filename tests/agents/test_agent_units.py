@@ -138,3 +138,26 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
     unpriced_default = PricedConfig({"block": 256}, None, problem="did not lower")
     assert worth_testing(unpriced_default, others, keep=5)[0] == [
         {"block": 512}, {"block": 64}, {"block": 32}, {"block": 128}]
+
+
+def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:
+    """Only price failures get their plan, read once: from the plans already read when there."""
+    import asyncio
+
+    from agents.planner import _with_plans
+
+    class Artifacts:
+        asked: list[str] = []
+
+        async def get_text(self, sha256: str) -> str:
+            self.asked.append(sha256)
+            return f"plan {sha256}"
+
+    failures = [{"iteration": 1, "phase": "price", "error": "not faster", "plan_sha256": "a"},
+                {"iteration": 2, "phase": "test", "error": "wrong answer", "plan_sha256": "b"},
+                {"iteration": 3, "phase": "price", "error": "not faster", "plan_sha256": "c"},
+                {"iteration": 4, "phase": "compile", "error": "no plan recorded"}]
+    ctx = Artifacts()
+    got = asyncio.run(_with_plans(ctx, failures, {"a": "the plan of a"}))  # type: ignore[arg-type]
+    assert [f.get("plan") for f in got] == ["the plan of a", None, "plan c", None]
+    assert ctx.asked == ["c"] and got[1] == failures[1]
