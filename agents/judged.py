@@ -84,13 +84,18 @@ def price_problem(checked: CompileChecked, parent: float | None, margin: float,
             "it was not tested")
 
 
+ROUNDING = 1e-9
+"""Relative slack for a latency rebuilt from a speedup (baseline = estimate x speedup): a
+price equal to the parent's up to float rounding is no faster."""
+
+
 def latency_to_beat(checked: CompileChecked, parent: float | None, margin: float) -> float | None:
     """The simulated latency a configuration must be priced under to beat `parent` by
     `margin` (the baseline is the one the compile check priced against); None: unknown."""
     if parent is None or not checked.estimate_s or not checked.estimate_speedup:
         return None
     baseline_s = checked.estimate_s * checked.estimate_speedup
-    return baseline_s / (parent * (1.0 + margin))
+    return baseline_s / (parent * (1.0 + margin)) * (1.0 - ROUNDING)
 
 
 def citation_fields(cited: IterationFinished) -> dict[str, Any]:

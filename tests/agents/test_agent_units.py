@@ -161,3 +161,20 @@ def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:
     got = asyncio.run(_with_plans(ctx, failures, {"a": "the plan of a"}))  # type: ignore[arg-type]
     assert [f.get("plan") for f in got] == ["the plan of a", None, "plan c", None]
     assert ctx.asked == ["c"] and got[1] == failures[1]
+
+
+def test_a_configuration_priced_at_its_parents_latency_does_not_beat_it() -> None:
+    """From a real log: the parent's latency, rebuilt through the default's estimate and speedup,
+    came out one ulp above the parent's own, so a configuration priced exactly like the parent
+    counted as faster and was tested."""
+    from agents import judged
+    from eventstore.events import CompileChecked
+
+    checked = CompileChecked.create(run_id="r", node_id="n", producer="test", iteration=2,
+                                    code_sha256="c", ok=True,
+                                    estimate_s=6.7931084148462355e-06,
+                                    estimate_speedup=0.9157369374464949)
+    parent_speedup, parent_latency_s = 1.0225704671074451, 6.083395223753976e-06
+    beat_s = judged.latency_to_beat(checked, parent_speedup, 0.0)
+    assert beat_s is not None and not parent_latency_s < beat_s
+    assert parent_latency_s * 0.999 < beat_s  # one priced 0.1% faster still beats it
