@@ -20,6 +20,7 @@ priced no faster than its parent go last.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -214,8 +215,14 @@ def _relieves(lid: str, bound: str) -> bool:
     lever the catalogue does not tag (the profile's block moves)."""
     if bound not in BOUNDS:
         return True
-    tags = {lv.id: lv.relieves for lv in catalogue()}
+    tags = _relief_tags()
     return any(not tags.get(i) or bound in tags[i] for i in lid.split("+"))
+
+
+@functools.cache
+def _relief_tags() -> dict[str, tuple[str, ...]]:
+    """Each catalogue lever's `relieves:` bounds (built once, not per variant)."""
+    return {lv.id: lv.relieves for lv in catalogue()}
 
 
 def _within(spec: Any, parent: Any, failed: Any) -> bool:
