@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
 
+from agents.llm.offline import conv
 from agents.llm.offline.classify import classify_task
 
 TASKS = Path(__file__).resolve().parents[1] / "evaltasks"
@@ -61,7 +62,7 @@ def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     """At the tuning point and the unseen shape, against the reference, with the conv inside
     `pallas_call` (two of them: the conv and the epilogue)."""
     source = first_kernel(TASKS / f"{name}.py", name)
-    assert source.count("pl.pallas_call(") == 2 and "jnp.dot(window, w_ref[t]" in source
+    assert source.count("pl.pallas_call(") == 2 and "jnp.dot(window, weights" in source
     assert "conv_general_dilated_p" not in source and "lax.conv_general_dilated(" not in source
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
 
@@ -74,6 +75,37 @@ def test_a_smaller_image_block_gives_the_same_answer() -> None:
     assert "TUNABLES = {'block_images'" in source
     for block in (1, 3):
         assert_matches_reference(task, source, seed=5, block_images=block)
+
+
+def test_packed_taps_fill_the_mxu_depth_and_are_a_tunable() -> None:
+    """Few channels: as many taps per matmul as fit one MXU depth, the default; one tap per
+    matmul and the whole window are the tuner's other choices."""
+    assert conv.packed_taps(8, 9) == 9 and conv.packed_taps(64, 9) == 4
+    assert conv.packed_taps(256, 9) == 1 and conv.packed_taps(512, 27) == 1
+    assert conv.taps_choices(64, 9) == [4, 1, 9] and conv.taps_choices(300, 9) == [1, 9]
+    source = first_kernel(TASKS / "conv2d_nhwc_strided.py")
+    assert "'taps_per_dot': [9, 1]" in source and "taps_per_dot: int = 9" in source
+    assert "packed_taps" in source.split('"""')[1]
+
+
+@pytest.mark.parametrize(("name", "taps_per_dot"), [
+    ("conv2d_nhwc_strided", 1), ("conv2d_nhwc_strided", 2), ("conv2d_nchw_grouped", 4),
+    ("conv3d_ncdhw", 5), ("conv3d_ncdhw", 27)])
+def test_any_number_of_taps_per_matmul_gives_the_same_answer(name: str, taps_per_dot: int) -> None:
+    """`taps_per_dot` regroups the window's taps into matmuls; a count that does not divide
+    the taps leaves a shorter last group."""
+    task = TASKS / f"{name}.py"
+    assert_matches_reference(task, first_kernel(task), seed=7, taps_per_dot=taps_per_dot)
+
+
+def test_a_fixers_configuration_packs_no_taps() -> None:
+    """The safer ladder's fixed configurations keep one tap per matmul: nothing left to fail
+    in a lane concatenation."""
+    facts = classify_task(TASKS / "conv2d_nhwc_strided.py")
+    source = conv.conv_source(facts, {"block_images": 1, "tunables": {"block_images": [1]}},
+                              "conv2d_nhwc_strided")
+    assert "TUNABLES = {'block_images': [1], 'taps_per_dot': [1]}" in source
+    assert "packed_taps" not in source.split('"""')[1]
 
 
 @pytest.mark.slow

@@ -1,8 +1,13 @@
 """Convolutions (`lax.conv_general_dilated`, 1-D to 3-D) as window-tap matmuls on the MXU.
 
-Mosaic has no convolution rule, so the kernel writes one as K_h x K_w (x K_d) matmuls: for
-each tap of the window, a shifted window of the padded input times that tap's
-(in_channels/groups x out_channels/groups) weight slice, accumulated in f32.
+Mosaic has no convolution rule, so the kernel writes one as matmuls over the window's taps:
+for each tap, a shifted window of the padded input times that tap's (in_channels/groups x
+out_channels/groups) weight slice, accumulated in f32. With few channels one tap's matmul
+would leave most of the MXU's contraction depth empty, so `taps_per_dot` taps are packed
+into one matmul: their windows side by side along the channels (an im2col in VMEM, nothing
+more read from HBM) against the taps' weight slices stacked. By default as many taps as fill
+the MXU's depth (`packed_taps`); one tap per matmul and the whole window are the tuner's
+other choices.
 
 Layout work outside the kernel (transposes, pads, strided slices, reshapes) makes every
 tap's window one contiguous row range of a 2-D (rows, channels) slab:
@@ -43,11 +48,26 @@ from agents.llm.offline.common import (
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
 
-LEVERS = ["window_tap_matmuls", "f32_accumulator", "stride_phase_split", "image_blocks_parallel",
-          "epilogue_kernel_per_image_block"]
-STRATEGY = ("Convolution as one MXU matmul per window tap on a phase-split, flattened image "
+LEVERS = ["window_tap_matmuls", "packed_taps", "f32_accumulator", "stride_phase_split",
+          "image_blocks_parallel", "epilogue_kernel_per_image_block"]
+STRATEGY = ("Convolution as MXU matmuls over the window's taps (several taps' windows side by "
+            "side in one matmul when the channels are few) on a phase-split, flattened image "
             "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
             "in a second kernel per image block (whole batch when it mixes images).")
+MXU_DEPTH = 256
+"""The MXU's contraction depth on v6e and v7 (128 on v5e, where a deeper pack costs nothing)."""
+
+
+def packed_taps(group_in: int, taps: int, depth: int = MXU_DEPTH) -> int:
+    """Taps per matmul: as many as keep the packed contraction (taps x channels) within one
+    MXU depth, at least one."""
+    return max(1, min(taps, depth // max(1, group_in)))
+
+
+def taps_choices(group_in: int, taps: int, depth: int = MXU_DEPTH) -> list[int]:
+    """The tuner's `taps_per_dot` values, the default first: one MXU depth, one tap per
+    matmul, and the whole window in one matmul."""
+    return list(dict.fromkeys([packed_taps(group_in, taps, depth), 1, taps]))
 
 
 def geometry(space: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
@@ -115,33 +135,42 @@ def grid_text(params: dict[str, int]) -> str:
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     s = _shapes(facts)
     b = params["block_images"]
+    packed = params.get("taps_per_dot") or packed_taps(s["group_in"], s["taps"])
     item = s["itemsize"]
     slab = b * s["phases"] * s["length"] * s["group_in"] * item
     weight = s["taps"] * s["group_in"] * s["group_out"] * item
     out = b * s["rows"] * s["group_out"] * 4
-    total = 2 * (slab + weight + out) + s["rows"] * s["group_out"] * 4
+    window = s["rows"] * packed * s["group_in"] * item if packed > 1 else 0
+    total = 2 * (slab + weight + out) + s["rows"] * s["group_out"] * 4 + window
     return total, (f"2 x ({b} images x {s['phases']} phases x {s['length']} rows x {s['group_in']} "
                    f"channels slab + {s['taps']} taps x {s['group_in']}x{s['group_out']} weights + "
-                   f"{b} x {s['rows']}x{s['group_out']} out) + f32 accumulator = {total:,} B")
+                   f"{b} x {s['rows']}x{s['group_out']} out) + f32 accumulator"
+                   + (f" + {packed} taps' packed window" if window else "") + f" = {total:,} B")
 
 
 _TEMPLATE = '''
 
-def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows):
-    """Each image of the block: one MXU matmul per window tap, accumulated in f32."""
+def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
+    """Each image of the block: one MXU matmul per group of `taps_per_dot` window taps (their
+    windows side by side along the channels, so the contraction is that many times deeper),
+    accumulated in f32."""
+    group_in = x_ref.shape[-1]
 
     def _image(b, carry):
         acc = jnp.zeros((rows, o_ref.shape[-1]), jnp.float32)
-        for t, (phase, offset) in enumerate(taps):
-            window = x_ref[b, phase, pl.ds(offset, rows), :]
-            acc += jnp.dot(window, w_ref[t], preferred_element_type=jnp.float32)
+        for first in range(0, len(taps), taps_per_dot):
+            group = taps[first:first + taps_per_dot]
+            windows = [x_ref[b, phase, pl.ds(offset, rows), :] for phase, offset in group]
+            window = windows[0] if len(windows) == 1 else jnp.concatenate(windows, axis=-1)
+            weights = w_ref[pl.ds(first * group_in, len(group) * group_in), :]
+            acc += jnp.dot(window, weights, preferred_element_type=jnp.float32)
         o_ref[b] = acc.astype(o_ref.dtype)
         return carry
 
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
 
 
-def _conv(lhs, rhs, *, block_images):
+def _conv(lhs, rhs, *, block_images, taps_per_dot):
     """The conv of lhs and rhs (conv_general_dilated) with this task's parameters, in a Pallas kernel;
     outside it only layout: transposes, pads, strided slices, reshapes."""
     x = jnp.transpose(lhs, (LHS_SPEC[0], *LHS_SPEC[2:], LHS_SPEC[1]))  # (N, *space, C)
@@ -163,18 +192,19 @@ def _conv(lhs, rhs, *, block_images):
     count = math.prod(STRIDES)
     if GROUPS == 1:  # reshapes only: no data moves
         x = x.reshape(n, 1, count, length, channels)
-        w = w.reshape(1, len(taps), group_in, features)
+        w = w.reshape(1, len(taps) * group_in, features)
     else:
         x = x.reshape(n, count, length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
-        w = w.reshape(len(taps), group_in, GROUPS, group_out).transpose(2, 0, 1, 3)
+        w = w.reshape(len(taps) * group_in, GROUPS, group_out).transpose(1, 0, 2)
     block = min(block_images, n)
     out = pl.pallas_call(
-        functools.partial(_conv_kernel, taps=taps, rows=rows),
+        functools.partial(_conv_kernel, taps=taps, rows=rows,
+                          taps_per_dot=max(1, min(taps_per_dot, len(taps)))),
         out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
         grid=(pl.cdiv(n, block), GROUPS),
         in_specs=[
             pl.BlockSpec((block, None, count, length, group_in), lambda i, g: (i, g, 0, 0, 0)),
-            pl.BlockSpec((None, len(taps), group_in, group_out), lambda i, g: (g, 0, 0, 0)),
+            pl.BlockSpec((None, len(taps) * group_in, group_out), lambda i, g: (g, 0, 0)),
         ],
         out_specs=pl.BlockSpec((block, None, rows, group_out), lambda i, g: (i, g, 0, 0)),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
@@ -214,14 +244,16 @@ def _epilogue_block(block, n, out_shapes):
     return min(block, n)
 
 
-@functools.partial(jax.jit, static_argnames=("block_images",))
-def %NAME%(%ARGS%, *, block_images: int = %BLOCK%):
+@functools.partial(jax.jit, static_argnames=("block_images", "taps_per_dot"))
+def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
 %CHECKS%
     if block_images < 1:
         raise ValueError(f"{block_images=} must be positive")
+    if taps_per_dot < 1:
+        raise ValueError(f"{taps_per_dot=} must be positive")
     args = (%ARGS%,)
     lhs, rhs = _operands(*args, **dims)
-    y = _conv(lhs, rhs, block_images=block_images)
+    y = _conv(lhs, rhs, block_images=block_images, taps_per_dot=taps_per_dot)
     ins = (y, *(args[i] for i in EPILOGUE_ARGS))
     avals = jax.eval_shape(functools.partial(_epilogue, **dims), *ins)
     shapes = [tuple(a.shape) or (1, 1) for a in avals]
@@ -247,16 +279,18 @@ def %NAME%(%ARGS%, *, block_images: int = %BLOCK%):
     return %RETURN%
 
 
-def build(block_images: int = %BLOCK%):
-    return functools.partial(%NAME%, block_images=block_images)
+def build(block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
+    return functools.partial(%NAME%, block_images=block_images, taps_per_dot=taps_per_dot)
 '''
 
 
-def applied_levers(facts: TaskFacts) -> list[str]:
-    """The LEVERS this task's kernel takes: the phase split only with a stride, the per-image
-    epilogue only when the epilogue keeps images independent."""
+def applied_levers(facts: TaskFacts, taps_per_dot: int) -> list[str]:
+    """The LEVERS this task's kernel takes: packed taps only with more than one per matmul,
+    the phase split only with a stride, the per-image epilogue only when the epilogue keeps
+    images independent."""
     d = facts.detail
     skip = {"stride_phase_split"} if all(s == 1 for s in d["strides"]) else set()
+    skip |= set() if taps_per_dot > 1 else {"packed_taps"}
     skip |= set() if d["batch"] else {"epilogue_kernel_per_image_block"}
     return [lever for lever in LEVERS if lever not in skip]
 
@@ -267,19 +301,31 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     blocks = default_blocks(facts, chip)
     given = params.get("block_images")
     block = given if isinstance(given, int) and given > 0 else blocks["block_images"]
-    tunables = params.get("tunables") or {
-        "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2]))}
+    s = _shapes(facts)
+    depth = int((chip or {}).get("mxu_dim") or MXU_DEPTH)
+    choices = taps_choices(s["group_in"], s["taps"], depth)
+    # A fixer's configuration (tunables given) keeps one tap per matmul unless it says
+    # otherwise: no lane concatenation left to fail.
+    fixed = params.get("tunables")
+    packed = params.get("taps_per_dot") or (1 if fixed else choices[0])
+    tunables = dict(fixed) if fixed else {
+        "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2])),
+        "taps_per_dot": list(dict.fromkeys([packed, *choices]))}
+    tunables.setdefault("taps_per_dot", [packed])
     names = [a.name for a in facts.args]
     sub = sublane_tile([a.dtype for a in facts.args])
     per_image = ("per block of images" if d["batch"] else
                  "on the whole batch in one block (it mixes images)")
-    doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as one MXU "
-           f"matmul per window tap, f32 accumulation; strides {d['strides']}, padding "
+    doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as MXU "
+           f"matmuls over the window's {s['taps']} taps, {packed} tap(s) per matmul (their windows "
+           f"side by side along the {s['group_in']} channels), f32 accumulation; strides "
+           f"{d['strides']}, padding "
            f"{d['padding']}, dilation {d['dilation']}, {d['groups']} feature group(s). The "
            f"reference's epilogue ({', '.join(d['epilogue_ops']) or 'none'}) runs in a second "
            f"kernel {per_image}.\n\n"
-           f"Blocks: {block} image(s) per step (TUNABLES block_images).\n"
-           f"Levers applied: {', '.join(applied_levers(facts))}.\n\n"
+           f"Blocks: {block} image(s) per step, {packed} tap(s) per matmul (TUNABLES "
+           "block_images, taps_per_dot).\n"
+           f"Levers applied: {', '.join(applied_levers(facts, packed))}.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     constants = "\n".join([
         tunables_literal(tunables),
@@ -299,7 +345,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     body = (_TEMPLATE.replace("%NAME%", "conv_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%CHECKS%", dim_check_source(names, d["arg_dims"]))
             .replace("%RETURN%", "outs[0]" if len(facts.outs) == 1 else "tuple(outs)")
-            .replace("%BLOCK%", str(block)))
+            .replace("%BLOCK%", str(block)).replace("%TAPS%", str(packed)))
     text = (header(doc).replace("import functools\n", "import functools\nimport math\n", 1)
             .replace("import functools\n", "import functools\nimport itertools\n", 1))
     return (text + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + d["operands_source"] + "\n\n\n"
