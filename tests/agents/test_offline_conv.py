@@ -122,3 +122,19 @@ def test_the_docstring_names_only_the_levers_the_kernel_takes() -> None:
     assert "stride_phase_split" in strided and "epilogue_kernel_per_image_block" in strided
     assert "stride_phase_split" not in whole_batch
     assert "epilogue_kernel_per_image_block" not in whole_batch
+
+
+def test_blocks_past_the_default_scoped_vmem_ask_for_a_limit_that_holds_them() -> None:
+    """A full-size image per step (JAXBench's 128x128x64 images) needs more than the default
+    scoped VMEM: the kernel asks for what its blocks need, up to the chip's cap."""
+    import jax.numpy as jnp
+
+    namespace: dict = {"__name__": "candidate"}
+    exec(compile(first_kernel(TASKS / "conv2d_nhwc_strided.py"), "conv", "exec"), namespace)
+    limit, scoped, cap = namespace["_vmem_limit"], namespace["SCOPED_VMEM"], namespace["VMEM_CAP"]
+    assert limit([((4, 72, 8), jnp.float32)]) is None
+    image = ((1, 1, 16512, 64), jnp.float32)  # 4.2 MB, two buffers
+    out = ((1, 16128, 128), jnp.float32)  # 8.3 MB, two buffers
+    need = (2 * (16512 * 64 + 16128 * 128) * 4 + 16128 * 128 * 4) * 5 // 4
+    assert scoped < need < cap and limit([image, out], scratch_bytes=16128 * 128 * 4) == need
+    assert limit([((64, 16512, 64), jnp.float32)]) == cap

@@ -47,6 +47,7 @@ from agents.llm.offline.common import (
     tunables_literal,
 )
 from agents.llm.offline.jaxpr_source import NARY_HELPER
+from agents.llm.offline.levers import raised_vmem_limit
 
 LEVERS = ["window_tap_matmuls", "packed_taps", "f32_accumulator", "stride_phase_split",
           "image_blocks_parallel", "epilogue_kernel_per_image_block"]
@@ -170,6 +171,15 @@ def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
 
 
+def _vmem_limit(blocks, scratch_bytes=0):
+    """`vmem_limit_bytes` for these (shape, dtype) blocks, two buffers each, plus scratch and
+    a quarter spare; None while the chip's default scoped limit holds them (up to VMEM_CAP:
+    past it the compiler says the blocks do not fit)."""
+    need = sum(2 * math.prod(shape) * jnp.dtype(dtype).itemsize for shape, dtype in blocks)
+    need = (need + scratch_bytes) * 5 // 4
+    return None if need <= SCOPED_VMEM else min(need, VMEM_CAP)
+
+
 def _conv(lhs, rhs, *, block_images, taps_per_dot):
     """The conv of lhs and rhs (conv_general_dilated) with this task's parameters, in a Pallas kernel;
     outside it only layout: transposes, pads, strided slices, reshapes."""
@@ -197,9 +207,13 @@ def _conv(lhs, rhs, *, block_images, taps_per_dot):
         x = x.reshape(n, count, length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
         w = w.reshape(len(taps) * group_in, GROUPS, group_out).transpose(1, 0, 2)
     block = min(block_images, n)
+    packed = max(1, min(taps_per_dot, len(taps)))
+    limit = _vmem_limit([((block, count, length, group_in), x.dtype),
+                         ((len(taps) * group_in, group_out), w.dtype),
+                         ((block, rows, group_out), OUT_DTYPE)],
+                        scratch_bytes=rows * (group_out * 4 + packed * group_in * x.dtype.itemsize))
     out = pl.pallas_call(
-        functools.partial(_conv_kernel, taps=taps, rows=rows,
-                          taps_per_dot=max(1, min(taps_per_dot, len(taps)))),
+        functools.partial(_conv_kernel, taps=taps, rows=rows, taps_per_dot=packed),
         out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
         grid=(pl.cdiv(n, block), GROUPS),
         in_specs=[
@@ -207,7 +221,8 @@ def _conv(lhs, rhs, *, block_images, taps_per_dot):
             pl.BlockSpec((None, len(taps) * group_in, group_out), lambda i, g: (g, 0, 0)),
         ],
         out_specs=pl.BlockSpec((block, None, rows, group_out), lambda i, g: (i, g, 0, 0)),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=limit),
     )(x, w)
     out = out if GROUPS == 1 else out.transpose(0, 2, 1, 3)
     out = out.reshape(n, outs[0], *phase_dims[1:], features)
@@ -267,13 +282,16 @@ def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
         in_specs = [_whole(x.shape) for x in ins]
         out_specs = [_whole(shape) for shape in shapes]
         step_dims = dims
+    limit = _vmem_limit([(spec.block_shape, x.dtype) for spec, x in zip(in_specs, ins, strict=True)]
+                        + [(spec.block_shape, a.dtype) for spec, a in zip(out_specs, avals, strict=True)])
     outs = pl.pallas_call(
         functools.partial(_epilogue_kernel, dims=step_dims, n_in=len(ins)),
         out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
         grid=(pl.cdiv(n, block),),
         in_specs=in_specs,
         out_specs=out_specs,
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                             vmem_limit_bytes=limit),
     )(*ins)
     outs = [o.reshape(a.shape) for o, a in zip(outs, avals, strict=True)]
     return %RETURN%
@@ -340,6 +358,8 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         f"SUBLANE_TILE = {sub}",
         f"EPILOGUE_ARGS = {tuple(d['epilogue_args'])!r}",
         f"BATCH = {d['batch']!r}",
+        f"SCOPED_VMEM = {scoped_vmem(chip)}",
+        f"VMEM_CAP = {raised_vmem_limit(chip)}",
     ])
     geometry_source = inspect.getsource(geometry).replace("def geometry(", "def _geometry(")
     body = (_TEMPLATE.replace("%NAME%", "conv_kernel").replace("%ARGS%", ", ".join(names))
