@@ -60,11 +60,13 @@ def test_a_transposed_convolution_is_not_taken_for_this_class(tmp_path: Path) ->
 @pytest.mark.parametrize("name", sorted(CONV_TASKS))
 def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     """At the tuning point and the unseen shape, against the reference, with the conv inside
-    `pallas_call` (two of them: the conv and the epilogue)."""
+    `pallas_call` (the conv with its epilogue, or the conv and then the epilogue), fused or
+    not."""
     source = first_kernel(TASKS / f"{name}.py", name)
-    assert source.count("pl.pallas_call(") == 2 and "jnp.dot(window, weights" in source
+    assert source.count("pl.pallas_call(") == 3 and "jnp.dot(window, weights" in source
     assert "conv_general_dilated_p" not in source and "lax.conv_general_dilated(" not in source
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
+    assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=0)
 
 
 def test_a_smaller_image_block_gives_the_same_answer() -> None:
@@ -85,6 +87,7 @@ def test_packed_taps_fill_the_mxu_depth_and_are_a_tunable() -> None:
     assert conv.taps_choices(64, 9) == [4, 1, 9] and conv.taps_choices(300, 9) == [1, 9]
     source = first_kernel(TASKS / "conv2d_nhwc_strided.py")
     assert "'taps_per_dot': [9, 1]" in source and "taps_per_dot: int = 9" in source
+    assert "'fuse_epilogue': [1, 0]" in source
     assert "packed_taps" in source.split('"""')[1]
 
 
@@ -98,14 +101,15 @@ def test_any_number_of_taps_per_matmul_gives_the_same_answer(name: str, taps_per
     assert_matches_reference(task, first_kernel(task), seed=7, taps_per_dot=taps_per_dot)
 
 
-def test_a_fixers_configuration_packs_no_taps() -> None:
-    """The safer ladder's fixed configurations keep one tap per matmul: nothing left to fail
-    in a lane concatenation."""
+def test_a_fixers_configuration_packs_no_taps_and_fuses_nothing() -> None:
+    """The safer ladder's fixed configurations keep one tap per matmul and the epilogue in a
+    kernel of its own: nothing left to fail in a lane concatenation or a fused body."""
     facts = classify_task(TASKS / "conv2d_nhwc_strided.py")
     source = conv.conv_source(facts, {"block_images": 1, "tunables": {"block_images": [1]}},
                               "conv2d_nhwc_strided")
-    assert "TUNABLES = {'block_images': [1], 'taps_per_dot': [1]}" in source
-    assert "packed_taps" not in source.split('"""')[1]
+    assert "TUNABLES = {'block_images': [1], 'taps_per_dot': [1], 'fuse_epilogue': [0]}" in source
+    levers = source.split('"""')[1]
+    assert "packed_taps" not in levers and "epilogue_in_conv_kernel" not in levers
 
 
 @pytest.mark.slow
@@ -119,7 +123,8 @@ def test_the_kernel_passes_the_verifier(name: str, tmp_path: Path) -> None:
 def test_the_docstring_names_only_the_levers_the_kernel_takes() -> None:
     strided = first_kernel(TASKS / "conv2d_nhwc_strided.py")
     whole_batch = first_kernel(TASKS / "conv2d_batchnorm.py")
-    assert "stride_phase_split" in strided and "epilogue_kernel_per_image_block" in strided
+    assert "stride_phase_split" in strided and "epilogue_in_conv_kernel" in strided
+    assert "epilogue_kernel_per_image_block" not in strided.split('"""')[1]
     assert "stride_phase_split" not in whole_batch
     assert "epilogue_kernel_per_image_block" not in whole_batch
 

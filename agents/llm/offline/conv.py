@@ -50,7 +50,7 @@ from agents.llm.offline.jaxpr_source import NARY_HELPER
 from agents.llm.offline.levers import raised_vmem_limit
 
 LEVERS = ["window_tap_matmuls", "packed_taps", "f32_accumulator", "stride_phase_split",
-          "image_blocks_parallel", "epilogue_kernel_per_image_block"]
+          "image_blocks_parallel", "epilogue_in_conv_kernel", "epilogue_kernel_per_image_block"]
 STRATEGY = ("Convolution as MXU matmuls over the window's taps (several taps' windows side by "
             "side in one matmul when the channels are few) on a phase-split, flattened image "
             "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
@@ -151,21 +151,46 @@ def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
 
 _TEMPLATE = '''
 
-def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
-    """Each image of the block: one MXU matmul per group of `taps_per_dot` window taps (their
-    windows side by side along the channels, so the contraction is that many times deeper),
-    accumulated in f32."""
+def _accumulate(x_ref, w_ref, b, *, taps, rows, taps_per_dot, features):
+    """Image `b` of the block as the conv's f32 (rows, features) slab: one MXU matmul per
+    group of `taps_per_dot` window taps (their windows side by side along the channels, so
+    the contraction is that many times deeper)."""
     group_in = x_ref.shape[-1]
+    acc = jnp.zeros((rows, features), jnp.float32)
+    for first in range(0, len(taps), taps_per_dot):
+        group = taps[first:first + taps_per_dot]
+        windows = [x_ref[b, phase, pl.ds(offset, rows), :] for phase, offset in group]
+        window = windows[0] if len(windows) == 1 else jnp.concatenate(windows, axis=-1)
+        weights = w_ref[pl.ds(first * group_in, len(group) * group_in), :]
+        acc += jnp.dot(window, weights, preferred_element_type=jnp.float32)
+    return acc
+
+
+def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
+    """The conv alone, image by image; its wide output goes back to HBM."""
 
     def _image(b, carry):
-        acc = jnp.zeros((rows, o_ref.shape[-1]), jnp.float32)
-        for first in range(0, len(taps), taps_per_dot):
-            group = taps[first:first + taps_per_dot]
-            windows = [x_ref[b, phase, pl.ds(offset, rows), :] for phase, offset in group]
-            window = windows[0] if len(windows) == 1 else jnp.concatenate(windows, axis=-1)
-            weights = w_ref[pl.ds(first * group_in, len(group) * group_in), :]
-            acc += jnp.dot(window, weights, preferred_element_type=jnp.float32)
+        acc = _accumulate(x_ref, w_ref, b, taps=taps, rows=rows, taps_per_dot=taps_per_dot,
+                          features=o_ref.shape[-1])
         o_ref[b] = acc.astype(o_ref.dtype)
+        return carry
+
+    lax.fori_loop(0, x_ref.shape[0], _image, 0)
+
+
+def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dims, n_extra):
+    """The conv and then the reference's epilogue, image by image: the conv's output never
+    leaves VMEM."""
+    extras = [ref[...] for ref in refs[:n_extra]]
+    out_refs = refs[n_extra:]
+
+    def _image(b, carry):
+        acc = _accumulate(x_ref, w_ref, b, taps=taps, rows=rows, taps_per_dot=taps_per_dot,
+                          features=wide[-1])
+        conv_out = acc.reshape(wide)[trim].astype(OUT_DTYPE)
+        outs = _epilogue(conv_out[None], *extras, **dims)
+        for ref, value in zip(out_refs, outs, strict=True):
+            ref[b] = value.astype(ref.dtype).reshape(ref.shape[1:])
         return carry
 
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
@@ -180,35 +205,48 @@ def _vmem_limit(blocks, scratch_bytes=0):
     return None if need <= SCOPED_VMEM else min(need, VMEM_CAP)
 
 
-def _conv(lhs, rhs, *, block_images, taps_per_dot):
-    """The conv of lhs and rhs (conv_general_dilated) with this task's parameters, in a Pallas kernel;
-    outside it only layout: transposes, pads, strided slices, reshapes."""
+def _slabs(lhs, rhs):
+    """The conv's operands as the kernel reads them, and its geometry. Only layout work:
+    transposes, a pad, strided slices, reshapes."""
     x = jnp.transpose(lhs, (LHS_SPEC[0], *LHS_SPEC[2:], LHS_SPEC[1]))  # (N, *space, C)
     w = jnp.transpose(rhs, (*RHS_SPEC[2:], RHS_SPEC[1], RHS_SPEC[0]))  # (*window, C/G, O)
     n, *space, channels = x.shape
     *window, group_in, features = w.shape
     if channels != group_in * GROUPS or features % GROUPS:
         raise ValueError(f"{lhs.shape=} and {rhs.shape=} do not make {GROUPS} feature groups")
-    group_out = features // GROUPS
     outs, phase_dims, taps, rows, length = _geometry(
         tuple(space), tuple(window), STRIDES, PADDING, DILATION, SUBLANE_TILE)
     config = [(0, 0, 0)] + [(lo, phase_dims[i] * STRIDES[i] - space[i] - lo, 0)
                             for i, (lo, _) in enumerate(PADDING)] + [(0, 0, 0)]
     x = lax.pad(x, jnp.zeros((), x.dtype), config)
-    if any(s > 1 for s in STRIDES):  # one strided slice per phase
-        phases = [x[(slice(None), *(slice(p, None, s) for p, s in zip(phase, STRIDES, strict=True)),
-                     slice(None))] for phase in itertools.product(*(range(s) for s in STRIDES))]
-        x = jnp.stack(phases, axis=1)
+    if any(s > 1 for s in STRIDES):  # the phases by one transpose: axis i -> (phase_dims[i], s_i)
+        nd = len(STRIDES)
+        x = x.reshape(n, *itertools.chain(*zip(phase_dims, STRIDES, strict=True)), channels)
+        x = x.transpose(0, *(2 + 2 * i for i in range(nd)), *(1 + 2 * i for i in range(nd)),
+                        1 + 2 * nd)
     count = math.prod(STRIDES)
     if GROUPS == 1:  # reshapes only: no data moves
         x = x.reshape(n, 1, count, length, channels)
         w = w.reshape(1, len(taps) * group_in, features)
     else:
         x = x.reshape(n, count, length, GROUPS, group_in).transpose(0, 3, 1, 2, 4)
-        w = w.reshape(len(taps) * group_in, GROUPS, group_out).transpose(1, 0, 2)
+        w = w.reshape(len(taps) * group_in, GROUPS, features // GROUPS).transpose(1, 0, 2)
+    channels_last = (n, *outs, features)
+    out_shape = tuple(channels_last[i] for i in OUT_ORDER)
+    geometry = {"outs": outs, "phase_dims": phase_dims, "taps": taps, "rows": rows,
+                "count": count, "length": length, "group_in": group_in, "features": features,
+                "out_shape": out_shape}
+    return x, w, geometry
+
+
+def _conv(x, w, geo, *, block_images, taps_per_dot):
+    """The conv alone in a Pallas kernel, then its output trimmed and laid out as the
+    reference's."""
+    n, taps, rows, group_in = x.shape[0], geo["taps"], geo["rows"], geo["group_in"]
+    group_out = geo["features"] // GROUPS
     block = min(block_images, n)
     packed = max(1, min(taps_per_dot, len(taps)))
-    limit = _vmem_limit([((block, count, length, group_in), x.dtype),
+    limit = _vmem_limit([((block, geo["count"], geo["length"], group_in), x.dtype),
                          ((len(taps) * group_in, group_out), w.dtype),
                          ((block, rows, group_out), OUT_DTYPE)],
                         scratch_bytes=rows * (group_out * 4 + packed * group_in * x.dtype.itemsize))
@@ -217,7 +255,8 @@ def _conv(lhs, rhs, *, block_images, taps_per_dot):
         out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
         grid=(pl.cdiv(n, block), GROUPS),
         in_specs=[
-            pl.BlockSpec((block, None, count, length, group_in), lambda i, g: (i, g, 0, 0, 0)),
+            pl.BlockSpec((block, None, geo["count"], geo["length"], group_in),
+                         lambda i, g: (i, g, 0, 0, 0)),
             pl.BlockSpec((None, len(taps) * group_in, group_out), lambda i, g: (g, 0, 0)),
         ],
         out_specs=pl.BlockSpec((block, None, rows, group_out), lambda i, g: (i, g, 0, 0)),
@@ -225,9 +264,49 @@ def _conv(lhs, rhs, *, block_images, taps_per_dot):
                                              vmem_limit_bytes=limit),
     )(x, w)
     out = out if GROUPS == 1 else out.transpose(0, 2, 1, 3)
-    out = out.reshape(n, outs[0], *phase_dims[1:], features)
-    out = out[(slice(None), slice(None), *(slice(0, o) for o in outs[1:]), slice(None))]
-    return jnp.transpose(out, tuple(np.argsort((OUT_SPEC[0], *OUT_SPEC[2:], OUT_SPEC[1]))))
+    out = out.reshape(n, geo["outs"][0], *geo["phase_dims"][1:], geo["features"])
+    out = out[(slice(None), slice(None), *(slice(0, o) for o in geo["outs"][1:]), slice(None))]
+    return jnp.transpose(out, OUT_ORDER)
+
+
+def _fusable(block, n, shapes):
+    """Can the epilogue run inside the conv kernel, image by image? Only when it keeps images
+    independent, on one feature group, with the conv's output channels-last, and its
+    outputs blocked by the conv's images with a batch axis of their own."""
+    return (BATCH is not None and GROUPS == 1 and OUT_ORDER == tuple(range(len(OUT_ORDER)))
+            and _epilogue_block(block, n, shapes) == min(block, n)
+            and all(len(shape) >= 3 for shape in shapes))
+
+
+def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot):
+    """The conv and the epilogue in one Pallas kernel over blocks of images."""
+    n, taps, rows, group_in = x.shape[0], geo["taps"], geo["rows"], geo["group_in"]
+    block = min(block_images, n)
+    packed = max(1, min(taps_per_dot, len(taps)))
+    wide = (geo["outs"][0], *geo["phase_dims"][1:], geo["features"])
+    trim = tuple(slice(0, o) for o in geo["outs"]) + (slice(None),)
+    out_specs = [_images(shape, block) for shape in shapes]
+    limit = _vmem_limit(
+        [((block, geo["count"], geo["length"], group_in), x.dtype),
+         ((len(taps) * group_in, geo["features"]), w.dtype)]
+        + [(e.shape, e.dtype) for e in extras]
+        + [(spec.block_shape, a.dtype) for spec, a in zip(out_specs, avals, strict=True)],
+        scratch_bytes=rows * (2 * geo["features"] * 4 + packed * group_in * x.dtype.itemsize))
+    return pl.pallas_call(
+        functools.partial(_fused_kernel, taps=taps, rows=rows, taps_per_dot=packed, wide=wide,
+                          trim=trim, dims={**dims, BATCH: 1}, n_extra=len(extras)),
+        out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
+        grid=(pl.cdiv(n, block),),
+        in_specs=[
+            pl.BlockSpec((block, None, geo["count"], geo["length"], group_in),
+                         lambda i: (i, 0, 0, 0, 0)),
+            pl.BlockSpec((None, len(taps) * group_in, geo["features"]), lambda i: (0, 0, 0)),
+            *(_whole(e.shape) for e in extras),
+        ],
+        out_specs=out_specs,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                             vmem_limit_bytes=limit),
+    )(x, w, *extras)
 
 
 def _epilogue_kernel(*refs, dims, n_in):
@@ -259,23 +338,14 @@ def _epilogue_block(block, n, out_shapes):
     return min(block, n)
 
 
-@functools.partial(jax.jit, static_argnames=("block_images", "taps_per_dot"))
-def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
-%CHECKS%
-    if block_images < 1:
-        raise ValueError(f"{block_images=} must be positive")
-    if taps_per_dot < 1:
-        raise ValueError(f"{taps_per_dot=} must be positive")
-    args = (%ARGS%,)
-    lhs, rhs = _operands(*args, **dims)
-    y = _conv(lhs, rhs, block_images=block_images, taps_per_dot=taps_per_dot)
-    ins = (y, *(args[i] for i in EPILOGUE_ARGS))
-    avals = jax.eval_shape(functools.partial(_epilogue, **dims), *ins)
-    shapes = [tuple(a.shape) or (1, 1) for a in avals]
+def _epilogue_call(y, extras, avals, shapes, dims, *, block_images):
+    """The epilogue in a second Pallas kernel over blocks of images (the whole batch when it
+    mixes them)."""
+    ins = (y, *extras)
     n = y.shape[0]
     block = _epilogue_block(block_images, n, shapes)
     if block < n:
-        in_specs = [_images(y.shape, block)] + [_whole(x.shape) for x in ins[1:]]
+        in_specs = [_images(y.shape, block)] + [_whole(x.shape) for x in extras]
         out_specs = [_images(shape, block) for shape in shapes]
         step_dims = {**dims, BATCH: block}
     else:
@@ -284,7 +354,7 @@ def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
         step_dims = dims
     limit = _vmem_limit([(spec.block_shape, x.dtype) for spec, x in zip(in_specs, ins, strict=True)]
                         + [(spec.block_shape, a.dtype) for spec, a in zip(out_specs, avals, strict=True)])
-    outs = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_epilogue_kernel, dims=step_dims, n_in=len(ins)),
         out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
         grid=(pl.cdiv(n, block),),
@@ -293,23 +363,63 @@ def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                              vmem_limit_bytes=limit),
     )(*ins)
+
+
+@functools.partial(jax.jit, static_argnames=("block_images", "taps_per_dot", "fuse_epilogue"))
+def %NAME%(%ARGS%, *, block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%,
+           fuse_epilogue: int = %FUSE%):
+%CHECKS%
+    if block_images < 1:
+        raise ValueError(f"{block_images=} must be positive")
+    if taps_per_dot < 1:
+        raise ValueError(f"{taps_per_dot=} must be positive")
+    args = (%ARGS%,)
+    lhs, rhs = _operands(*args, **dims)
+    x, w, geo = _slabs(lhs, rhs)
+    extras = tuple(args[i] for i in EPILOGUE_ARGS)
+    conv_out = jax.ShapeDtypeStruct(geo["out_shape"], OUT_DTYPE)
+    avals = jax.eval_shape(functools.partial(_epilogue, **dims), conv_out, *extras)
+    shapes = [tuple(a.shape) or (1, 1) for a in avals]
+    if fuse_epilogue and _fusable(block_images, x.shape[0], shapes):
+        outs = _fused(x, w, extras, geo, avals, shapes, dims, block_images=block_images,
+                      taps_per_dot=taps_per_dot)
+    else:
+        y = _conv(x, w, geo, block_images=block_images, taps_per_dot=taps_per_dot)
+        outs = _epilogue_call(y, extras, avals, shapes, dims, block_images=block_images)
     outs = [o.reshape(a.shape) for o, a in zip(outs, avals, strict=True)]
     return %RETURN%
 
 
-def build(block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%):
-    return functools.partial(%NAME%, block_images=block_images, taps_per_dot=taps_per_dot)
+def build(block_images: int = %BLOCK%, taps_per_dot: int = %TAPS%, fuse_epilogue: int = %FUSE%):
+    return functools.partial(%NAME%, block_images=block_images, taps_per_dot=taps_per_dot,
+                             fuse_epilogue=fuse_epilogue)
 '''
 
 
-def applied_levers(facts: TaskFacts, taps_per_dot: int) -> list[str]:
+def out_order(facts: TaskFacts) -> tuple[int, ...]:
+    """The transpose from the kernel's channels-last output to the conv's output layout."""
+    spec = facts.detail["out_spec"]
+    return tuple(int(i) for i in np.argsort((spec[0], *spec[2:], spec[1])))
+
+
+def fusable(facts: TaskFacts) -> bool:
+    """Can the epilogue run in the conv kernel itself, image by image? When it keeps images
+    independent, the conv has one feature group and writes channels-last (the kernel also
+    checks its outputs' blocks when it is traced)."""
+    d = facts.detail
+    order = out_order(facts)
+    return d["batch"] is not None and d["groups"] == 1 and order == tuple(range(len(order)))
+
+
+def applied_levers(facts: TaskFacts, taps_per_dot: int, fuse_epilogue: int) -> list[str]:
     """The LEVERS this task's kernel takes: packed taps only with more than one per matmul,
-    the phase split only with a stride, the per-image epilogue only when the epilogue keeps
-    images independent."""
+    the phase split only with a stride, the epilogue in the conv kernel or else in one of
+    its own per image block when it keeps images independent."""
     d = facts.detail
     skip = {"stride_phase_split"} if all(s == 1 for s in d["strides"]) else set()
     skip |= set() if taps_per_dot > 1 else {"packed_taps"}
-    skip |= set() if d["batch"] else {"epilogue_kernel_per_image_block"}
+    skip |= {"epilogue_kernel_per_image_block"} if fuse_epilogue or not d["batch"] else set()
+    skip |= set() if fuse_epilogue else {"epilogue_in_conv_kernel"}
     return [lever for lever in LEVERS if lever not in skip]
 
 
@@ -326,30 +436,35 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     # otherwise: no lane concatenation left to fail.
     fixed = params.get("tunables")
     packed = params.get("taps_per_dot") or (1 if fixed else choices[0])
+    can_fuse = fusable(facts)
+    fuse = int(params.get("fuse_epilogue", 0 if fixed else can_fuse)) if can_fuse else 0
     tunables = dict(fixed) if fixed else {
         "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2])),
-        "taps_per_dot": list(dict.fromkeys([packed, *choices]))}
+        "taps_per_dot": list(dict.fromkeys([packed, *choices])),
+        "fuse_epilogue": list(dict.fromkeys([fuse, 0]))}
     tunables.setdefault("taps_per_dot", [packed])
+    tunables.setdefault("fuse_epilogue", [fuse])
     names = [a.name for a in facts.args]
     sub = sublane_tile([a.dtype for a in facts.args])
-    per_image = ("per block of images" if d["batch"] else
-                 "on the whole batch in one block (it mixes images)")
+    where = ("in the conv kernel, image by image (the conv's output stays in VMEM)" if fuse else
+             "in a second kernel per block of images" if d["batch"] else
+             "in a second kernel on the whole batch in one block (it mixes images)")
     doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as MXU "
            f"matmuls over the window's {s['taps']} taps, {packed} tap(s) per matmul (their windows "
            f"side by side along the {s['group_in']} channels), f32 accumulation; strides "
            f"{d['strides']}, padding "
            f"{d['padding']}, dilation {d['dilation']}, {d['groups']} feature group(s). The "
-           f"reference's epilogue ({', '.join(d['epilogue_ops']) or 'none'}) runs in a second "
-           f"kernel {per_image}.\n\n"
+           f"reference's epilogue ({', '.join(d['epilogue_ops']) or 'none'}) runs {where}.\n\n"
            f"Blocks: {block} image(s) per step, {packed} tap(s) per matmul (TUNABLES "
-           "block_images, taps_per_dot).\n"
-           f"Levers applied: {', '.join(applied_levers(facts, packed))}.\n\n"
+           "block_images, taps_per_dot, fuse_epilogue).\n"
+           f"Levers applied: {', '.join(applied_levers(facts, packed, fuse))}.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     constants = "\n".join([
         tunables_literal(tunables),
         f"LHS_SPEC = {d['lhs_spec']!r}",
         f"RHS_SPEC = {d['rhs_spec']!r}",
         f"OUT_SPEC = {d['out_spec']!r}",
+        f"OUT_ORDER = {out_order(facts)!r}",
         f"STRIDES = {d['strides']!r}",
         f"PADDING = {d['padding']!r}",
         f"DILATION = {d['dilation']!r}",
@@ -365,7 +480,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     body = (_TEMPLATE.replace("%NAME%", "conv_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%CHECKS%", dim_check_source(names, d["arg_dims"]))
             .replace("%RETURN%", "outs[0]" if len(facts.outs) == 1 else "tuple(outs)")
-            .replace("%BLOCK%", str(block)).replace("%TAPS%", str(packed)))
+            .replace("%BLOCK%", str(block)).replace("%TAPS%", str(packed)).replace("%FUSE%", str(fuse)))
     text = (header(doc).replace("import functools\n", "import functools\nimport math\n", 1)
             .replace("import functools\n", "import functools\nimport itertools\n", 1))
     return (text + "\n" + constants + "\n" + NARY_HELPER + "\n\n" + d["operands_source"] + "\n\n\n"
