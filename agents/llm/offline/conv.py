@@ -179,21 +179,23 @@ def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
 
 
 def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dims, n_extra):
-    """The conv and then the reference's epilogue, image by image: the conv's output never
+    """The conv of each image of the block into VMEM scratch, then the reference's epilogue
+    on the whole block, as the epilogue's own kernel would run it: the conv's output never
     leaves VMEM."""
     extras = [ref[...] for ref in refs[:n_extra]]
-    out_refs = refs[n_extra:]
+    out_refs, conv_ref = refs[n_extra:-1], refs[-1]
 
     def _image(b, carry):
         acc = _accumulate(x_ref, w_ref, b, taps=taps, rows=rows, taps_per_dot=taps_per_dot,
                           features=wide[-1])
-        conv_out = acc.reshape(wide)[trim].astype(OUT_DTYPE)
-        outs = _epilogue(conv_out[None], *extras, **dims)
-        for ref, value in zip(out_refs, outs, strict=True):
-            ref[b] = value.astype(ref.dtype).reshape(ref.shape[1:])
+        conv_ref[b] = acc.reshape(wide)[trim].astype(conv_ref.dtype)
         return carry
 
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
+    outs = _epilogue(conv_ref[...], *extras, **dims)
+    for ref, value in zip(out_refs, outs, strict=True):
+        value = value.astype(ref.dtype)
+        ref[...] = value if value.shape == ref.shape else value.reshape(ref.shape)
 
 
 def _vmem_limit(blocks, scratch_bytes=0):
@@ -270,12 +272,11 @@ def _conv(x, w, geo, *, block_images, taps_per_dot):
 
 
 def _fusable(block, n, shapes):
-    """Can the epilogue run inside the conv kernel, image by image? Only when it keeps images
-    independent, on one feature group, with the conv's output channels-last, and its
-    outputs blocked by the conv's images with a batch axis of their own."""
+    """Can the epilogue run inside the conv kernel? Only when it keeps images independent,
+    on one feature group, with the conv's output channels-last, and its outputs blocked by
+    the conv's blocks of images."""
     return (BATCH is not None and GROUPS == 1 and OUT_ORDER == tuple(range(len(OUT_ORDER)))
-            and _epilogue_block(block, n, shapes) == min(block, n)
-            and all(len(shape) >= 3 for shape in shapes))
+            and _epilogue_block(block, n, shapes) == min(block, n))
 
 
 def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot):
@@ -286,15 +287,17 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
     wide = (geo["outs"][0], *geo["phase_dims"][1:], geo["features"])
     trim = tuple(slice(0, o) for o in geo["outs"]) + (slice(None),)
     out_specs = [_images(shape, block) for shape in shapes]
+    conv_block = (block, *geo["outs"], geo["features"])
     limit = _vmem_limit(
         [((block, geo["count"], geo["length"], group_in), x.dtype),
          ((len(taps) * group_in, geo["features"]), w.dtype)]
         + [(e.shape, e.dtype) for e in extras]
         + [(spec.block_shape, a.dtype) for spec, a in zip(out_specs, avals, strict=True)],
-        scratch_bytes=rows * (2 * geo["features"] * 4 + packed * group_in * x.dtype.itemsize))
+        scratch_bytes=math.prod(conv_block) * jnp.dtype(OUT_DTYPE).itemsize
+        + rows * (2 * geo["features"] * 4 + packed * group_in * x.dtype.itemsize))
     return pl.pallas_call(
         functools.partial(_fused_kernel, taps=taps, rows=rows, taps_per_dot=packed, wide=wide,
-                          trim=trim, dims={**dims, BATCH: 1}, n_extra=len(extras)),
+                          trim=trim, dims={**dims, BATCH: block}, n_extra=len(extras)),
         out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
         grid=(pl.cdiv(n, block),),
         in_specs=[
@@ -304,6 +307,7 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
             *(_whole(e.shape) for e in extras),
         ],
         out_specs=out_specs,
+        scratch_shapes=[pltpu.VMEM(conv_block, OUT_DTYPE)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                              vmem_limit_bytes=limit),
     )(x, w, *extras)
@@ -403,7 +407,7 @@ def out_order(facts: TaskFacts) -> tuple[int, ...]:
 
 
 def fusable(facts: TaskFacts) -> bool:
-    """Can the epilogue run in the conv kernel itself, image by image? When it keeps images
+    """Can the epilogue run in the conv kernel itself, on its blocks of images? When it keeps images
     independent, the conv has one feature group and writes channels-last (the kernel also
     checks its outputs' blocks when it is traced)."""
     d = facts.detail
