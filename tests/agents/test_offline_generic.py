@@ -104,6 +104,25 @@ def make_inputs(key, shape_index=0):
             jax.random.uniform(kp, (b, s, n), jnp.float32))
 '''
 
+# a matmul's row minimum broadcast against a bias over a new axis: that axis is independent,
+# but a grid along it would compute the matmul again at every step
+ROW_MIN_BIAS = _HEAD + '''SHAPES = [(64, 128, 256), (32, 128, 128)]
+
+
+def reference(x, w, b):
+    y = jnp.tanh(x @ w)
+    m = jnp.min(y, axis=1, keepdims=True)
+    return m.reshape(1, 1, -1, 1) + b
+
+
+def make_inputs(key, shape_index=0):
+    n, k, c = SHAPES[shape_index]
+    kx, kw, kb = jax.random.split(key, 3)
+    return (jax.random.normal(kx, (n, k), jnp.float32),
+            jax.random.normal(kw, (k, c), jnp.float32) * 0.1,
+            jax.random.normal(kb, (1, c, 1, 1), jnp.float32))
+'''
+
 # a global statistic: no axis is independent
 GLOBAL = _HEAD + '''SHAPES = [(64, 256), (32, 128)]
 
@@ -178,6 +197,18 @@ def test_a_dot_with_its_batch_dim_inside_is_written_batch_first(tmp_path: Path) 
     assert facts.kernel_class == "generic" and facts.detail["units"][0], facts.reasons
     assert "(((2,), (1,)), ((0,), (0,)))" in facts.detail["body"], facts.detail["body"]
     assert_matches_reference(task, first_kernel(task), seed=6, rtol=2e-2, atol=2e-2)
+
+
+def test_an_axis_only_a_broadcast_runs_along_is_not_tiled(tmp_path: Path) -> None:
+    """The bias's axis of the output is independent, but the matmul, the tanh and the minimum
+    do not run along it: tiling it would compute them again at every step (40k of JAXBench
+    ran past its interpret-mode limit that way). Only the matmul's rows are tiled."""
+    task = _task(tmp_path, "row_min_bias", ROW_MIN_BIAS)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert len(facts.detail["symbols"]) == 1 and facts.detail["in_axes"][0] == [0, None]
+    assert any("output axis 1" in r and "compute them again" in r for r in facts.reasons), facts.reasons
+    assert_matches_reference(task, first_kernel(task), seed=4)
 
 
 def test_a_global_statistic_is_one_block(tmp_path: Path) -> None:

@@ -256,10 +256,38 @@ def find(trace: Callable[[list[tuple[Any, ...]], bool], Any], arg_dims: Sequence
     while chosen:
         got = _attempt(trace, arg_dims, [p for _, p in chosen], symbols)
         if not isinstance(got, str):
-            tiling = _tiling(trace, got, [out_dims[0][a] for a, _ in chosen], values)
+            origins = [out_dims[0][a] for a, _ in chosen]
+            idle = recomputing(got[0][1], got[2], {**values, **{
+                s: values[str(o)] for s, o in zip(got[2], origins, strict=True) if str(o) in values}})
+            if idle and len(idle) < len(chosen):
+                for g in idle:
+                    reasons.append(f"output axis {chosen[g][0]} ({origins[g]}): most of the "
+                                   "body's intermediate bytes do not run along it, so every "
+                                   "block of it would compute them again")
+                chosen = [c for g, c in enumerate(chosen) if g not in idle]
+                continue
+            tiling = _tiling(trace, got, origins, values)
             return tiling if isinstance(tiling, str) else replace(tiling, rejected=tuple(reasons))
         chosen = chosen[:-1]
     return "the independent axes do not tile together"
+
+
+def recomputing(eqns: Sequence[Any], fresh: Sequence[str], sizes: dict[str, int]) -> list[int]:
+    """The tiled axes (by index in `fresh`) along which most of the body's intermediate bytes
+    do not run, read from the jaxpr traced with each tiled axis under its fresh name: every
+    step along such an axis computes those bytes again (a small bias broadcast along an axis
+    of the output, after a matmul and a normalisation over the others)."""
+    import numpy as np
+
+    values = [v for e in eqns for v in e.outvars if hasattr(v.aval, "shape")]
+    try:
+        held = [(math.prod(shape_at(v.aval.shape, sizes)) * np.dtype(v.aval.dtype).itemsize,
+                 {str(d) for d in v.aval.shape}) for v in values]
+    except (NameError, TypeError, ValueError):  # a size not known here: tile as found
+        return []
+    total = sum(size for size, _ in held)
+    return [g for g, symbol in enumerate(fresh)
+            if 2 * sum(size for size, names in held if symbol not in names) > total]
 
 
 def _attempt(trace: Callable[[list[tuple[Any, ...]], bool], Any], arg_dims: Sequence[tuple[Any, ...]],
