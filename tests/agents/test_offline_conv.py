@@ -67,6 +67,8 @@ def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     assert "conv_general_dilated_p" not in source and "lax.conv_general_dilated(" not in source
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=0)
+    # asked to fuse where the task does not allow it, the kernel keeps the second kernel
+    assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=1)
 
 
 def test_a_smaller_image_block_gives_the_same_answer() -> None:

@@ -54,7 +54,8 @@ LEVERS = ["window_tap_matmuls", "packed_taps", "f32_accumulator", "stride_phase_
 STRATEGY = ("Convolution as MXU matmuls over the window's taps (several taps' windows side by "
             "side in one matmul when the channels are few) on a phase-split, flattened image "
             "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
-            "in a second kernel per image block (whole batch when it mixes images).")
+            "in the conv kernel when it keeps images independent, else in a second kernel "
+            "(on the whole batch when it mixes images).")
 MXU_DEPTH = 256
 """The MXU's contraction depth on v6e and v7 (128 on v5e, where a deeper pack costs nothing)."""
 
@@ -272,11 +273,9 @@ def _conv(x, w, geo, *, block_images, taps_per_dot):
 
 
 def _fusable(block, n, shapes):
-    """Can the epilogue run inside the conv kernel? Only when it keeps images independent,
-    on one feature group, with the conv's output channels-last, and its outputs blocked by
-    the conv's blocks of images."""
-    return (BATCH is not None and GROUPS == 1 and OUT_ORDER == tuple(range(len(OUT_ORDER)))
-            and _epilogue_block(block, n, shapes) == min(block, n))
+    """Can the epilogue run inside the conv kernel? When the task allows it (FUSABLE) and its
+    outputs are blocked by the conv's blocks of images."""
+    return FUSABLE and _epilogue_block(block, n, shapes) == min(block, n)
 
 
 def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot):
@@ -407,9 +406,9 @@ def out_order(facts: TaskFacts) -> tuple[int, ...]:
 
 
 def fusable(facts: TaskFacts) -> bool:
-    """Can the epilogue run in the conv kernel itself, on its blocks of images? When it keeps images
-    independent, the conv has one feature group and writes channels-last (the kernel also
-    checks its outputs' blocks when it is traced)."""
+    """Can the epilogue run in the conv kernel itself, on its blocks of images? When it keeps
+    images independent, the conv has one feature group and writes channels-last (written as
+    the kernel's FUSABLE; it also checks its outputs' blocks when it is traced)."""
     d = facts.detail
     order = out_order(facts)
     return d["batch"] is not None and d["groups"] == 1 and order == tuple(range(len(order)))
@@ -450,7 +449,8 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     tunables.setdefault("fuse_epilogue", [fuse])
     names = [a.name for a in facts.args]
     sub = sublane_tile([a.dtype for a in facts.args])
-    where = ("in the conv kernel, image by image (the conv's output stays in VMEM)" if fuse else
+    where = ("in the conv kernel on each block of images (the conv's output stays in VMEM)"
+             if fuse else
              "in a second kernel per block of images" if d["batch"] else
              "in a second kernel on the whole batch in one block (it mixes images)")
     doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as MXU "
@@ -469,6 +469,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         f"RHS_SPEC = {d['rhs_spec']!r}",
         f"OUT_SPEC = {d['out_spec']!r}",
         f"OUT_ORDER = {out_order(facts)!r}",
+        f"FUSABLE = {can_fuse}",
         f"STRIDES = {d['strides']!r}",
         f"PADDING = {d['padding']!r}",
         f"DILATION = {d['dilation']!r}",
