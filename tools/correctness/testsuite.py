@@ -14,7 +14,10 @@ For each case the reference runs twice in this process, jitted: as written (its 
 dtypes) and, with 64-bit types enabled only for that call, on float64 copies of the inputs:
 the oracle (:mod:`tools.correctness.oracle`; where the reference cannot run in float64, a
 float32 oracle at highest matmul precision, recorded per case). The reference's own error
-against the oracle is the floor a candidate is held to.
+against the oracle is the floor a candidate is held to. Where the reference rounds to a
+narrower float and uses the value again, it also runs op by op as written
+(:mod:`tools.correctness.aswritten`): the host compiler may drop such a rounding, and the
+floor is then the larger error of the two runs.
 
 Cases are built one at a time, each input made once: before anything is built the suite's
 peak memory is estimated (:mod:`tools.correctness.footprint`) and a suite that would not
@@ -36,8 +39,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tools.correctness.aswritten import as_written
 from tools.correctness.conditioning import recorded_conditioning
-from tools.correctness.floors import output_stats, term_magnitudes
+from tools.correctness.floors import OutputStats, output_stats, term_magnitudes
 from tools.correctness.footprint import fit_problem
 from tools.correctness.nonfinite import (
     KINDS,
@@ -290,6 +294,8 @@ class _Builder:
         self.task, self.store = task, store
         self.references = {i: jax.jit(task.reference_at(i)) for i in range(len(task.shapes))}
         self.oracles: dict[int, Oracle] = {}
+        # per shape, the reference run op by op where it narrows a float mid-way, else None
+        self.written: dict[int, Callable[..., list[Any]] | None] = {}
         self.cases: list[SuiteCase] = []
         self.notes: list[str] = []
         self.tolerance: dict[str, float] = {}
@@ -304,6 +310,9 @@ class _Builder:
         host = [np.asarray(x) for x in inputs]
         ref = [np.asarray(o) for o in check_reference_output(
             task, self.references[shape_index](*inputs))]
+        written = self._as_written(shape_index, inputs)
+        ref_written = ([np.asarray(o) for o in check_reference_output(task, written(*inputs))]
+                       if written is not None else [None] * len(ref))
         if shape_index not in self.oracles:
             self.oracles[shape_index] = choose_oracle(task, shape_index, host, ref)
         chosen, oracle = run_oracle(self.oracles[shape_index], host, ref)
@@ -317,9 +326,11 @@ class _Builder:
         magnitudes = _magnitudes(chosen, host, oracle)
         floors_max, floors_mean, ceiling, slacks = [], [], [], []
         terms_max, terms_mean = [], []
-        for r, o, m in zip(ref, oracle, magnitudes, strict=True):
+        for r, w, o, m in zip(ref, ref_written, oracle, magnitudes, strict=True):
             with np.errstate(invalid="ignore"):  # inf - inf where the oracle is not finite
                 stats = output_stats(r, o, m, tolerance)
+                if w is not None:
+                    stats = _either(stats, output_stats(w, o, m, tolerance))
             if kind.startswith("probe") and not stats.oracle_finite:
                 notes.append(f"{case_id} dropped: the oracle is not finite at this magnitude")
                 return None
@@ -366,6 +377,19 @@ class _Builder:
         self.cases.append(case)
         return case
 
+    def _as_written(self, shape_index: int,
+                    inputs: Sequence[Any]) -> Callable[..., list[Any]] | None:
+        if shape_index not in self.written:
+            found = as_written(self.task.reference_at(shape_index), inputs)
+            self.written[shape_index] = found[0] if found else None
+            if found:
+                self.notes.append(
+                    f"shape {shape_index}: the reference rounds to a narrower float before using "
+                    f"the value again ({', '.join(found[1])}), which XLA on the host may compile "
+                    "away; the floor is the larger error of the reference jitted and run op by "
+                    "op as written, and the task ceiling applies where both meet it")
+        return self.written[shape_index]
+
     def _refuse_vacuous(self, case_id: str, kind: str, shape_index: int, inputs_sha256: str,
                         oracle: Sequence[np.ndarray], inputs: Sequence[Any]) -> None:
         """Refuse a suite that cannot tell right from wrong, from the case in hand: empty,
@@ -399,6 +423,19 @@ class _Builder:
             raise VacuousSuite(
                 f"{where}: reference output is identical for {last[0]} and {case_id} "
                 "although their inputs differ; the output does not depend on the inputs")
+
+
+def _either(jitted: OutputStats, written: OutputStats) -> OutputStats:
+    """One output's numbers when two runs of the reference are both faithful to it: the
+    larger error of the two, the ceiling only where both meet it."""
+    return OutputStats(
+        oracle_finite=jitted.oracle_finite,
+        reference_finite=jitted.reference_finite and written.reference_finite,
+        floor_max_abs=max(jitted.floor_max_abs, written.floor_max_abs),
+        floor_mean_abs=max(jitted.floor_mean_abs, written.floor_mean_abs),
+        ceiling_applies=jitted.ceiling_applies and written.ceiling_applies,
+        slack=jitted.slack, terms_max_abs=jitted.terms_max_abs,
+        terms_mean_abs=jitted.terms_mean_abs)
 
 
 def _magnitudes(oracle_fn: Oracle, host: Sequence[np.ndarray],
