@@ -27,9 +27,9 @@ from tools.lowered.mosaic import LoweredProgram, MosaicError, MosaicKernel, Wind
 LAYOUT_OPS = frozenset({
     "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.broadcast",
     "stablehlo.transpose", "stablehlo.slice", "stablehlo.pad", "stablehlo.convert",
-    "stablehlo.concatenate", "stablehlo.constant",
+    "stablehlo.concatenate", "stablehlo.constant", "stablehlo.reverse",
 })
-_LAYOUT_WORDS = "reshape, broadcast, transpose, slice, pad, convert, concatenate"
+_LAYOUT_WORDS = "reshape, broadcast, transpose, slice, pad, convert, concatenate, reverse"
 # Non-splat constants larger than this are data baked into the program (a lookup table of
 # answers); a kernel's own constants are scalars or splats.
 MAX_EMBEDDED_CONSTANT_BYTES = 64 * 1024

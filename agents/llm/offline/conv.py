@@ -104,7 +104,7 @@ def _shapes(facts: TaskFacts) -> dict[str, Any]:
     d = facts.detail
     xs, ws = d["lhs_shape"], d["rhs_shape"]
     ls, rs = d["lhs_spec"], d["rhs_spec"]
-    space = tuple(xs[a] for a in ls[2:])
+    space = tuple((xs[a] - 1) * k + 1 for a, k in zip(ls[2:], d["lhs_dilation"], strict=True))
     kernel = tuple(ws[a] for a in rs[2:])
     features, group_in = ws[rs[0]], ws[rs[1]]
     dtypes = [facts.args[d["lhs"]].dtype, facts.args[d["rhs"]].dtype]
@@ -134,20 +134,27 @@ def grid_text(params: dict[str, int]) -> str:
             "epilogue grid over the same image blocks (or one whole-batch block).")
 
 
+def _up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
+    """The conv kernel's VMEM for a block of images, each array padded to (8, 128) tiles."""
     s = _shapes(facts)
     b = params["block_images"]
     packed = params.get("taps_per_dot") or packed_taps(s["group_in"], s["taps"])
     item = s["itemsize"]
-    slab = b * s["phases"] * s["length"] * s["group_in"] * item
-    weight = s["taps"] * s["group_in"] * s["group_out"] * item
-    out = b * s["rows"] * s["group_out"] * 4
-    window = s["rows"] * packed * s["group_in"] * item if packed > 1 else 0
-    total = 2 * (slab + weight + out) + s["rows"] * s["group_out"] * 4 + window
+    sub = 8 * max(1, 4 // item)
+    slab = b * s["phases"] * _up(s["length"], sub) * _up(s["group_in"], 128) * item
+    weight = _up(s["taps"] * s["group_in"], sub) * _up(s["group_out"], 128) * item
+    out = b * _up(s["rows"], 8) * _up(s["group_out"], 128) * 4
+    window = _up(s["rows"], sub) * _up(packed * s["group_in"], 128) * item if packed > 1 else 0
+    total = 2 * (slab + weight + out) + _up(s["rows"], 8) * _up(s["group_out"], 128) * 4 + window
     return total, (f"2 x ({b} images x {s['phases']} phases x {s['length']} rows x {s['group_in']} "
                    f"channels slab + {s['taps']} taps x {s['group_in']}x{s['group_out']} weights + "
                    f"{b} x {s['rows']}x{s['group_out']} out) + f32 accumulator"
-                   + (f" + {packed} taps' packed window" if window else "") + f" = {total:,} B")
+                   + (f" + {packed} taps' packed window" if window else "")
+                   + f", padded to (8, 128) tiles = {total:,} B")
 
 
 _TEMPLATE = '''
@@ -199,11 +206,23 @@ def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dim
         ref[...] = value if value.shape == ref.shape else value.reshape(ref.shape)
 
 
+def _tiled_bytes(shape, dtype):
+    """A block's bytes in VMEM: its last axis padded to 128 lanes, the one before to the
+    dtype's sublane tile (8 rows of 32 bits)."""
+    itemsize = jnp.dtype(dtype).itemsize
+    dims = list(shape) or [1]
+    dims[-1] = -(-dims[-1] // LANES) * LANES
+    if len(dims) > 1:
+        sublanes = SUBLANES * max(1, 4 // itemsize)
+        dims[-2] = -(-dims[-2] // sublanes) * sublanes
+    return math.prod(dims) * itemsize
+
+
 def _vmem_limit(blocks, scratch_bytes=0):
-    """`vmem_limit_bytes` for these (shape, dtype) blocks, two buffers each, plus scratch and
-    a quarter spare; None while the chip's default scoped limit holds them (up to VMEM_CAP:
-    past it the compiler says the blocks do not fit)."""
-    need = sum(2 * math.prod(shape) * jnp.dtype(dtype).itemsize for shape, dtype in blocks)
+    """`vmem_limit_bytes` for these (shape, dtype) blocks as VMEM tiles them, two buffers
+    each, plus scratch and a quarter spare; None while the chip's default scoped limit holds
+    them (up to VMEM_CAP: past it the compiler says the blocks do not fit)."""
+    need = sum(2 * _tiled_bytes(shape, dtype) for shape, dtype in blocks)
     need = (need + scratch_bytes) * 5 // 4
     return None if need <= SCOPED_VMEM else min(need, VMEM_CAP)
 
@@ -213,6 +232,9 @@ def _slabs(lhs, rhs):
     transposes, a pad, strided slices, reshapes."""
     x = jnp.transpose(lhs, (LHS_SPEC[0], *LHS_SPEC[2:], LHS_SPEC[1]))  # (N, *space, C)
     w = jnp.transpose(rhs, (*RHS_SPEC[2:], RHS_SPEC[1], RHS_SPEC[0]))  # (*window, C/G, O)
+    if any(d > 1 for d in LHS_DILATION):  # a transposed conv: zeros between input positions
+        x = lax.pad(x, jnp.zeros((), x.dtype),
+                    [(0, 0, 0), *((0, 0, d - 1) for d in LHS_DILATION), (0, 0, 0)])
     n, *space, channels = x.shape
     *window, group_in, features = w.shape
     if channels != group_in * GROUPS or features % GROUPS:
@@ -252,7 +274,8 @@ def _conv(x, w, geo, *, block_images, taps_per_dot):
     limit = _vmem_limit([((block, geo["count"], geo["length"], group_in), x.dtype),
                          ((len(taps) * group_in, group_out), w.dtype),
                          ((block, rows, group_out), OUT_DTYPE)],
-                        scratch_bytes=rows * (group_out * 4 + packed * group_in * x.dtype.itemsize))
+                        scratch_bytes=_tiled_bytes((rows, group_out), jnp.float32)
+                        + _tiled_bytes((rows, packed * group_in), x.dtype))
     out = pl.pallas_call(
         functools.partial(_conv_kernel, taps=taps, rows=rows, taps_per_dot=packed),
         out_shape=jax.ShapeDtypeStruct((n, GROUPS, rows, group_out), OUT_DTYPE),
@@ -292,8 +315,9 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
          ((len(taps) * group_in, geo["features"]), w.dtype)]
         + [(e.shape, e.dtype) for e in extras]
         + [(spec.block_shape, a.dtype) for spec, a in zip(out_specs, avals, strict=True)],
-        scratch_bytes=math.prod(conv_block) * jnp.dtype(OUT_DTYPE).itemsize
-        + rows * (2 * geo["features"] * 4 + packed * group_in * x.dtype.itemsize))
+        scratch_bytes=_tiled_bytes(conv_block, OUT_DTYPE)
+        + 2 * _tiled_bytes((rows, geo["features"]), jnp.float32)
+        + _tiled_bytes((rows, packed * group_in), x.dtype))
     return pl.pallas_call(
         functools.partial(_fused_kernel, taps=taps, rows=rows, taps_per_dot=packed, wide=wide,
                           trim=trim, dims={**dims, BATCH: block}, n_extra=len(extras)),
@@ -473,6 +497,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         f"STRIDES = {d['strides']!r}",
         f"PADDING = {d['padding']!r}",
         f"DILATION = {d['dilation']!r}",
+        f"LHS_DILATION = {d['lhs_dilation']!r}",
         f"GROUPS = {d['groups']}",
         f"OUT_DTYPE = jnp.{d['out_dtype']}",
         f"SUBLANE_TILE = {sub}",

@@ -197,6 +197,13 @@ def expression(eqn: Any, emitter: Operands, dims: Callable[[Any], str]) -> str |
         perm = tuple(int(p) for p in params["permutation"])
         return (f"{typed_of(ins[0])}.T" if perm == (1, 0)
                 else f"jnp.transpose({typed_of(ins[0])}, {perm!r})")
+    if prim == "rev" and set(params) <= {"dimensions"}:
+        return f"jnp.flip({typed_of(ins[0])}, {tuple(int(d) for d in params['dimensions'])!r})"
+    if prim == "pad" and set(params) <= {"padding_config"} and not named[1]:
+        fill = python_literal(emitter.constant_of(ins[1]), ins[1].aval.dtype)
+        config = tuple(tuple(int(x) for x in c) for c in params["padding_config"])
+        if fill is not None:
+            return f"lax.pad({typed_of(ins[0])}, {dtype_name(ins[0].aval.dtype)}({fill}), {config!r})"
     if prim == "squeeze" and set(params) <= {"dimensions"}:
         return f"lax.squeeze({typed_of(ins[0])}, {tuple(int(d) for d in params['dimensions'])!r})"
     if prim == "concatenate" and not _extra(params, {"dimension"}):

@@ -205,8 +205,11 @@ class Emitter:
     """Names variables and writes equations as source lines."""
 
     def __init__(self, consts: dict[Any, Any] | None = None,
-                 reserved: Sequence[str] = (), readable: bool = True) -> None:
+                 reserved: Sequence[str] = (), readable: bool = True,
+                 kernel: bool = True, wide: Sequence[Any] = ()) -> None:
         self.readable = readable  # False: every equation as its primitive's bind
+        self.kernel = kernel  # False: XLA code outside the kernel, no Mosaic rule needed
+        self.wide = set(wide)  # dot results kept in float32 (partial sums to accumulate)
         self.names: dict[Any, str] = {}
         self.consts = consts or {}
         self.helpers: dict[str, str] = {}  # rewrite helpers the emitted lines call
@@ -259,7 +262,7 @@ class Emitter:
             return f"{target} = {call}"
         if not hasattr(lax, f"{name}_p"):
             raise EmitError(f"primitive {name!r} has no public jax.lax form")
-        lowerable = mosaic_primitives()
+        lowerable = mosaic_primitives() if self.kernel else None
         if lowerable is not None and name not in lowerable:
             raise EmitError(f"primitive {name!r} has no Mosaic TPU lowering")
         params = dict(eqn.params)
@@ -267,7 +270,9 @@ class Emitter:
             raise EmitError("a dot_general with more than one batch dimension (Mosaic's matmul "
                             "takes at most one)")
         cast = ""
-        if name == "dot_general" and _narrow_float_dot(eqn):
+        if name == "dot_general" and eqn.outvars[0] in self.wide:
+            params["preferred_element_type"] = np.dtype(np.float32)
+        elif name == "dot_general" and _narrow_float_dot(eqn):
             # bf16/f16 operands: accumulate in f32 as XLA does on a TPU, round once at the end
             params["preferred_element_type"] = np.dtype(np.float32)
             cast = f".astype({readable_dtype(eqn.outvars[0].aval.dtype)})"
@@ -443,13 +448,18 @@ def function_source(
     consts: dict[Any, Any] | None = None,
     *,
     readable: bool = True,
+    kernel: bool = True,
+    wide: Sequence[Any] = (),
 ) -> str:
     """`def fn_name(*inputs, <dims>)` evaluating `eqns`; returns the outputs as a tuple.
     ``readable=False`` writes every equation as its primitive's bind (the form the readable
-    one is checked against)."""
+    one is checked against); ``kernel=False`` writes code that runs outside a kernel, as
+    XLA ops, so a primitive needs no Mosaic rule; the dots making the values in ``wide``
+    return float32 whatever their dtype (partial sums a kernel accumulates)."""
     params = _input_names(inputs, {fn_name, *dims}) if readable else [
         f"a{i}" for i in range(len(inputs))]
-    emitter = Emitter(consts, reserved=[fn_name, *dims, *params], readable=readable)
+    emitter = Emitter(consts, reserved=[fn_name, *dims, *params], readable=readable,
+                      kernel=kernel, wide=wide)
     for name, v in zip(params, inputs, strict=True):
         emitter.bind_name(v, name)
     body = [emitter.line(e) for e in live(eqns, outputs)]
