@@ -304,12 +304,16 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
     if facts.kernel_class == "single_block" and facts.body_source and not fixed:
         from agents.llm.offline import generic
-        from agents.llm.offline.generic_axes import TILE_SYMBOLS, lowerable
+        from agents.llm.offline.generic_axes import REDUCE_SYMBOL, TILE_SYMBOLS, lowerable
 
         def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
             tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
-            again = _rewritten(_symbolic_jaxpr(reference, tiled, [*symbols, *TILE_SYMBOLS],
-                                               minimum, pinned, merge))
+            scope = [*symbols, *TILE_SYMBOLS, REDUCE_SYMBOL]
+            least = dict(minimum)  # a summed axis is at least as long as the axis it replaces
+            for a, d in zip(args, dims, strict=True):
+                least.update((REDUCE_SYMBOL, minimum[o]) for o, n in zip(a.dims, d, strict=True)
+                             if n == REDUCE_SYMBOL and o in minimum)
+            again = _rewritten(_symbolic_jaxpr(reference, tiled, scope, least, pinned, merge))
             return flatten(lowerable(again) if merge else again)
 
         generic.decide(facts, trace, (invars, eqns, outvars, consts))

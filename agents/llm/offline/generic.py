@@ -23,7 +23,7 @@ from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, dim_check_source, header, scoped_vmem
 from agents.llm.offline.levers import LeverContext, NotApplicable, changed, lever, not_applicable
 
-KNOBS = ("block_0", "block_1", "block_2")  # one per tiled axis, as many as TILE_SYMBOLS
+KNOBS = ("block_0", "block_1", "block_2", "block_3")  # per grid axis: tiled ones, then reduced
 LEVERS = ["reference_jaxpr_in_kernel", "independent_axes_parallel"]
 STRATEGY = ("A grid over the axes no op of the reference mixes (found from its jaxpr); each "
             "step evaluates the reference's own ops on one block of them in VMEM.")
@@ -37,12 +37,13 @@ class GenericSpec:
     block_0: int = 0
     block_1: int = 0
     block_2: int = 0
+    block_3: int = 0
     vmem_limit_bytes: int | None = None
     levers: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def blocks(self) -> tuple[int, ...]:
-        return (self.block_0, self.block_1, self.block_2)
+        return (self.block_0, self.block_1, self.block_2, self.block_3)
 
 
 def _tiling(facts: TaskFacts) -> dict[str, Any]:
@@ -119,14 +120,36 @@ def spec_vmem(facts: TaskFacts, spec: GenericSpec) -> int:
     return block_vmem(facts, _blocks(facts, spec))
 
 
+def reduced(facts: TaskFacts) -> bool:
+    """The last grid axis is a contracted one, summed over block by block."""
+    return bool(_tiling(facts).get("reduced"))
+
+
+def dividing(block: int, size: int, align: int) -> int:
+    """The largest block of at most `block` that is a multiple of `align` and divides `size`
+    (the whole axis when none does): a summed axis has no tail block to mask."""
+    b = min(block, size) // align * align
+    while b >= align:
+        if size % b == 0:
+            return b
+        b -= align
+    return size
+
+
 def _blocks(facts: TaskFacts, spec: GenericSpec) -> list[int]:
-    """The spec's blocks made legal: at most the axis, a multiple of its alignment or whole."""
+    """The spec's blocks made legal: at most the axis, a multiple of its alignment or whole
+    (and dividing the axis, for a summed one)."""
     out = []
-    for b, size, align, unit in zip(spec.blocks, sizes(facts), aligns(facts), units(facts), strict=False):
+    n = len(sizes(facts))
+    for g, (b, size, align, unit) in enumerate(zip(spec.blocks, sizes(facts), aligns(facts),
+                                                   units(facts), strict=False)):
         if unit:
             out.append(1)
             continue
         b = size if b <= 0 else min(b, size)
+        if reduced(facts) and g == n - 1:
+            out.append(dividing(b, size, align))
+            continue
         out.append(b if b == size else max(align, b // align * align))
     return out
 
@@ -150,6 +173,8 @@ def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> tuple[list[
         if left[g] <= 1:
             break
         blocks[g] = max(align[g], blocks[g] // 2 // align[g] * align[g])
+        if reduced(facts) and g == len(blocks) - 1:
+            blocks[g] = dividing(blocks[g], sizes(facts)[g], align[g])
     limit = None if block_vmem(facts, blocks) <= budget else RAISED_VMEM_BYTES
     return blocks, limit
 
@@ -158,7 +183,7 @@ def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] 
     blocks, limit = default_blocks(facts, chip)
     given = [int(params.get(k) or 0) for k in KNOBS]
     blocks = [g if g > 0 else b for g, b in zip(given, blocks, strict=False)]
-    padded = [*blocks, 0, 0, 0][:len(KNOBS)]
+    padded = [*blocks, 0, 0, 0, 0][:len(KNOBS)]
     return GenericSpec(*padded, vmem_limit_bytes=limit)
 
 
@@ -183,13 +208,41 @@ def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
     parts = [f"one position of the {s}-long axis {o} per step (grid {s})" if u else
              f"block_{g} = {b} of the {s}-long axis {o} (grid {-(-s // b)})"
              for g, (b, s, o, u) in enumerate(zip(blocks, sizes(facts), t["origins"], units(facts), strict=False))]
+    if reduced(facts):
+        parts[-1] += (", last and arbitrary: the dots contracting it are summed in float32 "
+                      "VMEM scratch, and the rest of the body runs once on the sums")
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
     return "; ".join(parts)
 
 
-_WRAPPER = '''
+_SUMMING_KERNEL = '''
 
+def _summing_kernel(*refs, dims, n_in, n_out):
+    """One block of every tiled axis and of the summed one: the dots contracting the summed
+    axis add their float32 results into VMEM scratch; its last block finishes the body on
+    the sums, as the reference would on the whole axis."""
+    ins, outs, sums = refs[:n_in], refs[n_in:n_in + n_out], refs[n_in + n_out:]
+    step = pl.program_id(len(_TILED) - 1)
+
+    @pl.when(step == 0)
+    def _zero():
+        for ref in sums:
+            ref[...] = jnp.zeros(ref.shape, ref.dtype)
+
+    values = [ref[...] for ref in ins]
+    for ref, part in zip(sums, _partial(*values, **dims), strict=True):
+        ref[...] += part
+
+    @pl.when(step == pl.num_programs(len(_TILED) - 1) - 1)
+    def _finish_block():
+        totals = [ref[...].astype(dtype)
+                  for ref, (_, dtype) in zip(sums, _partial_avals(**dims), strict=True)]
+        for ref, value in zip(outs, _finish(*values, *totals, **dims), strict=True):
+            ref[...] = value.astype(ref.dtype)
+'''
+
+_KERNEL = '''
 
 def _kernel(*refs, dims, n_in):
     """One block of every tiled axis: the reference's ops on it in VMEM."""
@@ -197,7 +250,11 @@ def _kernel(*refs, dims, n_in):
     outs = _body(*values, **dims)
     for ref, value in zip(refs[n_in:], outs, strict=True):
         ref[...] = value.astype(ref.dtype)
+'''
 
+_WRAPPER = '''
+
+%KERNEL_FN%
 
 def _block_spec(shape, axes, blocks):
     """`axes[i]`: the grid axis that tiles array axis i, or None (the whole axis). A block that
@@ -212,29 +269,36 @@ def _block_spec(shape, axes, blocks):
     return pl.BlockSpec(block, index)
 
 
-def _legal(block, size, align, name):
+def _legal(block, size, align, name, summed):
     if block <= 0 or (block < size and block % align):
         raise ValueError(f"{name}={block} must be positive and a multiple of {align} (or >= {size})")
-    return min(block, size)
+    if not summed:
+        return min(block, size)
+    for b in range(min(block, size) // align * align, 0, -align):  # no tail block to mask
+        if size % b == 0:
+            return b
+    return size
 
 
 @functools.partial(jax.jit, static_argnames=%STATIC%)
 def generic_kernel(%SIGNATURE%):
 %CHECKS%
-    blocks = tuple(_legal(b, dims[t], a, f"block_{g}")
-                   for g, (b, t, a) in enumerate(zip((%KNOB_NAMES%,), _TILED, _ALIGN, strict=True)))
+    blocks = tuple(_legal(b, dims[t], a, f"block_{g}", summed)
+                   for g, (b, t, a, summed) in enumerate(
+                       zip((%KNOB_NAMES%,), _TILED, _ALIGN, _SUMMED, strict=True)))
     args = (%ARGS%,)
     out_avals = _out_avals(**dims)
     block_dims = {**dims, **dict(zip(_TILED, blocks, strict=True))}
     outs = pl.pallas_call(
-        functools.partial(_kernel, dims=block_dims, n_in=len(args)),
+        %KERNEL%,
         out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
         grid=tuple(pl.cdiv(dims[t], b) for t, b in zip(_TILED, blocks, strict=True)),
         in_specs=[_block_spec(x.shape, axes, blocks) for x, axes in zip(args, _IN_AXES, strict=True)],
         out_specs=[_block_spec(shape, axes, blocks)
-                   for (shape, _), axes in zip(out_avals, _OUT_AXES, strict=True)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",) * len(_TILED),
-                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+                   for (shape, _), axes in zip(out_avals, _OUT_AXES, strict=True)],%SCRATCH%
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=tuple("arbitrary" if s else "parallel" for s in _SUMMED),
+            vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*args)
     return %RETURN%
 
@@ -282,9 +346,11 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
            f"Schedule: {strategy_line(facts, spec)}.\n"
            f"Levers applied: {', '.join(spec.levers) or 'none (the class default)'}.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
+    summing = reduced(facts)
     constants = "\n".join([
         tunables_literal(tunables),
         f"_TILED = {tuple(t['symbols'])!r}",
+        f"_SUMMED = {tuple(summing and g == len(blocks) - 1 for g in range(len(blocks)))!r}",
         f"_ALIGN = {tuple(aligns(facts))!r}",
         f"_IN_AXES = {tuple(tuple(a) for a in t['in_axes'])!r}",
         f"_OUT_AXES = {tuple(tuple(a) for a in t['out_axes'])!r}",
@@ -294,13 +360,23 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
     dims = ", ".join(f"{s}=None" for s in symbols)
     items = ", ".join(f"({dims_expr(tuple(d))}, {dtype!r})" for d, (_, dtype) in zip(t["out_dims"], facts.outs, strict=True))
     out_avals = f"def _out_avals(*, {dims}):\n    return [{items}]"
+    if summing:
+        sums = ", ".join(f"({dims_expr(tuple(d))}, {dtype!r})" for d, dtype in t["partials"])
+        out_avals += f"\n\n\ndef _partial_avals(*, {dims}):\n    return [{sums}]"
     knobs = ", ".join(f"block_{g}: int = {b}" for g, b in enumerate(blocks) if not units(facts)[g])
     wrapper = (_WRAPPER.replace("%STATIC%", repr(tuple(knob_names))).replace("%ARGS%", ", ".join(names))
                .replace("%SIGNATURE%", ", ".join(names) + (f", *, {knobs}" if knobs else ""))
                .replace("%KNOBS%", knobs).replace("%KNOB_NAMES%", block_args)
                .replace("%KNOB_PASS%", ", ".join(f"{k}={k}" for k in knob_names))
                .replace("%CHECKS%", dim_check_source(names, [tuple(d) for d in t["arg_dims"]]))
-               .replace("%RETURN%", ret))
+               .replace("%RETURN%", ret)
+               .replace("%KERNEL_FN%", _SUMMING_KERNEL if summing else _KERNEL)
+
+               .replace("%KERNEL%", "functools.partial(_summing_kernel, dims=block_dims, "
+                        "n_in=len(args), n_out=len(out_avals))" if summing else
+                        "functools.partial(_kernel, dims=block_dims, n_in=len(args))")
+               .replace("%SCRATCH%", "\n        scratch_shapes=[pltpu.VMEM(shape, jnp.float32) "
+                        "for shape, _ in _partial_avals(**block_dims)]," if summing else ""))
     return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
 
 
@@ -379,6 +455,15 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _summed_detail(got: Any) -> dict[str, Any]:
+    """The class detail for a `generic_axes.Tiling` (with or without a summed axis)."""
+    return {"symbols": list(got.symbols), "units": list(got.units), "origins": list(got.origins),
+            "in_axes": [list(a) for a in got.in_axes], "out_axes": [list(a) for a in got.out_axes],
+            "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
+            "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values],
+            "reduced": got.reduced, "partials": [(list(d), t) for d, t in got.partials]}
+
+
 def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:
     """Make `facts` (a task no specific class took) the generic class when an output axis is
     independent; else keep the single block, or refuse, saying why, when even the whole arrays
@@ -397,17 +482,30 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
                 f"{_mib(RAISED_VMEM_BYTES)} a TPU core gives one kernel; run it at a smaller size "
                 "(for a JAXBench task, a smaller --scale)")
         return
-    detail = {"symbols": list(got.symbols), "units": list(got.units), "origins": list(got.origins),
-              "in_axes": [list(a) for a in got.in_axes], "out_axes": [list(a) for a in got.out_axes],
-              "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
-              "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values]}
-    facts.kernel_class, facts.detail = "generic", detail
+    facts.kernel_class, facts.detail = "generic", _summed_detail(got)
     described = ", ".join(f"{o} ({facts.dim_values[o]})" for o in got.origins)
     least = block_vmem(facts, aligns(facts))
     facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
                          "(no op of the jaxpr mixes positions along them): a grid over them"
                          + (f"; not tiled: {'; '.join(got.rejected)}" if got.rejected else ""))
     if least > RAISED_VMEM_BYTES:
+        from agents.llm.offline.generic_axes import with_reduction
+
+        summed = with_reduction(trace, got, facts.symbols, facts.dim_values, facts.pinned)
+        if not isinstance(summed, str):
+            trial = _summed_detail(summed)
+            before, facts.detail = facts.detail, trial
+            if block_vmem(facts, aligns(facts)) <= RAISED_VMEM_BYTES:
+                facts.reasons.append(
+                    f"one block of {described} holds every weight ({_mib(least)} of VMEM): the "
+                    f"contracted axis {summed.origins[-1]} is a last, summed grid axis instead, "
+                    "its weights streamed a block at a time")
+                return
+            facts.detail = before
+            why = "its blocks still do not fit"
+        else:
+            why = summed
+        facts.reasons.append(f"no contracted axis to sum over block by block: {why}")
         facts.unsupported = (
             f"even one aligned block of the independent axes {described} needs about {_mib(least)} "
             f"of VMEM with the body's intermediates, more than the {_mib(RAISED_VMEM_BYTES)} a TPU "
