@@ -35,6 +35,7 @@ GUARDED = (
     "tools.sandbox.wire.WireArray.of", "tools.sandbox.wire.hash_arrays",
     "tools.sandbox.wire.contiguous",
     "tools.sandbox.wire.encode", "tools.child.interpret.interpreted", "tools.child.interpret._eval",
+    "tools.jaxpreval.evaluate", "tools.jaxpreval.inner",
     "tools.child.interpret.RaceLog.races_since", "tools.child.worker.run_group",
     "tools.verification.allowlist.program_problems", "tools.verification.allowlist._check",
     "tools.child.worker.run_case", "tools.child.guard.IntegrityGuard.changed",
@@ -67,7 +68,8 @@ class IntegrityGuard:
                 continue
         self._modules = {name: id(sys.modules[name]) for name in
                          ("numpy", "jax", "jax.numpy", "hashlib", "msgspec", "tools.sandbox.wire",
-                          "tools.child.interpret", "tools.child.worker", "tools.child.guard")
+                          "tools.child.interpret", "tools.child.worker", "tools.child.guard",
+                          "tools.jaxpreval")
                          if name in sys.modules}
         self._rules = lowering_rules()
         self._known_primitives = {key[2] for key in self._rules}

@@ -25,18 +25,7 @@ from kernelgraph.errors import KernelgraphError
 from tools import jaxprivate
 from tools.child.branches import BranchCounter, Layout
 from tools.child.branches import sub_jaxprs as _sub_jaxprs
-
-_INLINED = {
-    "pjit": "jaxpr",
-    "jit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat": "jaxpr",
-    "checkpoint": "jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
-}
+from tools.jaxpreval import evaluate, inner
 
 
 class UnsupportedProgram(KernelgraphError, ValueError):
@@ -239,44 +228,22 @@ def reset_after_failure() -> None:
 
 
 def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], params: Any) -> list[Any]:
-    core = jaxprivate.core()
     source_info_util = jaxprivate.source_info_util()
-    env: dict[Any, Any] = {}
 
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, core.Literal) else env[v]
+    def bind(eqn: Any, invals: list[Any]) -> Any:
+        bind_params = eqn.primitive.get_bind_params(eqn.params)
+        if eqn.primitive.name == "pallas_call":
+            bind_params = {**bind_params, "interpret": params}
+            if _ACTIVE and _ACTIVE[0].branches is not None:  # count its pl.when sides
+                _ACTIVE[0].branches.register(eqn.params["jaxpr"])
+        name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+        with (
+            source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
+            eqn.ctx.manager,
+        ):
+            return eqn.primitive.bind(*invals, **bind_params)
 
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        invals = [read(v) for v in eqn.invars]
-        if name in _INLINED and _inner(eqn) is not None:
-            inner = _inner(eqn)
-            outs = _eval(inner.jaxpr, inner.consts, invals, params)
-        else:
-            bind_params = eqn.primitive.get_bind_params(eqn.params)
-            if name == "pallas_call":
-                bind_params = {**bind_params, "interpret": params}
-                if _ACTIVE and _ACTIVE[0].branches is not None:  # count its pl.when sides
-                    _ACTIVE[0].branches.register(eqn.params["jaxpr"])
-            name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
-            with (
-                source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
-                eqn.ctx.manager,
-            ):
-                outs = eqn.primitive.bind(*invals, **bind_params)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
-        for var, value in zip(eqn.outvars, outs, strict=True):
-            env[var] = value
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _inner(eqn: Any) -> Any:
-    return eqn.params.get(_INLINED[eqn.primitive.name])
+    return evaluate(jaxpr, consts, args, bind)
 
 
 def _pallas_eqns(jaxpr: Any) -> list[Any]:
@@ -295,8 +262,8 @@ def _check_supported(jaxpr: Any) -> None:
         name = eqn.primitive.name
         if name == "pallas_call":
             continue
-        if name in _INLINED and _inner(eqn) is not None:
-            _check_supported(_inner(eqn).jaxpr)
+        if inner(eqn) is not None:
+            _check_supported(inner(eqn).jaxpr)
             continue
         for sub in _sub_jaxprs(eqn):
             if _pallas_eqns(sub):

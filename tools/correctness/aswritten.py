@@ -10,8 +10,8 @@ a kernel that keeps that cast was 7043 elements outside a ceiling the jitted ref
 
 Where the reference narrows a float before using it again, the suite also runs it here,
 each primitive its own computation, and holds candidates to the larger error of the two.
-Calls (``jit``, custom derivatives, remat) are inlined so their casts round too; control
-flow (scan, while, cond) runs as one computation each.
+Calls (``jit``, custom derivatives, remat) are inlined (`tools.jaxpreval`) so their casts
+round too; control flow (scan, while, cond) runs as one computation each.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 
-# Primitives whose body is inlined rather than compiled as one computation.
-_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "custom_jvp_call",
-                    "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "checkpoint"})
+from tools.jaxpreval import evaluate
 
 
 def _float_bits(dtype: Any) -> int | None:
@@ -56,37 +54,9 @@ def narrowing_casts(jaxpr: Any) -> list[str]:
     return found
 
 
-def _inner(eqn: Any) -> Any | None:
-    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
-        if key in eqn.params:
-            return eqn.params[key]
-    return None
-
-
-def _evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-    from jax.extend import core
-
-    env: dict[Any, Any] = {}
-
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, core.Literal) else env[v]
-
-    for v, x in zip(jaxpr.constvars, consts, strict=True):
-        env[v] = x
-    for v, x in zip(jaxpr.invars, args, strict=True):
-        env[v] = x
-    for eqn in jaxpr.eqns:
-        values = [read(v) for v in eqn.invars]
-        inner = _inner(eqn) if eqn.primitive.name in _CALLS else None
-        if inner is not None:
-            outs = _evaluate(_open(inner), getattr(inner, "consts", ()), values)
-        else:
-            result = eqn.primitive.bind(*values, **eqn.params)
-            outs = list(result) if eqn.primitive.multiple_results else [result]
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(v, core.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
+def _bound(eqn: Any, values: list[Any]) -> Any:
+    """One primitive on concrete arrays: its own computation, so its rounding is kept."""
+    return eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
 
 
 def as_written(reference: Callable[..., Any],
@@ -102,6 +72,6 @@ def as_written(reference: Callable[..., Any],
 
     def run(*args: Any) -> list[Any]:
         flat = jax.tree.leaves(args)
-        return _evaluate(closed.jaxpr, closed.consts, flat)
+        return evaluate(closed.jaxpr, closed.consts, flat, _bound)
 
     return run, sorted(set(casts))
