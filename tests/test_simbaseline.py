@@ -279,7 +279,8 @@ def test_the_baseline_never_takes_the_compilers_cycles() -> None:
 
 
 def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> None:
-    """A reduction costs one VPU op per input element; a convolution (XLA:TPU's form of a
+    """A reduction costs one VPU op per input element, a pooling window one per element of
+    each window, `is-finite` two (abs, compare); a convolution (XLA:TPU's form of a
     dot) takes the reference's dot priced on the MXU as the host baseline prices it; one
     without a dot shape given, or an op with no rule (a gather), is named, never free."""
     chip = get_chip("v6e")
@@ -296,6 +297,13 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
     assert op.latency_s == pytest.approx(max(op.mxu_s, op.memory_s) + 1e-6)
     assert price_program(hlo, chip).unpriced == [
         "fusion f (a dot or convolution with no shape given)"]
+    finite = """  ROOT %k = pred[1024,1024]{1,0} is-finite(%q0)"""
+    (op,) = price_program(_fusion_hlo(finite, 5), chip).ops
+    assert op.vpu_ops == 2 * 1024 * 1024  # |x| < inf, as a kernel writes it
+    pool = """  %z = f32[] constant(0)
+  ROOT %w = f32[512,1024]{1,0} reduce-window(%q0, %z), window={size=2x1 stride=2x1}, to_apply=%add"""
+    pooled = price_program(_fusion_hlo(pool, 5), chip)
+    assert pooled.unpriced == [] and pooled.ops[0].vpu_ops == 512 * 1024 * 2
     gather = """  %i = s32[8,1]{1,0} constant({{0},{1},{2},{3},{4},{5},{6},{7}})
   ROOT %g = f32[8,1024]{1,0} gather(%q0, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,1024}"""
     price = price_program(_fusion_hlo(gather, 100), chip)

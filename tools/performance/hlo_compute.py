@@ -10,10 +10,12 @@ per element of the HLO shape:
   per result element (`arith.addf`, `arith.cmpf`, `arith.select`, `arith.extf`, ...);
   `clamp` two (Pallas lowers it to a max and a min); `sign` seven (Pallas's lowering:
   bitcasts, and, or, abs, a compare and a select); `logistic` four VPU ops and one
-  transcendental (negate, exp, add, divide).
+  transcendental (negate, exp, add, divide); `is-finite` two (`|x| < inf`: Mosaic has no
+  rule for `is_finite`, and the offline author writes it so).
 - transcendentals (exp, log, tanh, sqrt, rsqrt, sin, power, erf, ...): one EUP op and one
   VPU op per result element (`math.exp` and friends).
-- a reduction: one VPU op per input element, each reduced input (`vector.multi_reduction`).
+- a reduction: one VPU op per input element, each reduced input (`vector.multi_reduction`);
+  a `reduce-window` (pooling) one per element of each output window, each reduced input.
 - data movement inside the fusion (broadcast, reshape, transpose, slice, concatenate, pad,
   iota, copy, constants): free, as moves inside VMEM are in a kernel (a copy that changes
   the element type is a convert). An op whose operands
@@ -26,8 +28,8 @@ per element of the HLO shape:
   counted by :func:`sort_ops` and :func:`top_k_ops` (the algorithm and why it is the one
   assumed are there).
 
-Any other op (gather, scatter, a custom call, a while loop, a reduce-window, ...) has no
-rule: it is named, and the program is no baseline (never priced at zero).
+Any other op (gather, scatter, a custom call, a while loop, ...) has no rule: it is named,
+and the program is no baseline (never priced at zero).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ _TRANSCENDENTAL = (
 )
 RULES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(_ONE_VPU, (1, 0)), **dict.fromkeys(_TRANSCENDENTAL, (1, 1)),
-    "clamp": (2, 0), "sign": (7, 0), "logistic": (4, 1),
+    "clamp": (2, 0), "sign": (7, 0), "logistic": (4, 1), "is-finite": (2, 0),
 }
 FREE = frozenset({
     "parameter", "constant", "broadcast", "reshape", "bitcast", "transpose", "copy", "slice",
@@ -234,6 +236,11 @@ class Module:
         if ins.opcode == "reduce":
             inputs = ins.operands[:len(ins.operands) // 2]  # then as many init values
             return Work(float(sum(elements(types.get(o, "")) for o in inputs)))
+        if ins.opcode == "reduce-window":
+            size = re.search(r"window=\{size=([\dx]+)", ins.rest)
+            if size is not None:
+                taps = math.prod(int(d) for d in size.group(1).split("x"))
+                return Work(float(elements(ins.type_text) * taps))  # every output's windows
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
         if ins.opcode == "sort" or (target and target.group(1) == "TopK"):
             ops = _ordering_ops(ins, types)
