@@ -304,7 +304,8 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
     if facts.kernel_class == "single_block" and facts.body_source and not fixed:
         from agents.llm.offline import generic
-        from agents.llm.offline.generic_axes import REDUCE_SYMBOL, TILE_SYMBOLS, lowerable
+        from agents.llm.offline.generic_axes import TILE_SYMBOLS, lowerable
+        from agents.llm.offline.generic_summed import REDUCE_SYMBOL
 
         def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
             tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]

@@ -79,6 +79,17 @@ def tunables_literal(tunables: dict[str, list[int]]) -> str:
     return "TUNABLES = {" + ", ".join(f"{k!r}: {list(v)!r}" for k, v in tunables.items()) + "}"
 
 
+def tiled_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of a VMEM block: the last axis padded to 128 lanes, the one before to the
+    dtype's sublane tile (8 rows of 32 bits)."""
+    dims = list(shape) or [1]
+    dims[-1] = -(-dims[-1] // LANES) * LANES
+    if len(dims) >= 2:
+        rows = SUBLANES * max(1, 4 // max(itemsize, 1))
+        dims[-2] = -(-dims[-2] // rows) * rows
+    return math.prod(dims) * itemsize
+
+
 def scoped_vmem(chip: dict[str, Any] | None) -> int:
     chip = chip or {}
     for key in ("scoped_vmem_limit_bytes", "vmem_limit_bytes"):

@@ -31,7 +31,6 @@ kernel on the conv's output: on blocks of images when it keeps images independen
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
 from typing import Any
 
@@ -44,8 +43,10 @@ from agents.llm.offline.common import (
     pow2_floor,
     scoped_vmem,
     sublane_tile,
+    tiled_bytes,
     tunables_literal,
 )
+from agents.llm.offline.conv_geometry import MXU_DEPTH, geometry, packed_taps, taps_choices
 from agents.llm.offline.jaxpr_source import NARY_HELPER
 from agents.llm.offline.levers import raised_vmem_limit
 
@@ -56,49 +57,6 @@ STRATEGY = ("Convolution as MXU matmuls over the window's taps (several taps' wi
             "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
             "in the conv kernel when it keeps images independent, else in a second kernel "
             "(on the whole batch when it mixes images).")
-MXU_DEPTH = 256
-"""The MXU's contraction depth on v6e and v7 (128 on v5e, where a deeper pack costs nothing)."""
-
-
-def packed_taps(group_in: int, taps: int, depth: int = MXU_DEPTH) -> int:
-    """Taps per matmul: as many as keep the packed contraction (taps x channels) within one
-    MXU depth, at least one."""
-    return max(1, min(taps, depth // max(1, group_in)))
-
-
-def taps_choices(group_in: int, taps: int, depth: int = MXU_DEPTH) -> list[int]:
-    """The tuner's `taps_per_dot` values, the default first: one MXU depth, one tap per
-    matmul, and the whole window in one matmul."""
-    return list(dict.fromkeys([packed_taps(group_in, taps, depth), 1, taps]))
-
-
-def geometry(space: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
-             padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...], sublanes: int
-             ) -> tuple[list[int], list[int], tuple[tuple[int, int], ...], int, int]:
-    """(output sizes, phase sizes, (phase, row offset) per tap, output rows, slab rows) of one
-    image: the phase-split, flattened layout every tap reads as one contiguous row range. The
-    first phase axis gets the extra rows the last tap's window reaches past the image, so one
-    pad makes the whole slab."""
-    nd = len(space)
-    padded = [space[i] + padding[i][0] + padding[i][1] for i in range(nd)]
-    outs = [max(0, (padded[i] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
-            for i in range(nd)]
-    phase_dims = [max(1, -(-padded[i] // strides[i])) for i in range(nd)]
-    phase_dims[-1] = -(-phase_dims[-1] // sublanes) * sublanes
-    flat = [math.prod(phase_dims[i + 1:]) for i in range(nd)]
-    taps = []
-    for k in itertools.product(*(range(n) for n in kernel)):
-        where = [k[i] * dilation[i] for i in range(nd)]
-        phase = 0
-        for i in range(nd):
-            phase = phase * strides[i] + where[i] % strides[i]
-        taps.append((phase, sum(where[i] // strides[i] * flat[i] for i in range(nd))))
-    rows = outs[0] * flat[0]
-    reach = -(-(rows + max(offset for _, offset in taps)) // flat[0])
-    phase_dims[0] = max(phase_dims[0], -(-reach // sublanes) * sublanes if nd == 1 else reach)
-    return outs, phase_dims, tuple(taps), rows, math.prod(phase_dims)
-
-
 def _shapes(facts: TaskFacts) -> dict[str, Any]:
     """The conv's operand and slab sizes at the tuning point (for VMEM sizing)."""
     d = facts.detail
@@ -134,22 +92,17 @@ def grid_text(params: dict[str, int]) -> str:
             "epilogue grid over the same image blocks (or one whole-batch block).")
 
 
-def _up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     """The conv kernel's VMEM for a block of images, each array padded to (8, 128) tiles."""
     s = _shapes(facts)
     b = params["block_images"]
     packed = params.get("taps_per_dot") or packed_taps(s["group_in"], s["taps"])
     item = s["itemsize"]
-    sub = 8 * max(1, 4 // item)
-    slab = b * s["phases"] * _up(s["length"], sub) * _up(s["group_in"], 128) * item
-    weight = _up(s["taps"] * s["group_in"], sub) * _up(s["group_out"], 128) * item
-    out = b * _up(s["rows"], 8) * _up(s["group_out"], 128) * 4
-    window = _up(s["rows"], sub) * _up(packed * s["group_in"], 128) * item if packed > 1 else 0
-    total = 2 * (slab + weight + out) + _up(s["rows"], 8) * _up(s["group_out"], 128) * 4 + window
+    slab = b * s["phases"] * tiled_bytes((s["length"], s["group_in"]), item)
+    weight = tiled_bytes((s["taps"] * s["group_in"], s["group_out"]), item)
+    out = b * tiled_bytes((s["rows"], s["group_out"]), 4)
+    window = tiled_bytes((s["rows"], packed * s["group_in"]), item) if packed > 1 else 0
+    total = 2 * (slab + weight + out) + tiled_bytes((s["rows"], s["group_out"]), 4) + window
     return total, (f"2 x ({b} images x {s['phases']} phases x {s['length']} rows x {s['group_in']} "
                    f"channels slab + {s['taps']} taps x {s['group_in']}x{s['group_out']} weights + "
                    f"{b} x {s['rows']}x{s['group_out']} out) + f32 accumulator"

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.llm.offline.generic_axes import same_dim
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
 LAYOUT = {"transpose", "reshape", "convert_element_type", "broadcast_in_dim", "squeeze",
@@ -38,8 +39,8 @@ def _operand(e: Any) -> Any | None:
     return arrays[0] if len(arrays) == 1 else None
 
 
-def _input_of(v: Any, producers: dict[Any, Any], invars: list[Any],
-              consts: dict[Any, Any]) -> tuple[int | None, list[Any], list[Any]]:
+def _input_of(v: Any, producers: dict[Any, Any],
+              invars: list[Any]) -> tuple[int | None, list[Any], list[Any]]:
     """The input a conv operand comes from through layout ops, those ops (in order, a
     dilation scatter written as the pad it is) and the ops only a dilation scatter reads."""
     chain: list[Any] = []
@@ -47,7 +48,7 @@ def _input_of(v: Any, producers: dict[Any, Any], invars: list[Any],
     while v not in invars:
         e = producers.get(v)
         if e is not None and e.primitive.name == "scatter":
-            found = dilation_pad(e, producers, consts)
+            found = dilation_pad(e, producers)
             if found is None:
                 return None, [], []
             feeding.append(e)
@@ -79,13 +80,6 @@ def _closure(v: Any, producers: dict[Any, Any]) -> list[Any] | None:
             stack.extend(e.invars)
     order = {id(e): i for i, e in enumerate(producers.values())}
     return sorted(seen.values(), key=lambda e: order[id(e)])
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # an inconclusive symbolic comparison
-        return False
 
 
 def _affine(v: Any, producers: dict[Any, Any]) -> tuple[int, int, Any] | None:
@@ -135,8 +129,7 @@ def _strided_indices(v: Any, producers: dict[Any, Any]) -> list[tuple[int, int, 
     return found
 
 
-def dilation_pad(scatter: Any, producers: dict[Any, Any],
-                 consts: dict[Any, Any]) -> tuple[Any, list[Any]] | None:
+def dilation_pad(scatter: Any, producers: dict[Any, Any]) -> tuple[Any, list[Any]] | None:
     """`zeros.at[:, ::s, ::s, :].set(x)`, the input dilation of a transposed convolution
     written out, as the `pad` with interior padding it equals, and the equations that only
     built its zeros and indices; None for any other scatter."""
@@ -144,9 +137,9 @@ def dilation_pad(scatter: Any, producers: dict[Any, Any],
     from jax.extend import core
 
     p = scatter.params
-    base, indices, updates = scatter.invars
     if p.get("update_jaxpr") is not None or len(scatter.invars) != 3:
         return None
+    base, indices, updates = scatter.invars
     zeros = producers.get(base)
     if (zeros is None or zeros.primitive.name != "broadcast_in_dim"
             or not isinstance(zeros.invars[0], core.Literal)
@@ -169,7 +162,7 @@ def dilation_pad(scatter: Any, producers: dict[Any, Any],
     config = [(0, 0, 0)] * rank
     for j, d in enumerate(spatial):
         start, stride, count = axes[j]
-        if not _same(count, counts[j]) or stride < 1 or start < 0:
+        if not same_dim(count, counts[j]) or stride < 1 or start < 0:
             return None
         try:
             high = int(out_shape[d] - (start + (counts[j] - 1) * stride + 1))
@@ -184,8 +177,8 @@ def dilation_pad(scatter: Any, producers: dict[Any, Any],
     return pad, [zeros, *builders]
 
 
-def conv_parts(invars: list[Any], eqns: list[Any], outvars: list[Any],
-               consts: dict[Any, Any] | None = None) -> tuple[dict[str, Any] | None, str]:
+def conv_parts(invars: list[Any], eqns: list[Any], outvars: list[Any]
+               ) -> tuple[dict[str, Any] | None, str]:
     """(parts, "") for a single conv fed by layout ops, else (None, why not)."""
     convs = [e for e in eqns if e.primitive.name == "conv_general_dilated"]
     if len(convs) != 1:
@@ -200,8 +193,8 @@ def conv_parts(invars: list[Any], eqns: list[Any], outvars: list[Any],
     if any(v < 0 for pair in padding for v in pair):
         return None, "a negative padding (the conv crops its input)"
     producers = {v: e for e in eqns for v in e.outvars}
-    lhs, lhs_chain, lhs_feeding = _input_of(conv.invars[0], producers, invars, consts or {})
-    rhs, rhs_chain, rhs_feeding = _input_of(conv.invars[1], producers, invars, consts or {})
+    lhs, lhs_chain, lhs_feeding = _input_of(conv.invars[0], producers, invars)
+    rhs, rhs_chain, rhs_feeding = _input_of(conv.invars[1], producers, invars)
     if lhs is None or rhs is None or lhs == rhs:
         return None, "the conv's operands are not two inputs reached through layout ops"
     prologue = list(dict.fromkeys([*lhs_chain, *rhs_chain]))
@@ -283,7 +276,7 @@ def match(facts: Any, reference: Any, inputs: tuple[Any, ...], invars: list[Any]
     """The convolution class's detail for `classify`, or (None, why not)."""
     if any("fixes dims" in r for r in facts.reasons):
         return None, "the reference fixes dims in Python that take other sizes"
-    parts, why = conv_parts(invars, eqns, outvars, consts)
+    parts, why = conv_parts(invars, eqns, outvars)
     if parts is None:
         return None, why
     per_image = images_independent(reference, inputs, parts["lhs"])
@@ -294,7 +287,7 @@ def match(facts: Any, reference: Any, inputs: tuple[Any, ...], invars: list[Any]
         again = None
         if traced is not None:
             inv2, eqns2, outs2, consts2 = flatten(traced[0])
-            again, _ = conv_parts(inv2, eqns2, outs2, consts2)
+            again, _ = conv_parts(inv2, eqns2, outs2)
         if again is None:
             per_image = False
         else:

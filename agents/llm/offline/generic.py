@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, SUBLANES, dim_check_source, header, scoped_vmem
+from agents.llm.offline.common import (
+    LANES,
+    SUBLANES,
+    dim_check_source,
+    header,
+    scoped_vmem,
+    tiled_bytes,
+)
+from agents.llm.offline.generic_summed import SUMMING_KERNEL, with_reduction
 from agents.llm.offline.levers import LeverContext, NotApplicable, changed, lever, not_applicable
 
 KNOBS = ("block_0", "block_1", "block_2", "block_3")  # per grid axis: tiled ones, then reduced
@@ -85,16 +93,6 @@ def aligns(facts: TaskFacts) -> list[int]:
     return out
 
 
-def _padded(shape: tuple[int, ...], itemsize: int) -> int:
-    """Bytes of a VMEM block: the last axis padded to 128 lanes, the one before to the tile."""
-    dims = list(shape) or [1]
-    dims[-1] = -(-dims[-1] // LANES) * LANES
-    if len(dims) >= 2:
-        rows = 8 * max(1, 4 // max(itemsize, 1))
-        dims[-2] = -(-dims[-2] // rows) * rows
-    return math.prod(dims) * itemsize
-
-
 def _block_shape(shape: tuple[int, ...], axes: tuple[int | None, ...], blocks: list[int]) -> tuple[int, ...]:
     return tuple(s if g is None else min(blocks[g], s) for s, g in zip(shape, axes, strict=True))
 
@@ -104,13 +102,13 @@ def block_vmem(facts: TaskFacts, blocks: list[int]) -> int:
     the most bytes of the body's values
     live at once (each from the equation that makes it to the last that reads it), at those
     blocks, with lane and sublane padding."""
-    io = sum((1 if all(a is None for a in axes) else 2) * _padded(_block_shape(s, axes, blocks), size)
+    io = sum((1 if all(a is None for a in axes) else 2) * tiled_bytes(_block_shape(s, axes, blocks), size)
              for s, size, axes in _arrays(facts))
     values = _tiling(facts)["values"]
     steps = 1 + max((v[4] for v in values), default=0)
     live = [0] * steps
     for shape, size, axes, born, dies in values:
-        bytes_ = _padded(_block_shape(tuple(shape), tuple(axes), blocks), size)
+        bytes_ = tiled_bytes(_block_shape(tuple(shape), tuple(axes), blocks), size)
         for i in range(born, dies + 1):
             live[i] += bytes_
     return io + max(live, default=0)
@@ -215,32 +213,6 @@ def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
     return "; ".join(parts)
 
-
-_SUMMING_KERNEL = '''
-
-def _summing_kernel(*refs, dims, n_in, n_out):
-    """One block of every tiled axis and of the summed one: the dots contracting the summed
-    axis add their float32 results into VMEM scratch; its last block finishes the body on
-    the sums, as the reference would on the whole axis."""
-    ins, outs, sums = refs[:n_in], refs[n_in:n_in + n_out], refs[n_in + n_out:]
-    step = pl.program_id(len(_TILED) - 1)
-
-    @pl.when(step == 0)
-    def _zero():
-        for ref in sums:
-            ref[...] = jnp.zeros(ref.shape, ref.dtype)
-
-    values = [ref[...] for ref in ins]
-    for ref, part in zip(sums, _partial(*values, **dims), strict=True):
-        ref[...] += part
-
-    @pl.when(step == pl.num_programs(len(_TILED) - 1) - 1)
-    def _finish_block():
-        totals = [ref[...].astype(dtype)
-                  for ref, (_, dtype) in zip(sums, _partial_avals(**dims), strict=True)]
-        for ref, value in zip(outs, _finish(*values, *totals, **dims), strict=True):
-            ref[...] = value.astype(ref.dtype)
-'''
 
 _KERNEL = '''
 
@@ -370,7 +342,7 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
                .replace("%KNOB_PASS%", ", ".join(f"{k}={k}" for k in knob_names))
                .replace("%CHECKS%", dim_check_source(names, [tuple(d) for d in t["arg_dims"]]))
                .replace("%RETURN%", ret)
-               .replace("%KERNEL_FN%", _SUMMING_KERNEL if summing else _KERNEL)
+               .replace("%KERNEL_FN%", SUMMING_KERNEL if summing else _KERNEL)
 
                .replace("%KERNEL%", "functools.partial(_summing_kernel, dims=block_dims, "
                         "n_in=len(args), n_out=len(out_avals))" if summing else
@@ -489,8 +461,6 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
                          "(no op of the jaxpr mixes positions along them): a grid over them"
                          + (f"; not tiled: {'; '.join(got.rejected)}" if got.rejected else ""))
     if least > RAISED_VMEM_BYTES:
-        from agents.llm.offline.generic_axes import with_reduction
-
         summed = with_reduction(trace, got, facts.symbols, facts.dim_values, facts.pinned)
         if not isinstance(summed, str):
             trial = _summed_detail(summed)

@@ -24,7 +24,6 @@ from typing import Any
 
 TILE_SYMBOLS = ("T0", "T1", "T2")
 MAX_TILED = len(TILE_SYMBOLS)
-REDUCE_SYMBOL = "R0"  # a contracted axis the kernel accumulates over, block by block
 
 REDUCING = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
             "reduce_xor", "argmax", "argmin"}
@@ -51,7 +50,7 @@ class Tiling:
     """Per intermediate: full shape, itemsize, grid axis per dim, the equation that makes it
     and the last that reads it (its live range)."""
     rejected: tuple[str, ...] = ()  # the output axes not tiled, each with why
-    reduced: bool = False  # the last grid axis is REDUCE_SYMBOL's, accumulated over
+    reduced: bool = False  # the last grid axis is summed over (`generic_summed`)
     partials: tuple[tuple[tuple[Any, ...], str], ...] = ()  # per contraction: dims, dtype
 
 
@@ -59,7 +58,8 @@ def _literal(v: Any) -> bool:
     return type(v).__name__ == "Literal"
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_dim(a: Any, b: Any) -> bool:
+    """Two dims provably equal (an inconclusive symbolic comparison is not)."""
     try:
         return bool(a == b)
     except Exception:  # an inconclusive symbolic comparison: not provably the same
@@ -93,7 +93,7 @@ def _operand_axes(eqn: Any, out_index: int, axis: int) -> list[tuple[Any, int]]:
     shape = op.aval.shape
     if name == "broadcast_in_dim":
         dims = tuple(p["broadcast_dimensions"])
-        if axis in dims and _same(shape[dims.index(axis)], out[axis]):
+        if axis in dims and same_dim(shape[dims.index(axis)], out[axis]):
             return [(op, dims.index(axis))]
         return []
     if name == "transpose":
@@ -112,12 +112,12 @@ def _operand_axes(eqn: Any, out_index: int, axis: int) -> list[tuple[Any, int]]:
         return [(lhs, lfree[rest])] if rest < len(lfree) else [(rhs, rfree[rest - len(lfree)])]
     if name == "reshape":
         return [(op, i) for i in range(len(shape))
-                if _same(shape[i], out[axis]) and _same(_prod(shape[:i]), _prod(out[:axis]))][:1]
+                if same_dim(shape[i], out[axis]) and same_dim(_prod(shape[:i]), _prod(out[:axis]))][:1]
     if name == "squeeze":
         kept = [i for i in range(len(shape)) if i not in tuple(p["dimensions"])]
         return [(op, kept[axis])]
     return [(v, axis) for v in ins
-            if len(v.aval.shape) == len(out) and _same(v.aval.shape[axis], out[axis])]
+            if len(v.aval.shape) == len(out) and same_dim(v.aval.shape[axis], out[axis])]
 
 
 def _names(d: Any, fresh: Sequence[str]) -> list[str]:
@@ -144,7 +144,7 @@ def forward_check(invars: Sequence[Any], eqns: Sequence[Any], outvars: Sequence[
         if not _literal(v) and isinstance(_fresh_axes(v.aval.shape, fresh), str):
             return str(_fresh_axes(v.aval.shape, fresh))
     for eqn in eqns:
-        why = _eqn_check(eqn, fresh)
+        why = eqn_check(eqn, fresh)
         if why:
             return f"{eqn.primitive.name}: {why}"
     for v in outvars:
@@ -154,7 +154,7 @@ def forward_check(invars: Sequence[Any], eqns: Sequence[Any], outvars: Sequence[
     return ""
 
 
-def _eqn_check(eqn: Any, fresh: Sequence[str]) -> str:
+def eqn_check(eqn: Any, fresh: Sequence[str]) -> str:
     name, p = eqn.primitive.name, eqn.params
     ins = [v for v in eqn.invars if not _literal(v)]
     in_axes = [_fresh_axes(v.aval.shape, fresh) for v in ins]
@@ -194,7 +194,7 @@ def _eqn_check(eqn: Any, fresh: Sequence[str]) -> str:
         for axis in first.values():
             shape = ins[0].aval.shape
             stride = (p.get("strides") or (1,) * len(shape))[axis]
-            if p["start_indices"][axis] != 0 or not _same(p["limit_indices"][axis], shape[axis]) or stride != 1:
+            if p["start_indices"][axis] != 0 or not same_dim(p["limit_indices"][axis], shape[axis]) or stride != 1:
                 return "slices the tiled axis"
     if name == "dot_general":
         (lc, rc), (lb, rb) = p["dimension_numbers"]
@@ -210,7 +210,7 @@ def _eqn_check(eqn: Any, fresh: Sequence[str]) -> str:
         out = eqn.outvars[0].aval.shape
         for s, axis in first.items():
             target = out_axes[0][s]  # type: ignore[index]
-            if not _same(_prod(ins[0].aval.shape[:axis]), _prod(out[:target])):
+            if not same_dim(_prod(ins[0].aval.shape[:axis]), _prod(out[:target])):
                 return "moves the tiled axis across others"
     return ""
 
@@ -321,7 +321,6 @@ def _unit(symbol: str, shapes: Sequence[Sequence[Any]]) -> bool:
 
 def _tiling(trace: Callable[[list[tuple[Any, ...]], bool], Any], got: Any, origins: list[Any],
             values: dict[str, int]) -> Tiling | str:
-    import numpy as np
 
     from agents.llm.offline.jaxpr_source import EmitError, function_source
 
@@ -347,18 +346,27 @@ def _tiling(trace: Callable[[list[tuple[Any, ...]], bool], Any], got: Any, origi
     def out_dim(d: Any) -> Any:
         return d if isinstance(d, int) else str(d)
 
+    inter = live_values(eqns, outvars, sizes, axes)
+    return Tiling(tuple(fresh), tuple(units), tuple(str(o) for o in origins),
+                  tuple(axes(v.aval.shape) for v in checked_in),
+                  tuple(axes(v.aval.shape) for v in checked_out), tuple(arg_dims),
+                  tuple(tuple(out_dim(d) for d in v.aval.shape) for v in checked_out), body, inter)
+
+
+def live_values(eqns: Sequence[Any], outvars: Sequence[Any], sizes: dict[str, int],
+                axes: Callable[[Sequence[Any]], tuple[int | None, ...]]) -> tuple[Any, ...]:
+    """Per value an equation makes: (shape at `sizes`, itemsize, grid axis per dim, the
+    equation that makes it, the last that reads it; the outputs live to the end)."""
+    import numpy as np
+
     last = {v: len(eqns) for v in outvars if not _literal(v)}
     for i, e in enumerate(eqns):
         for v in e.invars:
             if not _literal(v):
                 last[v] = max(last.get(v, i), i)
-    inter = tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize, axes(v.aval.shape),
-                   i, last.get(v, i))
-                  for i, e in enumerate(eqns) for v in e.outvars if hasattr(v.aval, "shape"))
-    return Tiling(tuple(fresh), tuple(units), tuple(str(o) for o in origins),
-                  tuple(axes(v.aval.shape) for v in checked_in),
-                  tuple(axes(v.aval.shape) for v in checked_out), tuple(arg_dims),
-                  tuple(tuple(out_dim(d) for d in v.aval.shape) for v in checked_out), body, inter)
+    return tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize,
+                  axes(v.aval.shape), i, last.get(v, i))
+                 for i, e in enumerate(eqns) for v in e.outvars if hasattr(v.aval, "shape"))
 
 
 def _bool_broadcast(ins: list[Any], params: dict[str, Any]) -> Any:
@@ -446,128 +454,4 @@ def flatten_eqns(closed: Any) -> list[Any]:
     from agents.llm.offline.jaxpr_source import flatten
 
     return flatten(closed)[1]
-
-
-def _holds(v: Any, symbol: str) -> bool:
-    return not _literal(v) and hasattr(v.aval, "shape") and any(
-        str(d) == symbol for d in v.aval.shape)
-
-
-def _contracts(eqn: Any, symbol: str) -> bool:
-    """A dot_general that contracts `symbol` on both sides, at the same place."""
-    if eqn.primitive.name != "dot_general":
-        return False
-    (lc, rc), _ = eqn.params["dimension_numbers"]
-    lhs = [i for i, d in enumerate(eqn.invars[0].aval.shape) if str(d) == symbol]
-    rhs = [i for i, d in enumerate(eqn.invars[1].aval.shape) if str(d) == symbol]
-    return (len(lhs) == len(rhs) == 1 and lhs[0] in lc and rhs[0] in rc
-            and list(lc).index(lhs[0]) == list(rc).index(rhs[0])
-            and not _holds(eqn.outvars[0], symbol))
-
-
-def split_at_contractions(eqns: Sequence[Any], outvars: Sequence[Any], symbol: str
-                          ) -> tuple[list[Any], list[Any]] | str:
-    """(the equations along `symbol`, the dots that contract it) when everything along it
-    ends in those dots and nothing after reads it, else why not: then the kernel can run
-    the first part block by block of `symbol`, sum the dots' results, and finish once."""
-    cut = [e for e in eqns if _contracts(e, symbol)]
-    if not cut:
-        return "no dot contracts it"
-    cut_ids = {id(e) for e in cut}
-    along = [e for e in eqns if id(e) not in cut_ids
-             and any(_holds(v, symbol) for v in [*e.invars, *e.outvars])]
-    for e in along:
-        why = _eqn_check(e, [symbol])
-        if why:
-            return f"{e.primitive.name}: {why}"
-    made = {id(v) for e in along for v in e.outvars}
-    along_ids = {id(e) for e in along}
-    for e in eqns:
-        if id(e) not in cut_ids | along_ids and any(id(v) in made for v in e.invars):
-            return f"{e.primitive.name} reads a value along it after the contraction"
-    if any(id(v) in made or _holds(v, symbol) for v in outvars):
-        return "an output holds it"
-    return along, cut
-
-
-def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: Tiling,
-                   symbols: Sequence[str], values: dict[str, int],
-                   pinned: dict[str, int]) -> Tiling | str:
-    """`tiling` with one more grid axis, last and accumulated over: an input axis that no
-    output holds and that only dots contract (an MoE's or an MLP's hidden axis), so its
-    weights stream through VMEM a block at a time instead of all at once. The body splits
-    in two: `_partial` (everything along that axis, up to the dots, whose float32 results
-    the kernel sums) and `_finish` (the rest, once, on the sums). Tried largest axis first;
-    a string says why none will do."""
-    import numpy as np
-
-    from agents.llm.offline.jaxpr_source import EmitError, function_source
-
-    fresh = list(tiling.symbols)
-    outs = {str(d) for dims in tiling.out_dims for d in dims}
-    names = {d for dims in tiling.arg_dims for d in dims
-             if isinstance(d, str) and d not in outs and d not in pinned and d not in fresh
-             and d in values}
-    reasons = []
-    for name in sorted(names, key=lambda n: (-values[n], n)):
-        dims = [tuple(REDUCE_SYMBOL if d == name else d for d in ds) for ds in tiling.arg_dims]
-        try:
-            checked_in, checked, checked_out, _ = trace(dims, False)
-        except Exception as exc:  # tied to another axis
-            reasons.append(f"{name}: the reference ties it to another axis ({str(exc)[:80]})")
-            continue
-        why = forward_check(checked_in, checked, checked_out, fresh)
-        split = why or split_at_contractions(checked, checked_out, REDUCE_SYMBOL)
-        if isinstance(split, str):
-            reasons.append(f"{name}: {split}")
-            continue
-        body_dims = [tuple(1 if str(d) in fresh and tiling.units[fresh.index(str(d))] else d
-                           for d in ds) for ds in dims]
-        try:
-            invars, eqns, outvars, consts = trace(body_dims, True)
-        except Exception as exc:
-            reasons.append(f"{name}: the body does not trace with unit blocks ({str(exc)[:80]})")
-            continue
-        split = split_at_contractions(eqns, outvars, REDUCE_SYMBOL)
-        if isinstance(split, str):
-            reasons.append(f"{name}: {split}")
-            continue
-        along, cut = split
-        sums = [e.outvars[0] for e in cut]
-        gone = {id(e) for e in [*along, *cut]}
-        named = [*symbols, *fresh, REDUCE_SYMBOL]
-        try:
-            partial = function_source("_partial", eqns, invars, sums, named, consts, wide=sums)
-            finish = function_source("_finish", [e for e in eqns if id(e) not in gone],
-                                     [*invars, *sums], outvars, named, consts)
-        except EmitError as exc:
-            reasons.append(f"{name}: the split body cannot be written out: {exc}")
-            continue
-        grid = [*fresh, REDUCE_SYMBOL]
-        sizes = {**values, **{s: values[o] for s, o in zip(fresh, tiling.origins, strict=True)},
-                 REDUCE_SYMBOL: values[name]}
-
-        def axes(shape: Sequence[Any], grid: list[str] = grid) -> tuple[int | None, ...]:
-            return tuple(grid.index(str(d)) if str(d) in grid else None for d in shape)
-
-        last = {v: len(eqns) for v in outvars if not _literal(v)}
-        for i, e in enumerate(eqns):
-            for v in e.invars:
-                if not _literal(v):
-                    last[v] = max(last.get(v, i), i)
-        inter = tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize,
-                       axes(v.aval.shape), i, last.get(v, i))
-                      for i, e in enumerate(eqns) for v in e.outvars if hasattr(v.aval, "shape"))
-        inter += tuple((shape_at(v.aval.shape, sizes), 4, axes(v.aval.shape), 0, len(eqns))
-                       for v in sums)  # the float32 accumulators, live throughout
-        return replace(
-            tiling, symbols=(*fresh, REDUCE_SYMBOL), units=(*tiling.units, False),
-            origins=(*tiling.origins, name),
-            in_axes=tuple(axes(v.aval.shape) for v in checked_in),
-            out_axes=tuple(axes(v.aval.shape) for v in checked_out),
-            arg_dims=tuple(dims), body=partial + "\n\n\n" + finish, values=inter,
-            reduced=True,
-            partials=tuple((tuple(d if isinstance(d, int) else str(d) for d in v.aval.shape),
-                            str(np.dtype(v.aval.dtype))) for v in sums))
-    return "; ".join(reasons) or "no input axis is contracted away"
 
