@@ -30,11 +30,18 @@ def inner(eqn: Any) -> Any | None:
 def evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any],
              bind: Callable[[Any, list[Any]], Any]) -> list[Any]:
     """The outputs of `jaxpr`; `bind(eqn, values)` gives each non-call equation's result (a
-    list where the primitive has several)."""
+    list where the primitive has several). Each value is let go after the last equation that
+    reads it, so the peak is what is live at once, not every intermediate of the program."""
     from tools import jaxprivate
 
     core = jaxprivate.core()
     env: dict[Any, Any] = {}
+    kept = {v for v in jaxpr.outvars if not isinstance(v, core.Literal)}
+    last: dict[Any, int] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, core.Literal):
+                last[v] = i
 
     def read(v: Any) -> Any:
         return v.val if isinstance(v, core.Literal) else env[v]
@@ -43,8 +50,11 @@ def evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any],
         env[var] = value
     for var, value in zip(jaxpr.invars, args, strict=True):
         env[var] = value
-    for eqn in jaxpr.eqns:
+    for i, eqn in enumerate(jaxpr.eqns):
         values = [read(v) for v in eqn.invars]
+        for v in eqn.invars:
+            if not isinstance(v, core.Literal) and last.get(v) == i and v not in kept:
+                env.pop(v, None)
         called = inner(eqn)
         if called is not None:
             outs = evaluate(called.jaxpr, called.consts, values, bind)
@@ -52,6 +62,8 @@ def evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any],
             outs = bind(eqn, values)
             if not eqn.primitive.multiple_results:
                 outs = [outs]
+        del values
         for var, value in zip(eqn.outvars, outs, strict=True):
-            env[var] = value
+            if var in last or var in kept:  # a result nothing reads is not held
+                env[var] = value
     return [read(v) for v in jaxpr.outvars]
