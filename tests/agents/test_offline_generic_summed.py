@@ -65,6 +65,9 @@ def test_an_moe_whose_weights_do_not_fit_sums_over_its_hidden_axis(
     source = first_kernel(task)
     assert "_SUMMED = (False, False, True)" in source and "def _finish(" in source
     assert "scratch_shapes" in source and '"arbitrary"' in source
+    # every summed block the tuner is offered divides the axis: no two lower alike
+    summed_blocks = generic._tunables(facts, generic.default_blocks(facts, None)[0])["block_2"]
+    assert summed_blocks and all(384 % b == 0 for b in summed_blocks), summed_blocks
     # three steps of 128 along the hidden axis at the tuning point, two at the unseen one
     # (its 320 has no 128-multiple divisor but itself: one whole block)
     assert_matches_reference(task, source, seed=0, block_2=128, rtol=1e-4, atol=1e-5)
@@ -86,3 +89,81 @@ def test_a_summed_block_divides_its_axis() -> None:
     assert generic.dividing(128, 384, 128) == 128
     assert generic.dividing(128, 320, 128) == 320  # no multiple of 128 divides it
     assert generic.dividing(1024, 512, 128) == 512
+
+
+# A dense layer then a softmax over its rows, with a square weight: in_features and
+# out_features are one symbol to the tracer, so the contracted axis is found by position.
+SQUARE_SOFTMAX = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(512, 1024), (256, 512)]  # rows, features (in == out)
+
+
+def reference(x, weight, bias):
+    return jax.nn.softmax(x @ weight.T + bias, axis=1)
+
+
+def make_inputs(key, shape_index=0):
+    m, f = SHAPES[shape_index]
+    k = jax.random.split(key, 3)
+    return (jax.random.uniform(k[0], (m, f), jnp.float32),
+            jax.random.normal(k[1], (f, f), jnp.float32) * 0.02,
+            jax.random.normal(k[2], (f,), jnp.float32) * 0.02)
+'''
+
+# the same layer with a small weight: fetching it whole costs next to nothing
+SMALL_WEIGHT = SQUARE_SOFTMAX.replace("SHAPES = [(512, 1024), (256, 512)]",
+                                      "SHAPES = [(4096, 128), (2048, 128)]")
+
+
+def test_a_whole_weight_per_block_of_rows_is_summed_where_that_is_priced_faster(
+        tmp_path: Path) -> None:
+    task = tmp_path / "square_softmax.py"
+    task.write_text(SQUARE_SOFTMAX)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic" and not facts.unsupported, facts.reasons
+    detail = facts.detail
+    assert detail["reduced"] and detail["symbols"][-1] == "R0"
+    # x's features and the weight's second axis are summed; the weight's rows stay the output's
+    assert [list(d) for d in detail["arg_dims"]] == [["T0", "R0"], ["D1", "R0"], ["D1"]]
+    assert any("not the rows_generic class" in r for r in facts.reasons), facts.reasons
+    priced = next(r for r in facts.reasons if "are priced at" in r)
+    assert "[512, 256]" in priced, priced
+    source = first_kernel(task)
+    assert "_SUMMED = (False, True)" in source and "'block_1': [256" in source
+    assert_matches_reference(task, source, seed=0, rtol=1e-5, atol=1e-6)
+
+
+def test_a_small_weight_stays_with_blocks_of_rows(tmp_path: Path) -> None:
+    task = tmp_path / "small_weight.py"
+    task.write_text(SMALL_WEIGHT)
+    facts = classify_task(task)
+    assert facts.kernel_class == "rows_generic", facts.reasons
+
+
+def test_the_priced_schedule_ranks_blocks_as_the_cost_model_does(tmp_path: Path) -> None:
+    """`generic_price` is a planning figure: what it must get right is the order of the
+    schedules it chooses between, as the cost model prices the kernel the author renders."""
+    import jax
+    import numpy as np
+
+    from agents.llm.offline import generic_price
+    from agents.llm.offline.common import drop_unused_imports
+    from tools.lowered.compile_check import lower_for_tpu
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.chips import get_chip
+    from tools.performance.roofline import estimate_program
+
+    task = tmp_path / "square_softmax.py"
+    task.write_text(SQUARE_SOFTMAX)
+    facts = classify_task(task)
+    namespace: dict[str, object] = {"__name__": "candidate"}
+    exec(compile(drop_unused_imports(first_kernel(task)), str(task), "exec"), namespace)
+    args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in facts.args]
+    model, planned = [], []
+    for blocks in [(512, 256), (512, 512), (256, 256), (512, 1024), (128, 1024)]:
+        build = namespace["build"](block_0=blocks[0], block_1=blocks[1])  # type: ignore[operator]
+        text = lower_for_tpu(jax.jit(build).trace(*args), chip="v6e")
+        model.append(estimate_program(parse_lowered(text), get_chip("v6e")).latency_s)
+        planned.append(generic_price.schedule_seconds(facts, blocks, None))
+    assert np.argsort(model).tolist() == np.argsort(planned).tolist(), (model, planned)

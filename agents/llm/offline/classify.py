@@ -302,27 +302,41 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         except EmitError as exc:
             facts.reasons.append(f"the reference cannot be written out as a kernel body: {exc}")
     _decide(facts, reference, inputs, invars, eqns, outvars, consts)
-    if facts.kernel_class == "single_block" and facts.body_source and not fixed:
+    weighted = facts.kernel_class == "rows_generic" and any(
+        e.primitive.name == "dot_general" for e in eqns)
+    if (facts.kernel_class == "single_block" or weighted) and facts.body_source and not fixed:
         from agents.llm.offline import generic
-        from agents.llm.offline.generic_axes import TILE_SYMBOLS, lowerable
-        from agents.llm.offline.generic_summed import REDUCE_SYMBOL
 
-        def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
-            tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
-            scope = [*symbols, *TILE_SYMBOLS, REDUCE_SYMBOL]
-            least = dict(minimum)  # a summed axis is at least as long as the axis it replaces
-            for a, d in zip(args, dims, strict=True):
-                least.update((REDUCE_SYMBOL, minimum[o]) for o, n in zip(a.dims, d, strict=True)
-                             if n == REDUCE_SYMBOL and o in minimum)
-            again = _rewritten(_symbolic_jaxpr(reference, tiled, scope, least, pinned, merge))
-            return flatten(lowerable(again) if merge else again)
-
-        generic.decide(facts, trace, (invars, eqns, outvars, consts))
+        trace = _tiled_tracer(reference, args, symbols, minimum, pinned)
+        if weighted:
+            generic.consider_summing(facts, trace, (invars, eqns, outvars, consts))
+        else:
+            generic.decide(facts, trace, (invars, eqns, outvars, consts))
     if facts.kernel_class == "single_block" and not facts.body_source:
         why = "; ".join(r for r in facts.reasons if "kernel body" in r or "symbolic" in r)
         facts.unsupported = ((why or "no kernel body can be written") + "; and no other "
                              "kernel class fits (" + facts.reasons[-1] + ")")
     return facts
+
+
+def _tiled_tracer(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
+                  pinned: dict[str, int]) -> Any:
+    """`trace(dims, merge)`: the reference's flat jaxpr with the inputs' dims renamed as
+    given (tiled axes, a summed axis), for the generic class to check and write its body."""
+    from agents.llm.offline.generic_axes import TILE_SYMBOLS, lowerable
+    from agents.llm.offline.generic_summed import REDUCE_SYMBOL
+
+    def trace(dims: list[tuple[Any, ...]], merge: bool) -> Any:
+        tiled = [Arg(a.name, a.dtype, a.shape, d) for a, d in zip(args, dims, strict=True)]
+        scope = [*symbols, *TILE_SYMBOLS, REDUCE_SYMBOL]
+        least = dict(minimum)  # a summed axis is at least as long as the axis it replaces
+        for a, d in zip(args, dims, strict=True):
+            least.update((REDUCE_SYMBOL, minimum[o]) for o, n in zip(a.dims, d, strict=True)
+                         if n == REDUCE_SYMBOL and o in minimum)
+        again = _rewritten(_symbolic_jaxpr(reference, tiled, scope, least, pinned, merge))
+        return flatten(lowerable(again) if merge else again)
+
+    return trace
 
 
 def _rewritten(closed: Any) -> Any:

@@ -13,6 +13,7 @@ registered here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,10 @@ def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> tuple[list[
     with the most aligned units left), and the VMEM limit to ask for (None: the default)."""
     from agents.llm.offline.rows import pipeline_steps
 
+    if reduced(facts):
+        priced = _priced_blocks(facts, chip)
+        if priced is not None:
+            return priced
     blocks = [1 if u else s for s, u in zip(sizes(facts), units(facts), strict=True)]
     align = aligns(facts)
     budget = scoped_vmem(chip)
@@ -175,6 +180,20 @@ def default_blocks(facts: TaskFacts, chip: dict[str, Any] | None) -> tuple[list[
             blocks[g] = dividing(blocks[g], sizes(facts)[g], align[g])
     limit = None if block_vmem(facts, blocks) <= budget else RAISED_VMEM_BYTES
     return blocks, limit
+
+
+def _priced_blocks(facts: TaskFacts, chip: dict[str, Any] | None
+                   ) -> tuple[list[int], int | None] | None:
+    """A summed tiling's cheapest blocks by `generic_price` that fit the scoped VMEM, or the
+    raised limit where none does (the body's count of VMEM is an estimate: larger blocks
+    are not bought with it); None when none fits either."""
+    from agents.llm.offline import generic_price
+
+    scoped = generic_price.best_blocks(facts, chip, scoped_vmem(chip))
+    if scoped is not None:
+        return scoped[0], None
+    raised = generic_price.best_blocks(facts, chip, RAISED_VMEM_BYTES)
+    return (raised[0], RAISED_VMEM_BYTES) if raised is not None else None
 
 
 def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> GenericSpec:
@@ -281,7 +300,10 @@ def build(%KNOBS%):
 
 
 def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
+    """Each block, then half and twice it where legal: a summed axis's blocks divide it (a
+    block that does not would lower to the same kernel as the divisor below it)."""
     out = {}
+    last = len(sizes(facts)) - 1
     for g, (b, size, align, unit) in enumerate(zip(blocks, sizes(facts), aligns(facts), units(facts),
                                                     strict=False)):
         if unit:
@@ -289,6 +311,8 @@ def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
         values = [b]
         for v in (b // 2, b * 2):
             v = min(v, size)
+            if reduced(facts) and g == last and size % v:
+                continue
             if v >= max(align, 1) and (v % align == 0 or v == size) and v not in values:
                 values.append(v)
         out[f"block_{g}"] = values
@@ -439,7 +463,9 @@ def _summed_detail(got: Any) -> dict[str, Any]:
 def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:
     """Make `facts` (a task no specific class took) the generic class when an output axis is
     independent; else keep the single block, or refuse, saying why, when even the whole arrays
-    do not fit a core's VMEM."""
+    do not fit a core's VMEM. A contracted axis is summed over, block by block, when one
+    block of the independent axes cannot hold every weight, or when the sums are priced
+    faster (`generic_price`)."""
     from agents.llm.offline import generic_axes
 
     got = generic_axes.find(trace, [a.dims for a in facts.args], [o[0] for o in facts.outs], flat,
@@ -460,23 +486,65 @@ def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[
     facts.reasons.append(f"no specific class fits; axes {described} of the output are independent "
                          "(no op of the jaxpr mixes positions along them): a grid over them"
                          + (f"; not tiled: {'; '.join(got.rejected)}" if got.rejected else ""))
-    if least > RAISED_VMEM_BYTES:
-        summed = with_reduction(trace, got, facts.symbols, facts.dim_values, facts.pinned)
+    summed = with_reduction(trace, got, facts.symbols, facts.dim_values, facts.pinned)
+    if least <= RAISED_VMEM_BYTES:
         if not isinstance(summed, str):
-            trial = _summed_detail(summed)
-            before, facts.detail = facts.detail, trial
-            if block_vmem(facts, aligns(facts)) <= RAISED_VMEM_BYTES:
-                facts.reasons.append(
-                    f"one block of {described} holds every weight ({_mib(least)} of VMEM): the "
-                    f"contracted axis {summed.origins[-1]} is a last, summed grid axis instead, "
-                    "its weights streamed a block at a time")
-                return
-            facts.detail = before
-            why = "its blocks still do not fit"
-        else:
-            why = summed
-        facts.reasons.append(f"no contracted axis to sum over block by block: {why}")
-        facts.unsupported = (
-            f"even one aligned block of the independent axes {described} needs about {_mib(least)} "
-            f"of VMEM with the body's intermediates, more than the {_mib(RAISED_VMEM_BYTES)} a TPU "
-            "core gives one kernel; run it at a smaller size (for a JAXBench task, a smaller --scale)")
+            _sum_where_faster(facts, summed)
+        return
+    if not isinstance(summed, str):
+        trial = dataclasses.replace(facts, detail=_summed_detail(summed))
+        if block_vmem(trial, aligns(trial)) <= RAISED_VMEM_BYTES:
+            facts.detail = trial.detail
+            facts.reasons.append(
+                f"one block of {described} holds every weight ({_mib(least)} of VMEM): the "
+                f"contracted axis {summed.origins[-1]} is a last, summed grid axis instead, "
+                "its weights streamed a block at a time")
+            return
+        why = "its blocks still do not fit"
+    else:
+        why = summed
+    facts.reasons.append(f"no contracted axis to sum over block by block: {why}")
+    facts.unsupported = (
+        f"even one aligned block of the independent axes {described} needs about {_mib(least)} "
+        f"of VMEM with the body's intermediates, more than the {_mib(RAISED_VMEM_BYTES)} a TPU "
+        "core gives one kernel; run it at a smaller size (for a JAXBench task, a smaller --scale)")
+
+
+def consider_summing(facts: TaskFacts, trace: Any,
+                     flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:
+    """A task a blocks-of-rows class took, whose rows each read a whole weight: make it the
+    generic class with the weight's contracted axis summed over, where that is priced faster
+    than fetching every weight before the first block of rows (`generic_price`)."""
+    from agents.llm.offline import generic_axes
+
+    got = generic_axes.find(trace, [a.dims for a in facts.args], [o[0] for o in facts.outs], flat,
+                            facts.symbols, facts.dim_values, facts.pinned)
+    if isinstance(got, str):
+        return
+    summed = with_reduction(trace, got, facts.symbols, facts.dim_values, facts.pinned)
+    if isinstance(summed, str):
+        return
+    was = facts.kernel_class
+    if _sum_where_faster(facts, summed):
+        facts.reasons.append(f"not the {was} class: its blocks of rows would each wait for every "
+                             "weight, which the generic class's summed axis streams")
+
+
+def _sum_where_faster(facts: TaskFacts, summed: Any) -> bool:
+    """Make `facts` the generic class over `summed` when its priced schedule beats the same
+    grid with the whole contracted axis in one block by `generic_price.GAIN`, saying so."""
+    from agents.llm.offline import generic_price
+
+    trial = dataclasses.replace(facts, kernel_class="generic", detail=_summed_detail(summed))
+    found = generic_price.best_blocks(trial, None, RAISED_VMEM_BYTES)
+    if not generic_price.sums_faster(found):
+        return False
+    assert found is not None
+    blocks, seconds, whole = found
+    facts.kernel_class, facts.detail = "generic", trial.detail
+    facts.reasons.append(
+        f"the contracted axis {summed.origins[-1]} is a last, summed grid axis: blocks {blocks} "
+        f"are priced at {seconds * 1e6:.2f} us against {whole * 1e6:.2f} us with every weight "
+        "fetched before the first step (planning figures by the pipeline rules)")
+    return True
+

@@ -91,6 +91,36 @@ def split_at_contractions(eqns: Sequence[Any], outvars: Sequence[Any], symbol: s
     return along, cut
 
 
+def _renamings(tiling: Tiling, values: dict[str, int], pinned: dict[str, int]
+               ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """The inputs' dims with one axis renamed `REDUCE_SYMBOL`, largest axis first: every
+    position of a symbol no output holds; then, for a symbol that also names other axes (a
+    square weight: in_features == out_features, so the tracer named both sides alike), every
+    pair of its input positions, as a dot contracts one axis of each operand. A renaming the
+    reference cannot trace, or whose axis an output still holds, is refused by the caller."""
+    from itertools import combinations
+
+    fresh = set(tiling.symbols)
+    outs = {str(d) for dims in tiling.out_dims for d in dims}
+    usable = sorted({d for dims in tiling.arg_dims for d in dims
+                     if isinstance(d, str) and d not in pinned and d not in fresh and d in values},
+                    key=lambda n: (-values[n], n))
+    found: list[tuple[str, list[tuple[Any, ...]]]] = []
+    for name in usable:
+        if name not in outs:
+            found.append((name, [tuple(REDUCE_SYMBOL if d == name else d for d in ds)
+                                 for ds in tiling.arg_dims]))
+    for name in usable:
+        at = [(i, j) for i, ds in enumerate(tiling.arg_dims) for j, d in enumerate(ds)
+              if d == name]
+        if name in outs or len(at) > 2:
+            for pair in combinations(at, 2):
+                found.append((name, [tuple(REDUCE_SYMBOL if (i, j) in pair else d
+                                           for j, d in enumerate(ds))
+                                     for i, ds in enumerate(tiling.arg_dims)]))
+    return found
+
+
 def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: Tiling,
                    symbols: Sequence[str], values: dict[str, int],
                    pinned: dict[str, int]) -> Tiling | str:
@@ -105,13 +135,8 @@ def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: 
     from agents.llm.offline.jaxpr_source import EmitError, function_source
 
     fresh = list(tiling.symbols)
-    outs = {str(d) for dims in tiling.out_dims for d in dims}
-    names = {d for dims in tiling.arg_dims for d in dims
-             if isinstance(d, str) and d not in outs and d not in pinned and d not in fresh
-             and d in values}
     reasons = []
-    for name in sorted(names, key=lambda n: (-values[n], n)):
-        dims = [tuple(REDUCE_SYMBOL if d == name else d for d in ds) for ds in tiling.arg_dims]
+    for name, dims in _renamings(tiling, values, pinned):
         try:
             checked_in, checked, checked_out, _ = trace(dims, False)
         except Exception as exc:  # tied to another axis
