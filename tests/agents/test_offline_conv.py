@@ -18,6 +18,7 @@ CONV_TASKS = {
     "conv2d_nchw_grouped": {"spatial": 2, "strides": (1, 1), "groups": 2, "per_image": True},
     "conv3d_ncdhw": {"spatial": 3, "strides": (1, 2, 1), "groups": 1, "per_image": True},
     "conv2d_batchnorm": {"spatial": 2, "strides": (1, 1), "groups": 1, "per_image": False},
+    "conv2d_nhwc_batchnorm": {"spatial": 2, "strides": (1, 1), "groups": 1, "per_image": False},
     "conv2d_transposed": {"spatial": 2, "strides": (1, 1), "groups": 1, "per_image": True},
     "conv2d_transposed_scatter": {"spatial": 2, "strides": (1, 1), "groups": 1,
                                   "per_image": True},
@@ -92,6 +93,23 @@ def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=0)
     # asked to fuse where the task does not allow it, the kernel keeps the second kernel
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=1)
+
+
+def test_an_epilogue_over_the_whole_batch_runs_in_the_conv_kernel_when_one_block_holds_it(
+        ) -> None:
+    """A batch norm mixes images: it runs on the conv's output in VMEM when the one block
+    holds the whole batch (the default here), and in a kernel of its own on the whole batch
+    when the blocks are smaller (the same answer either way)."""
+    task = TASKS / "conv2d_nhwc_batchnorm.py"
+    source = first_kernel(task)
+    assert "FUSABLE = True" in source and "BATCH = None" in source
+    assert "'fuse_epilogue': [1, 0]" in source and "block_images: int = 4" in source
+    assert "one block of the whole batch" in source.split('"""')[1]
+    assert "epilogue_in_conv_kernel" in source.split('"""')[1]
+    assert_matches_reference(task, source, seed=11, rtol=1e-4, atol=1e-4)
+    assert_matches_reference(task, source, seed=11, block_images=2, rtol=1e-4, atol=1e-4)
+    # the NCHW batch norm writes channels-first: its epilogue keeps a kernel of its own
+    assert "FUSABLE = False" in first_kernel(TASKS / "conv2d_batchnorm.py")
 
 
 def test_a_smaller_image_block_gives_the_same_answer() -> None:

@@ -23,9 +23,10 @@ tap's window one contiguous row range of a 2-D (rows, channels) slab:
 
 Grid (cdiv(N, block_images), groups), both `parallel`; per step `block_images` whole images
 (all phases, all rows) and the group's whole weight are in VMEM. The reference's epilogue
-(bias, activation, normalisation, pooling, the layout back) then runs in a second Pallas
-kernel on the conv's output: on blocks of images when it keeps images independent
-(`conv_match` probes it), else on the whole batch in one block (a batch norm).
+(bias, activation, normalisation, pooling, the layout back) runs in the conv kernel on its
+block of images in VMEM when it keeps images independent (`conv_match` probes it), or when
+it mixes them (a batch norm) and one block holds the whole batch; else in a second Pallas
+kernel on the conv's output, per block of images or on the whole batch in one block.
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ def _conv(x, w, geo, *, block_images, taps_per_dot):
 
 def _fusable(block, n, shapes):
     """Can the epilogue run inside the conv kernel? When the task allows it (FUSABLE) and its
-    outputs are blocked by the conv's blocks of images."""
+    outputs are blocked by the conv's blocks of images (one block of the whole batch, for an
+    epilogue that mixes images)."""
     return FUSABLE and _epilogue_block(block, n, shapes) == min(block, n)
 
 
@@ -261,7 +263,9 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
     packed = max(1, min(taps_per_dot, len(taps)))
     wide = (geo["outs"][0], *geo["phase_dims"][1:], geo["features"])
     trim = tuple(slice(0, o) for o in geo["outs"]) + (slice(None),)
-    out_specs = [_images(shape, block) for shape in shapes]
+    # an epilogue that mixes images runs here only when the one block holds them all
+    out_specs = [_whole(shape) if BATCH is None else _images(shape, block) for shape in shapes]
+    step_dims = dims if BATCH is None else {**dims, BATCH: block}
     conv_block = (block, *geo["outs"], geo["features"])
     limit = _vmem_limit(
         [((block, geo["count"], geo["length"], group_in), x.dtype),
@@ -273,7 +277,7 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
         + _tiled_bytes((rows, packed * group_in), x.dtype))
     return pl.pallas_call(
         functools.partial(_fused_kernel, taps=taps, rows=rows, taps_per_dot=packed, wide=wide,
-                          trim=trim, dims={**dims, BATCH: block}, n_extra=len(extras)),
+                          trim=trim, dims=step_dims, n_extra=len(extras)),
         out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
         grid=(pl.cdiv(n, block),),
         in_specs=[
@@ -382,13 +386,16 @@ def out_order(facts: TaskFacts) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argsort((spec[0], *spec[2:], spec[1])))
 
 
-def fusable(facts: TaskFacts) -> bool:
+def fusable(facts: TaskFacts, block: int) -> bool:
     """Can the epilogue run in the conv kernel itself, on its blocks of images? When it keeps
-    images independent, the conv has one feature group and writes channels-last (written as
-    the kernel's FUSABLE; it also checks its outputs' blocks when it is traced)."""
+    images independent, or `block` images are the whole batch (a batch norm then runs on the
+    block in VMEM as its own kernel would), the conv has one feature group and writes
+    channels-last (written as the kernel's FUSABLE; it also checks its outputs' blocks, and
+    that one block holds the batch, when it is traced)."""
     d = facts.detail
     order = out_order(facts)
-    return d["batch"] is not None and d["groups"] == 1 and order == tuple(range(len(order)))
+    whole = d["batch"] is not None or block >= _shapes(facts)["n"]
+    return whole and d["groups"] == 1 and order == tuple(range(len(order)))
 
 
 def applied_levers(facts: TaskFacts, taps_per_dot: int, fuse_epilogue: int) -> list[str]:
@@ -416,7 +423,7 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     # otherwise: no lane concatenation left to fail.
     fixed = params.get("tunables")
     packed = params.get("taps_per_dot") or (1 if fixed else choices[0])
-    can_fuse = fusable(facts)
+    can_fuse = fusable(facts, block)
     fuse = int(params.get("fuse_epilogue", 0 if fixed else can_fuse)) if can_fuse else 0
     tunables = dict(fixed) if fixed else {
         "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2])),
@@ -427,7 +434,9 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     names = [a.name for a in facts.args]
     sub = sublane_tile([a.dtype for a in facts.args])
     where = ("in the conv kernel on each block of images (the conv's output stays in VMEM)"
-             if fuse else
+             if fuse and d["batch"] else
+             "in the conv kernel on its one block of the whole batch (it mixes images; the "
+             "conv's output stays in VMEM)" if fuse else
              "in a second kernel per block of images" if d["batch"] else
              "in a second kernel on the whole batch in one block (it mixes images)")
     doc = (f"convolution kernel for {task_name}: {d['spatial']}-D conv_general_dilated as MXU "
