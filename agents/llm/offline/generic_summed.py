@@ -96,7 +96,8 @@ def _renamings(tiling: Tiling, values: dict[str, int], pinned: dict[str, int]
     """The inputs' dims with one axis renamed `REDUCE_SYMBOL`, largest axis first: every
     position of a symbol no output holds; then, for a symbol that also names other axes (a
     square weight: in_features == out_features, so the tracer named both sides alike), every
-    pair of its input positions, as a dot contracts one axis of each operand. A renaming the
+    pair of its positions in two different inputs of rank 2 or more, as a dot contracts one
+    axis of each operand. A renaming the
     reference cannot trace, or whose axis an output still holds, is refused by the caller."""
     from itertools import combinations
 
@@ -112,9 +113,11 @@ def _renamings(tiling: Tiling, values: dict[str, int], pinned: dict[str, int]
                                  for ds in tiling.arg_dims]))
     for name in usable:
         at = [(i, j) for i, ds in enumerate(tiling.arg_dims) for j, d in enumerate(ds)
-              if d == name]
+              if d == name and len(ds) > 1]  # a dot's operands: matrices, not vectors
         if name in outs or len(at) > 2:
             for pair in combinations(at, 2):
+                if pair[0][0] == pair[1][0]:  # one axis of each operand
+                    continue
                 found.append((name, [tuple(REDUCE_SYMBOL if (i, j) in pair else d
                                            for j, d in enumerate(ds))
                                      for i, ds in enumerate(tiling.arg_dims)]))
