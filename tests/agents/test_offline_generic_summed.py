@@ -7,6 +7,7 @@ takes that path; JAXBench's 10p (115.7 MiB of expert weights at scale 0.125) tak
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from offline_kernels import assert_matches_reference, first_kernel
@@ -47,6 +48,16 @@ READ_AFTER = MOE.replace('    return jnp.einsum("bsne,bsn->bse", experts, weight
                          '+ jnp.max(hidden, axis=3).sum(axis=2)[..., None]')
 
 
+def _summed(task: Path, text: str) -> tuple[Path, Any]:
+    """`text` written to `task` and classified: the generic class, its last grid axis summed."""
+    task.write_text(text)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic" and not facts.unsupported, (facts.unsupported,
+                                                                         facts.reasons)
+    assert facts.detail["reduced"] and facts.detail["symbols"][-1] == "R0"
+    return task, facts
+
+
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generic, "RAISED_VMEM_BYTES", 6 * 1024 * 1024)
@@ -54,12 +65,8 @@ def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_moe_whose_weights_do_not_fit_sums_over_its_hidden_axis(
         tmp_path: Path, small_budget: None) -> None:
-    task = tmp_path / "moe_small.py"
-    task.write_text(MOE)
-    facts = classify_task(task)
-    assert facts.kernel_class == "generic" and not facts.unsupported, facts.unsupported
+    task, facts = _summed(tmp_path / "moe_small.py", MOE)
     detail = facts.detail
-    assert detail["reduced"] and detail["symbols"][-1] == "R0"
     assert facts.dim_values[detail["origins"][-1]] == 384  # the hidden axis
     assert any("summed grid axis" in r for r in facts.reasons)
     source = first_kernel(task)
@@ -118,12 +125,8 @@ SMALL_WEIGHT = SQUARE_SOFTMAX.replace("SHAPES = [(512, 1024), (256, 512)]",
 
 def test_a_whole_weight_per_block_of_rows_is_summed_where_that_is_priced_faster(
         tmp_path: Path) -> None:
-    task = tmp_path / "square_softmax.py"
-    task.write_text(SQUARE_SOFTMAX)
-    facts = classify_task(task)
-    assert facts.kernel_class == "generic" and not facts.unsupported, facts.reasons
+    task, facts = _summed(tmp_path / "square_softmax.py", SQUARE_SOFTMAX)
     detail = facts.detail
-    assert detail["reduced"] and detail["symbols"][-1] == "R0"
     # x's features and the weight's second axis are summed; the weight's rows stay the output's
     assert [list(d) for d in detail["arg_dims"]] == [["T0", "R0"], ["D1", "R0"], ["D1"]]
     assert any("not the rows_generic class" in r for r in facts.reasons), facts.reasons

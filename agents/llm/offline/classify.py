@@ -305,13 +305,13 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     weighted = facts.kernel_class == "rows_generic" and any(
         e.primitive.name == "dot_general" for e in eqns)
     if (facts.kernel_class == "single_block" or weighted) and facts.body_source and not fixed:
-        from agents.llm.offline import generic
+        from agents.llm.offline import generic_decide
 
         trace = _tiled_tracer(reference, args, symbols, minimum, pinned)
         if weighted:
-            generic.consider_summing(facts, trace, (invars, eqns, outvars, consts))
+            generic_decide.consider_summing(facts, trace, (invars, eqns, outvars, consts))
         else:
-            generic.decide(facts, trace, (invars, eqns, outvars, consts))
+            generic_decide.decide(facts, trace, (invars, eqns, outvars, consts))
     if facts.kernel_class == "single_block" and not facts.body_source:
         why = "; ".join(r for r in facts.reasons if "kernel body" in r or "symbolic" in r)
         facts.unsupported = ((why or "no kernel body can be written") + "; and no other "
