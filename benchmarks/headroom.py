@@ -31,6 +31,7 @@ from typing import Any
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 ROOT = Path(__file__).resolve().parent.parent
+ABOVE = 1.0 + 1e-9  # a ceiling of exactly 1.0, computed in floating point, is not room
 
 
 def task_paths(names: list[str]) -> list[Path]:
@@ -122,16 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     priced = [r for r in rows if "ceiling" in r]
     summary = {
         "tasks": len(rows), "priced": len(priced),
-        "ceiling_above_1": sum(r["ceiling"] > 1.0 for r in priced),
+        "ceiling_above_1": sum(r["ceiling"] > ABOVE for r in priced),
         "ceiling_above_1_1": sum(r["ceiling"] > 1.1 for r in priced),
-        "fast_1_at_most": round(sum(r["ceiling"] > 1.0 for r in priced) / max(1, len(rows)), 3),
+        "fast_1_at_most": round(sum(r["ceiling"] > ABOVE for r in priced) / max(1, len(rows)), 3),
         "target": args.target, "scales": list(scales or ()), "measured_on": "simulated",
         "wall_s": round(time.perf_counter() - started, 1),
     }
     if got:
         summary["speedup_above_1"] = sum((r.get("speedup") or 0) > 1.0 for r in rows)
         summary["room_above_1_not_reached"] = sorted(
-            r["task"] for r in priced if r["ceiling"] > 1.0 and (r.get("speedup") or 0) <= 1.0)
+            r["task"] for r in priced if r["ceiling"] > ABOVE and (r.get("speedup") or 0) <= 1.0)
     out = {"summary": summary, "tasks": rows}
     if args.json:
         print(json.dumps(out, indent=1))
