@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": len(rows), "priced": len(priced),
         "ceiling_above_1": sum(r["ceiling"] > ABOVE for r in priced),
         "ceiling_above_1_1": sum(r["ceiling"] > 1.1 for r in priced),
-        "fast_1_at_most": round(sum(r["ceiling"] > ABOVE for r in priced) / max(1, len(rows)), 3),
+        # over the tasks that load, as `bench` counts fast_1 over the runs it starts
+        "fast_1_at_most": round(sum(r["ceiling"] > ABOVE for r in priced) / max(1, len(priced)), 3),
         "target": args.target, "scales": list(scales or ()), "measured_on": "simulated",
         "wall_s": round(time.perf_counter() - started, 1),
     }
