@@ -36,9 +36,16 @@ def test_liveness_fuses_elementwise_chains_and_counts_what_is_live_together() ->
     assert _peak(twice, (1024, 1024)) == 8 * MIB + 4096
 
 
-def test_available_memory_is_read_from_the_process_limits() -> None:
-    room, source = available_bytes()
+def test_available_memory_is_read_from_the_process_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one snapshot of /proc/meminfo for both sides: the machine's free memory moves between
+    # two reads while other work runs, and the test owns only what it compares
+    from tools.correctness import footprint
+
     meminfo = Path("/proc/meminfo").read_text()
+    real_read = footprint._read
+    monkeypatch.setattr(footprint, "_read",
+                        lambda path: meminfo if str(path) == "/proc/meminfo" else real_read(path))
+    room, source = available_bytes()
     mem_available = int(re.search(r"MemAvailable:\s+(\d+)", meminfo).group(1)) * 1024
     assert 0 < room <= mem_available and source
 
