@@ -97,8 +97,8 @@ def _renamings(tiling: Tiling, values: dict[str, int], pinned: dict[str, int]
     position of a symbol no output holds; then, for a symbol that also names other axes (a
     square weight: in_features == out_features, so the tracer named both sides alike), every
     pair of its positions in two different inputs of rank 2 or more, as a dot contracts one
-    axis of each operand. A renaming the
-    reference cannot trace, or whose axis an output still holds, is refused by the caller."""
+    axis of each operand. The caller refuses a renaming the reference cannot trace, or whose
+    axis an output still holds."""
     from itertools import combinations
 
     fresh = set(tiling.symbols)
@@ -131,8 +131,8 @@ def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: 
     output holds and that only dots contract (an MoE's or an MLP's hidden axis), so its
     weights stream through VMEM a block at a time instead of all at once. The body splits
     in two: `_partial` (everything along that axis, up to the dots, whose float32 results
-    the kernel sums) and `_finish` (the rest, once, on the sums). Tried largest axis first;
-    a string says why none will do."""
+    the kernel sums) and `_finish` (the rest, once, on the sums). Tried in the order of
+    `_renamings`; a string says why none will do."""
     import numpy as np
 
     from agents.llm.offline.jaxpr_source import EmitError, function_source
@@ -191,5 +191,5 @@ def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: 
             reduced=True,
             partials=tuple((tuple(d if isinstance(d, int) else str(d) for d in v.aval.shape),
                             str(np.dtype(v.aval.dtype))) for v in sums))
-    return "; ".join(reasons) or "no input axis is contracted away"
+    return "; ".join(dict.fromkeys(reasons)) or "no input axis is contracted away"
 
