@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.llm.offline import batchdims, patterns, pershape
+from agents.llm.offline import batchdims, linear_sums, patterns, pershape
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
@@ -271,6 +271,7 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
         shape_note = ("dims " + ", ".join(f"{s}={v}" for s, v in pinned.items())
                       + " traced at their tuning sizes (the reference computes with them in "
                       "Python)")
+    summed_first = linear_sums.described(closed)
     closed = _rewritten(closed)
     invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
@@ -283,6 +284,8 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
                       int((cost or {}).get("flops", 0)))
     if shape_note:
         facts.reasons.append(shape_note)
+    if summed_first:
+        facts.reasons.append(summed_first)
     facts.pinned = pinned
     fixed = sorted(set(pinned) & varying)
     if fixed:  # a body traced at one size of a dim that takes others is wrong there: one per shape
@@ -340,12 +343,16 @@ def _tiled_tracer(reference: Any, args: list[Arg], symbols: list[str], minimum: 
 
 
 def _rewritten(closed: Any) -> Any:
-    """Pooling windows and cumulative sums as the matmuls a kernel body can carry."""
-    if {e.primitive.name for e in flatten(closed)[1]} & {"reduce_window_sum", "cumsum"}:
+    """Pooling windows and cumulative sums as the matmuls a kernel body can carry; a sum over
+    a dot's free axes taken before the dot (`linear_sums`)."""
+    primitives = {e.primitive.name for e in flatten(closed)[1]}
+    if primitives & {"reduce_window_sum", "cumsum"}:
         from agents.llm.offline import cumulative, windows
 
         for rewrite in (windows.without_windows, cumulative.without_cumsums):
             closed = rewrite(closed) or closed
+    if {"dot_general", "reduce_sum"} <= primitives:
+        closed = linear_sums.without_summed_dots(closed) or closed
     return closed
 
 
