@@ -96,6 +96,21 @@ def test_small_variants(tmp_path: Path, body: str, shapes: str, expected: str) -
     assert classify_task(task).kernel_class == expected
 
 
+def test_an_epilogue_input_of_one_element_keeps_the_matmul_class(tmp_path: Path) -> None:
+    """A (1,)-shaped epilogue input (JAXBench 48k's bias) is one block that never moves."""
+    from offline_kernels import assert_matches_reference, first_kernel
+
+    body = ("def reference(a, b, bias, shift):\n"
+            "    y = a @ b + bias\n"
+            "    return (y + shift) * jax.nn.sigmoid(y + shift)")
+    shapes = "[((128, 256), (256, 384), (384,), (1,)), ((64, 128), (128, 256), (256,), (1,))]"
+    task = _write_task(tmp_path / "matmul_shift.py", body, shapes)
+    assert classify_task(task).kernel_class == "matmul_epilogue"
+    source = first_kernel(task)
+    assert "_EPILOGUE_KINDS = ('n', '1')" in source
+    assert_matches_reference(task, source, seed=0, rtol=1e-4, atol=1e-4)
+
+
 def test_a_task_with_no_class_and_no_body_is_refused_with_its_reason(tmp_path: Path) -> None:
     body = ("def reference(x):\n"
             "    step = lambda c, r: (0.5 * c + r, c)\n"

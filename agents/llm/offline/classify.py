@@ -219,7 +219,7 @@ def _classify_matmul(invars: list[Any], eqns: list[Any], outvars: list[Any], arg
         return None, "the dot's operands are used again outside it"
     m_sym, n_sym = a.dims[0], b.dims[1]
     epilogue_args = [i for i in range(len(args)) if i not in (ia, ib)]
-    allowed = {(n_sym,), (1, n_sym), (m_sym, n_sym), (m_sym, 1)}
+    allowed = {(n_sym,), (1, n_sym), (m_sym, n_sym), (m_sym, 1), (1,)}
     for i in epilogue_args:
         if args[i].dims not in allowed:
             return None, f"epilogue input {args[i].name} {args[i].shape} does not tile with the output"

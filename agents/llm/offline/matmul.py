@@ -150,7 +150,7 @@ def vmem_text(facts: TaskFacts, spec: MatmulSpec) -> str:
 
 
 def _kind(dims: tuple[Any, ...], m: str, n: str) -> str:
-    return {(n,): "n", (1, n): "1n", (m, 1): "m1", (m, n): "mn"}[dims]
+    return {(n,): "n", (1, n): "1n", (m, 1): "m1", (m, n): "mn", (1,): "1"}[dims]
 
 
 def _index_maps(spec: MatmulSpec) -> dict[str, str]:
@@ -161,7 +161,8 @@ def _index_maps(spec: MatmulSpec) -> dict[str, str]:
     head = "lambda " + ", ".join(axes) + ": "
     k = "0" if spec.k_in_one_block else "kk"
     return {"a": head + f"(i, {k})", "b": head + f"({k}, j)", "o": head + "(i, j)",
-            "n": head + "(j,)", "1n": head + "(0, j)", "m1": head + "(i, 0)", "mn": head + "(i, j)"}
+            "n": head + "(j,)", "1n": head + "(0, j)", "m1": head + "(i, 0)", "mn": head + "(i, j)",
+            "1": head + "(0,)"}
 
 
 def _pipeline(buffers: int) -> str:
@@ -215,7 +216,7 @@ def _fit_k(block, k):
 
 def _epilogue_spec(kind, bm, bn, single):
     index_map = _EPILOGUE_MAPS[kind]
-    shape = {"n": (bn,), "1n": (1, bn), "m1": (bm, 1), "mn": (bm, bn)}[kind]
+    shape = {"n": (bn,), "1n": (1, bn), "m1": (bm, 1), "mn": (bm, bn), "1": (1,)}[kind]
     if single:
         return pl.BlockSpec(shape, index_map, pipeline_mode=pl.Buffered(1))
     return pl.BlockSpec(shape, index_map)
@@ -235,7 +236,7 @@ def %NAME%(%ARGS%, *, block_m: int = %BM%, block_n: int = %BN%, block_k: int = %
     if block_m % SUBLANES or block_n % LANES:
         raise ValueError(f"{block_m=} must be a multiple of {SUBLANES}, {block_n=} of {LANES}")
     for operand, kind in zip(epilogue_args, _EPILOGUE_KINDS, strict=True):
-        want = {"n": (n,), "1n": (1, n), "m1": (m, 1), "mn": (m, n)}[kind]
+        want = {"n": (n,), "1n": (1, n), "m1": (m, 1), "mn": (m, n), "1": (1,)}[kind]
         if operand.shape != want:
             raise ValueError(f"{operand.shape=} must be {want}")
     bm = m if m <= block_m else block_m
@@ -245,7 +246,8 @@ def %NAME%(%ARGS%, *, block_m: int = %BM%, block_n: int = %BN%, block_k: int = %
     dims = {**{_M: m, _K: k, _N: n}, **other_dims, _M: bm, _N: bn}
     b_single = _B_SINGLE and bk == k and bn == n  # b's block never moves: one buffer
     epilogue_single = [_E_SINGLE and (bn == n if kind in ("n", "1n") else bm == m if kind == "m1"
-                                       else bm == m and bn == n) for kind in _EPILOGUE_KINDS]
+                                       else kind == "1" or (bm == m and bn == n))
+                       for kind in _EPILOGUE_KINDS]
     a_spec = pl.BlockSpec((bm, bk), %A_MAP%%PIPELINE%)
     b_spec = (pl.BlockSpec((bk, bn), %B_MAP%, pipeline_mode=pl.Buffered(1)) if b_single
               else pl.BlockSpec((bk, bn), %B_MAP%%PIPELINE%))
@@ -323,7 +325,7 @@ def render(facts: TaskFacts, spec: MatmulSpec, task_name: str,
         f"_M, _K, _N = {d['m']!r}, {d['k']!r}, {d['n']!r}",
         f"_EPILOGUE_ARGS = {tuple(epi)!r}",
         f"_EPILOGUE_KINDS = {kinds!r}",
-        "_EPILOGUE_MAPS = {" + ", ".join(f"{k!r}: {maps[k]}" for k in ("n", "1n", "m1", "mn")) + "}",
+        "_EPILOGUE_MAPS = {" + ", ".join(f"{k!r}: {maps[k]}" for k in ("n", "1n", "m1", "mn", "1")) + "}",
         f"_DOT_DTYPE = jnp.{d['dot_dtype']}",
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
         f"_B_SINGLE = {'b' in spec.single_buffer}  # b single-buffered where its block never moves",
