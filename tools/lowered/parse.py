@@ -218,6 +218,15 @@ def _parse_custom_call(op: Any) -> MosaicKernel:
     return _parse_mosaic(bytecode, kernel_name, operand_types, result_types, vmem_limit, aliases)
 
 
+def parse_mosaic(body: bytes, kernel_name: str,
+                 operand_types: list[tuple[str, tuple[int, ...], str, str]],
+                 result_types: list[tuple[str, tuple[int, ...], str, str]],
+                 vmem_limit: int | None) -> MosaicKernel:
+    """A Mosaic kernel from its MLIR (bytecode, or the text XLA:TPU's own kernels carry) and
+    its call's operand and result types (:func:`tools.lowered.types.split_shaped` form)."""
+    return _parse_mosaic(body, kernel_name, operand_types, result_types, vmem_limit, ())
+
+
 def _parse_mosaic(
     bytecode: bytes,
     kernel_name: str,

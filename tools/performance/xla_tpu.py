@@ -20,10 +20,12 @@ launch of its own, overlapped with the ops XLA scheduled around it: the program 
 longer of its ops in sequence and its copies in sequence, and never less than all its HBM
 bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a kernel's
 pipelined and manual transfers do). A custom call that only reserves
-a buffer (`AllocateBuffer`) costs nothing. An op with no rule (a custom call such as
-PartialReduce or a Mosaic kernel, a gather, a while loop) is named in ``unpriced``, never
-priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and its
-sort have one (:func:`tools.performance.hlo_compute.top_k_ops`).
+a buffer (`AllocateBuffer`) costs nothing. XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
+its fused attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
+with the same body is (:mod:`tools.performance.xla_kernels`). An op with no rule (a custom
+call such as PartialReduce, a gather, a scatter, a while loop) is named in ``unpriced``,
+never priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and
+its sort have one (:func:`tools.performance.hlo_compute.top_k_ops`).
 
 The compiler's static estimate (each fusion's `estimated_cycles` at the chip's clock) is
 kept beside, per op and as the program's price with it as the compute side
@@ -45,6 +47,7 @@ from typing import Any
 import msgspec
 
 from kernelgraph.errors import KernelgraphError
+from tools.performance import xla_kernels
 from tools.performance.baseline import DotShape, _hlo_bytes, dot_seconds, dots_of, share_dots
 from tools.performance.chips import Chip
 from tools.performance.hlo_compute import Instr, Module, Work
@@ -153,6 +156,7 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
     types: dict[str, str] = {}
     rows: list[tuple[Instr, int, int | None, Work]] = []
     copies: list[FusionPrice] = []
+    kernels: list[FusionPrice] = []  # XLA:TPU's own Mosaic kernels, priced as a kernel is
     unpriced: list[str] = []
     for ins in entry:
         types[ins.name] = ins.type_text
@@ -160,6 +164,9 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
             continue
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
         if ins.opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
+            continue
+        if ins.opcode == "custom-call" and target and target.group(1) == xla_kernels.TARGET:
+            kernels.append(_own_kernel(ins, types, chip))
             continue
         if ins.opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
             moved = sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
@@ -193,6 +200,10 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
             bound, vpu_ops=work.vpu_ops, transcendentals=work.transcendentals, mxu_s=mxu_s,
             compiler_compute_s=by_compiler,
             compiler_latency_s=max(by_compiler, memory) + launch))
+    for kernel in kernels:
+        if kernel.bound == "unpriced":
+            unpriced.append(f"XLA:TPU's Mosaic kernel {kernel.name} ({kernel.opcode})")
+    priced += kernels
     ran = [f for f in priced if f.bound != "unpriced"]
     copy_s = sum(f.latency_s for f in copies)
     memory_s = sum(f.memory_s for f in ran) + copy_s
@@ -208,6 +219,23 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
         compiler_latency_s=max(sum(f.compiler_latency_s or 0.0 for f in ran), copy_s,
                                memory_s + launches),
         compiler_compute_s=sum((f.cycles or 0) / chip.clock_hz for f in ran))
+
+
+def _own_kernel(ins: Instr, types: dict[str, str], chip: Chip) -> FusionPrice:
+    """XLA:TPU's own Mosaic kernel (its fused attention) priced by the kernel model
+    (:mod:`tools.performance.xla_kernels`); bound "unpriced", with why as its opcode, where
+    the model cannot price it."""
+    try:
+        est = xla_kernels.price(ins.name, ins.type_text, [types.get(o, "") for o in ins.operands],
+                                ins.rest, chip)
+    except xla_kernels.XlaKernelError as exc:
+        return FusionPrice(ins.name, f"custom-call: {str(exc)[:200]}", 0, None, 0.0, 0.0, 0.0,
+                           "unpriced")
+    return FusionPrice(ins.name, "custom-call (Mosaic kernel, priced by the kernel model)",
+                       est.hbm_bytes, None, est.compute_s, est.memory_s, est.latency_s,
+                       est.bound, vpu_ops=float(est.vpu_ops),
+                       transcendentals=float(est.transcendentals),
+                       compiler_compute_s=est.compute_s, compiler_latency_s=est.latency_s)
 
 
 def _in_order(entry: list[Instr], ops: list[FusionPrice]) -> list[FusionPrice]:
