@@ -37,9 +37,11 @@ def _ask(purpose: str, context: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(("name", "expected"), [
     ("attention_gqa_bshd", {"q": 0, "k": 1, "v": 2, "bias": None, "layout": "bshd",
-                            "causal": True, "scale": "rsqrt_d", "kv_heads": 2}),
+                            "causal": True, "scale": "rsqrt_d", "kv_heads": 2,
+                            "dots_dtype": "bfloat16"}),
     ("attention_score_bias", {"q": 0, "k": 1, "v": 2, "bias": 3, "layout": "bhsd",
-                              "causal": True, "scale": "rsqrt_d", "kv_heads": None}),
+                              "causal": True, "scale": "rsqrt_d", "kv_heads": None,
+                              "dots_dtype": "float32"}),
 ])
 def test_attention_with_sizes_fixed_in_python_is_found_by_its_numbers(
         name: str, expected: dict[str, Any]) -> None:

@@ -87,7 +87,17 @@ def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] 
     for key in blocks:
         value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
         blocks[key] = aligned(value, sub)
-    return AttentionSpec(block_q=blocks["block_q"], block_kv=blocks["block_kv"])
+    return AttentionSpec(block_q=blocks["block_q"], block_kv=blocks["block_kv"],
+                         mxu_dtype=reference_mxu_dtype(facts))
+
+
+def reference_mxu_dtype(facts: TaskFacts) -> str:
+    """"input" where the reference's own dots take the inputs' narrow dtype (bf16 q and k,
+    bf16 probabilities and v): the MXU gets them as they are, with float32 accumulation, no
+    less precise than the reference; else float32 operands."""
+    q_dtype = facts.args[facts.detail["q"]].dtype
+    narrow = np.dtype(q_dtype).itemsize < 4
+    return "input" if narrow and facts.detail.get("dots_dtype") == str(q_dtype) else "float32"
 
 
 def geometry(facts: TaskFacts) -> dict[str, int]:

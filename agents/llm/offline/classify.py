@@ -420,6 +420,8 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
         if match:  # q, k, v (and a score bias) found by the numbers: no kernel body needed
             facts.kernel_class = "attention"
             facts.detail = match
+            operand_dtypes = {str(v.aval.dtype) for e in dots for v in e.invars}
+            match["dots_dtype"] = operand_dtypes.pop() if len(operand_dtypes) == 1 else None
             q_heads = _bhsd_heads(args[match["q"]].shape, match["layout"])
             grouped = (f", grouped-query ({q_heads} query heads over {match['kv_heads']} "
                        "key/value heads)" if match["kv_heads"] else "")
@@ -429,6 +431,10 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
                                  f"softmax(q k^T) v, scale {match['scale']}, "
                                  f"causal={match['causal']}{grouped}{extra} (checked on the "
                                  "tuning inputs)")
+            if match["dots_dtype"] and np.dtype(match["dots_dtype"]).itemsize < 4:
+                facts.reasons.append(f"the reference's own dots take {match['dots_dtype']} "
+                                     "operands: the MXU takes them as they are, accumulating in "
+                                     "float32")
             return
         facts.reasons.append("two dots and a softmax, but not q k^T / v shaped")
     if len(dots) == 1:
