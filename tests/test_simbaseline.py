@@ -282,7 +282,7 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
     """A reduction costs one VPU op per input element, a pooling window one per element of
     each window, `is-finite` two (abs, compare); a convolution (XLA:TPU's form of a
     dot) takes the reference's dot priced on the MXU as the host baseline prices it; one
-    without a dot shape given, or an op with no rule (a gather), is named, never free."""
+    without a dot shape given, or an op with no rule (a scatter), is named, never free."""
     chip = get_chip("v6e")
     reduce = """  %z = f32[] constant(0)
   ROOT %r = f32[1024]{0} reduce(%q0, %z), dimensions={1}, to_apply=%add"""
@@ -304,10 +304,11 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
   ROOT %w = f32[512,1024]{1,0} reduce-window(%q0, %z), window={size=2x1 stride=2x1}, to_apply=%add"""
     pooled = price_program(_fusion_hlo(pool, 5), chip)
     assert pooled.unpriced == [] and pooled.ops[0].vpu_ops == 512 * 1024 * 2
-    gather = """  %i = s32[8,1]{1,0} constant({{0},{1},{2},{3},{4},{5},{6},{7}})
-  ROOT %g = f32[8,1024]{1,0} gather(%q0, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,1024}"""
-    price = price_program(_fusion_hlo(gather, 100), chip)
-    assert price.unpriced == ["fusion f (gather g)"] and price.ops[0].bound == "unpriced"
+    scatter = """  %i = s32[8,1]{1,0} constant({{0},{1},{2},{3},{4},{5},{6},{7}})
+  %u = f32[8,1024]{1,0} broadcast(%z), dimensions={}
+  ROOT %s = f32[1024,1024]{1,0} scatter(%q0, %i, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add"""
+    price = price_program(_fusion_hlo("  %z = f32[] constant(0)\n" + scatter, 100), chip)
+    assert price.unpriced == ["fusion f (scatter s)"] and price.ops[0].bound == "unpriced"
 
 
 _COPY = """HloModule m

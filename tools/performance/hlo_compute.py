@@ -28,8 +28,13 @@ per element of the HLO shape:
   counted by :func:`sort_ops` and :func:`top_k_ops` (the algorithm and why it is the one
   assumed are there).
 
-Any other op (gather, scatter, a custom call, a while loop, ...) has no rule: it is named,
-and the program is no baseline (never priced at zero).
+- `gather`: rows moved by index, free as a dynamic slice is (its HBM side is the rows it
+  returns: :func:`tools.performance.xla_tpu.price_program`); XLA:TPU's index bookkeeping
+  before it (`GatherScatterIndicesBitpacked`, `AssumeGatherIndicesInBound` custom calls) one
+  VPU op per index element.
+
+Any other op (scatter, a custom call, a while loop, ...) has no rule: it is named, and the
+program is no baseline (never priced at zero).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ _TRANSCENDENTAL = (
     "exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "sine", "cosine",
     "tan", "sqrt", "rsqrt", "cbrt", "power", "atan2", "erf",
 )
+# XLA:TPU's index bookkeeping before a gather or scatter: one VPU op per index element
+INDEX_TARGETS = frozenset({"GatherScatterIndicesBitpacked", "AssumeGatherIndicesInBound"})
 RULES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(_ONE_VPU, (1, 0)), **dict.fromkeys(_TRANSCENDENTAL, (1, 1)),
     "clamp": (2, 0), "sign": (7, 0), "logistic": (4, 1), "is-finite": (2, 0),
@@ -83,6 +90,7 @@ class Instr(msgspec.Struct, frozen=True):
     opcode: str
     operands: tuple[str, ...]
     rest: str
+    parameter: int = -1  # a parameter's index in its computation
 
 
 def elements(type_text: str) -> int:
@@ -105,14 +113,22 @@ def parse_computations(hlo: str) -> dict[str, list[Instr]]:
         m = _INSTR.match(line)
         if m and current is not None:
             name, type_text, opcode, operand_text, rest = m.groups()
+            index = int(operand_text) if opcode == "parameter" and operand_text.isdigit() else -1
             current.append(Instr(name, type_text, opcode,
-                                 tuple(re.findall(r"%([\w.\-]+)", operand_text)), rest))
+                                 tuple(re.findall(r"%([\w.\-]+)", operand_text)), rest, index))
     return found
 
 
 def entry_name(hlo: str) -> str | None:
     m = re.search(r"^ENTRY %?([\w.\-]+)", hlo, re.MULTILINE)
     return m.group(1) if m else None
+
+
+def _itemsize(type_text: str) -> int:
+    bits = re.match(r"\s*[a-z]+?(\d+)\[", type_text)
+    if type_text.lstrip().startswith("pred"):
+        return 1
+    return max(1, int(bits.group(1)) // 8) if bits else 4
 
 
 def _dtype(type_text: str) -> str:
@@ -241,13 +257,35 @@ class Module:
             if size is not None:
                 taps = math.prod(int(d) for d in size.group(1).split("x"))
                 return Work(float(elements(ins.type_text) * taps))  # every output's windows
+        if ins.opcode == "gather":  # rows moved by index: free, as a dynamic slice is
+            return Work()
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
+        if target and target.group(1) in INDEX_TARGETS:
+            return Work(float(elements(ins.type_text)))  # index arithmetic: one op each
         if ins.opcode == "sort" or (target and target.group(1) == "TopK"):
             ops = _ordering_ops(ins, types)
             if ops is not None:
                 return Work(float(ops))
         return Work(unpriced=(f"{ins.opcode} {ins.name}"
                               + (f" ({target.group(1)})" if target else ""),))
+
+    def gathered(self, name: str) -> dict[int, int]:
+        """For a fused computation: parameter index -> the bytes its gathers read, for each
+        parameter read by nothing but gathers (as the array gathered from): a gather reads
+        the rows it returns, not the whole array."""
+        instrs = self.computations.get(name, [])
+        readers: dict[str, list[tuple[Instr, int]]] = {}
+        for ins in instrs:
+            for position, operand in enumerate(ins.operands):
+                readers.setdefault(operand, []).append((ins, position))
+        found: dict[int, int] = {}
+        for ins in instrs:
+            reads = readers.get(ins.name, [])
+            if ins.opcode == "parameter" and ins.parameter >= 0 and reads and all(
+                    r.opcode == "gather" and position == 0 for r, position in reads):
+                found[ins.parameter] = sum(elements(r.type_text) for r, _ in reads) * \
+                    _itemsize(ins.type_text)
+        return found
 
     def computation_work(self, name: str) -> Work:
         """The summed work of a fused computation; an op on constants alone is folded."""
@@ -269,5 +307,5 @@ class Module:
         return total
 
 
-__all__ = ["DOTS", "FREE", "RULES", "Instr", "Module", "Work", "bitonic_sort_exchanges",
+__all__ = ["DOTS", "FREE", "INDEX_TARGETS", "RULES", "Instr", "Module", "Work", "bitonic_sort_exchanges",
            "elements", "entry_name", "parse_computations", "sort_ops", "top_k_ops"]

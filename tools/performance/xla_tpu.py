@@ -23,9 +23,11 @@ pipelined and manual transfers do). A custom call that only reserves
 a buffer (`AllocateBuffer`) costs nothing. XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
 its fused attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
 with the same body is (:mod:`tools.performance.xla_kernels`). An op with no rule (a custom
-call such as PartialReduce, a gather, a scatter, a while loop) is named in ``unpriced``,
+call such as PartialReduce, a scatter, a while loop) is named in ``unpriced``,
 never priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and
-its sort have one (:func:`tools.performance.hlo_compute.top_k_ops`).
+its sort have one (:func:`tools.performance.hlo_compute.top_k_ops`), and so has a gather:
+it moves rows (free, as a dynamic slice is), and an array only gathered from is read for
+the rows the gathers return, not whole.
 
 The compiler's static estimate (each fusion's `estimated_cycles` at the chip's clock) is
 kept beside, per op and as the program's price with it as the compute side
@@ -174,7 +176,7 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
             copies.append(FusionPrice(ins.name, ins.opcode, moved, None, 0.0, memory, memory,
                                       "memory"))
             continue
-        hbm = _hbm_bytes(ins.type_text) + sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
+        hbm = _hbm_bytes(ins.type_text) + _operand_bytes(module, ins, types)
         work = module.instr_work(ins, types)
         if work.dots and not dots:
             work = work + Work(unpriced=("a dot or convolution with no shape given",))
@@ -219,6 +221,23 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
         compiler_latency_s=max(sum(f.compiler_latency_s or 0.0 for f in ran), copy_s,
                                memory_s + launches),
         compiler_compute_s=sum((f.cycles or 0) / chip.clock_hz for f in ran))
+
+
+def _operand_bytes(module: Module, ins: Instr, types: dict[str, str]) -> int:
+    """The HBM bytes an op reads: its operands in HBM, except that an array only gathered
+    from is read for the rows the gathers return (:meth:`Module.gathered`)."""
+    if ins.opcode == "fusion":
+        called = re.search(r"calls=%?([\w.\-]+)", ins.rest)
+        gathered = module.gathered(called.group(1)) if called else {}
+    elif ins.opcode == "gather":
+        gathered = {0: _hbm_bytes(ins.type_text)}
+    else:
+        gathered = {}
+    total = 0
+    for position, operand in enumerate(ins.operands):
+        size = _hbm_bytes(types.get(operand, ""))
+        total += min(size, gathered[position]) if position in gathered else size
+    return total
 
 
 def _own_kernel(ins: Instr, types: dict[str, str], chip: Chip) -> FusionPrice:
