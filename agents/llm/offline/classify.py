@@ -16,6 +16,10 @@ the same axis. The classes, tried in order:
 7. `single_block`: the whole arrays as one block, when no axis is independent (refused when
    even they do not fit a core's VMEM).
 
+Before the classes are tried the jaxpr is rewritten where a kernel body needs other ops
+(`rewrites`): pooling windows and cumulative sums as matmuls, a sum over a dot's free axis
+taken before the dot.
+
 A task that fits no class and whose reference cannot be written out as a kernel body gets
 `TaskFacts.unsupported`, the reason the offline author refuses it.
 """
@@ -33,6 +37,7 @@ import numpy as np
 
 from agents.llm.offline import batchdims, linear_sums, patterns, pershape
 from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
+from agents.llm.offline.rewrites import rewritten
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
            "linear_attention", "grouped_matmul", "convolution", "rows_generic", "generic",
@@ -272,7 +277,7 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
                       + " traced at their tuning sizes (the reference computes with them in "
                       "Python)")
     summed_first = linear_sums.described(closed)
-    closed = _rewritten(closed)
+    closed = rewritten(closed)
     invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
     out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
@@ -336,24 +341,10 @@ def _tiled_tracer(reference: Any, args: list[Arg], symbols: list[str], minimum: 
         for a, d in zip(args, dims, strict=True):
             least.update((REDUCE_SYMBOL, minimum[o]) for o, n in zip(a.dims, d, strict=True)
                          if n == REDUCE_SYMBOL and o in minimum)
-        again = _rewritten(_symbolic_jaxpr(reference, tiled, scope, least, pinned, merge))
+        again = rewritten(_symbolic_jaxpr(reference, tiled, scope, least, pinned, merge))
         return flatten(lowerable(again) if merge else again)
 
     return trace
-
-
-def _rewritten(closed: Any) -> Any:
-    """Pooling windows and cumulative sums as the matmuls a kernel body can carry; a sum over
-    a dot's free axes taken before the dot (`linear_sums`)."""
-    primitives = {e.primitive.name for e in flatten(closed)[1]}
-    if primitives & {"reduce_window_sum", "cumsum"}:
-        from agents.llm.offline import cumulative, windows
-
-        for rewrite in (windows.without_windows, cumulative.without_cumsums):
-            closed = rewrite(closed) or closed
-    if {"dot_general", "reduce_sum"} <= primitives:
-        closed = linear_sums.without_summed_dots(closed) or closed
-    return closed
 
 
 def _per_shape_bodies(task: Any, args: list[Arg], symbols: list[str], minimum: dict[str, int],
