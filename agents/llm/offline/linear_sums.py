@@ -130,12 +130,13 @@ def _chains(eqns: list[Any], outvars: list[Any]) -> list[_Chain]:
 def without_summed_dots(closed: Any) -> Any | None:
     """`closed` with every sum over a dot's free axes taken before the dot (module doc);
     None when it has none."""
-    import jax
     import jax.numpy as jnp
     from jax import lax
-    from jax.extend import core as jcore
 
-    invars, eqns, outvars, consts = flatten(closed)
+    from agents.llm.offline.windows import rewritten
+
+    flat = flatten(closed)
+    _, eqns, outvars, _ = flat
     chains = _chains(eqns, outvars)
     if not chains:
         return None
@@ -143,30 +144,16 @@ def without_summed_dots(closed: Any) -> Any | None:
     ends = {c.total: c for c in chains}
     inside = {e for c in chains for e in c.steps}
 
-    def run(*args: Any) -> list[Any]:
-        env: dict[Any, Any] = dict(consts)
-        env.update(zip(invars, args, strict=True))
+    def by_equation(e: Any, read: Any) -> Any:
+        if e in inside:  # carried through at the sum, on the summed dot
+            return ()
+        if e in ends:
+            return [_through_steps(ends[e], read, jnp, lax)]
+        if e in starts:  # the dot of summed operands; the steps run at the sum, where
+            return [_summed_dot(starts[e], [read(v) for v in e.invars], jnp)]  # all is made
+        return None
 
-        def read(v: Any) -> Any:
-            return v.val if isinstance(v, jcore.Literal) else env[v]
-
-        for e in eqns:
-            if e in inside:
-                continue
-            if e in ends:
-                env[e.outvars[0]] = _through_steps(ends[e], read, jnp, lax)
-                continue
-            ins = [read(v) for v in e.invars]
-            if e in starts:  # the dot of summed operands; the steps run at the sum, where
-                env[e.outvars[0]] = _summed_dot(starts[e], ins, jnp)  # all they add is made
-                continue
-            got = e.primitive.bind(*ins, **e.params)
-            env.update(zip(e.outvars, list(got) if e.primitive.multiple_results else [got],
-                           strict=True))
-        return [read(v) for v in outvars]
-
-    specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in invars]
-    return jax.make_jaxpr(run)(*specs)
+    return rewritten(closed, {}, by_equation, flat)
 
 
 def _summed_dot(chain: _Chain, ins: list[Any], jnp: Any) -> Any:

@@ -56,13 +56,18 @@ def without_windows(closed: Any) -> Any | None:
     return rewritten(closed, {"reduce_window_sum": lambda ins, params: _pooled(ins[0], params)})
 
 
-def rewritten(closed: Any, rules: dict[str, Any]) -> Any:
+def rewritten(closed: Any, rules: dict[str, Any], by_equation: Any = None,
+              flat: Any = None) -> Any:
     """`closed` re-traced over its own (symbolic) input shapes, each equation whose primitive
-    has a rule computed by it (`rule(inputs, params) -> output`), every other one bound as is."""
+    has a rule computed by it (`rule(inputs, params) -> output`), every other one bound as is.
+    `by_equation(eqn, read)`, where given, goes first: the equation's outputs, `()` to drop
+    it (nothing reads its outputs), or None for the rules above; `read(var)` is any value
+    computed so far. `flat`: `flatten(closed)` where the caller has it (its equations are
+    the ones `by_equation` knows)."""
     import jax
     from jax.extend import core as jcore
 
-    invars, eqns, outvars, consts = flatten(closed)
+    invars, eqns, outvars, consts = flat if flat is not None else flatten(closed)
 
     def run(*args: Any) -> list[Any]:
         env: dict[Any, Any] = dict(consts)
@@ -72,6 +77,11 @@ def rewritten(closed: Any, rules: dict[str, Any]) -> Any:
             return v.val if isinstance(v, jcore.Literal) else env[v]
 
         for e in eqns:
+            own = by_equation(e, read) if by_equation is not None else None
+            if own is not None:
+                if own:  # else dropped
+                    env.update(zip(e.outvars, own, strict=True))
+                continue
             ins = [read(v) for v in e.invars]
             if e.primitive.name in rules:
                 outs = [rules[e.primitive.name](ins, e.params)]
