@@ -44,6 +44,8 @@ import re
 
 import msgspec
 
+from tools.performance.baseline import _hlo_bytes
+
 # (VPU ops, EUP ops) per result element, mirroring the Mosaic ops Pallas lowers each to.
 _ONE_VPU = (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs", "floor",
@@ -122,13 +124,6 @@ def parse_computations(hlo: str) -> dict[str, list[Instr]]:
 def entry_name(hlo: str) -> str | None:
     m = re.search(r"^ENTRY %?([\w.\-]+)", hlo, re.MULTILINE)
     return m.group(1) if m else None
-
-
-def _itemsize(type_text: str) -> int:
-    bits = re.match(r"\s*[a-z]+?(\d+)\[", type_text)
-    if type_text.lstrip().startswith("pred"):
-        return 1
-    return max(1, int(bits.group(1)) // 8) if bits else 4
 
 
 def _dtype(type_text: str) -> str:
@@ -283,8 +278,7 @@ class Module:
             reads = readers.get(ins.name, [])
             if ins.opcode == "parameter" and ins.parameter >= 0 and reads and all(
                     r.opcode == "gather" and position == 0 for r, position in reads):
-                found[ins.parameter] = sum(elements(r.type_text) for r, _ in reads) * \
-                    _itemsize(ins.type_text)
+                found[ins.parameter] = sum(_hlo_bytes(r.type_text) for r, _ in reads)
         return found
 
     def computation_work(self, name: str) -> Work:
