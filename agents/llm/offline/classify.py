@@ -164,7 +164,8 @@ def _trace(reference: Any, args: list[Arg], symbols: list[str], minimum: dict[st
             pinned.update({s: dim_values[s] for s in named})
 
 
-def _out_dims(aval_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+def out_dims(aval_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An output's dims as the classes compare them: sizes, and symbols by name."""
     return tuple(d if isinstance(d, int) else str(d) for d in aval_shape)
 
 
@@ -202,42 +203,6 @@ def _trace_to_input(v: Any, producers: dict[Any, Any], invars: list[Any]) -> int
             return None
         v = e.invars[0]
     return invars.index(v)
-
-
-def _classify_matmul(invars: list[Any], eqns: list[Any], outvars: list[Any], args: list[Arg],
-                     symbols: list[str], consts: dict[Any, Any]) -> tuple[dict[str, Any] | None, str]:
-    dots = [e for e in eqns if e.primitive.name == "dot_general"]
-    dot = dots[0]
-    (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
-    if tuple(lb) or tuple(rb) or tuple(lc) != (1,) or tuple(rc) != (0,):
-        return None, "the dot is not a plain (M,K)x(K,N) contraction"
-    if dot.invars[0] not in invars or dot.invars[1] not in invars:
-        return None, "the dot's operands are computed, not inputs"
-    ia, ib = invars.index(dot.invars[0]), invars.index(dot.invars[1])
-    a, b = args[ia], args[ib]
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        return None, "the dot's operands are not 2-D"
-    rest = [e for e in eqns if e is not dot]
-    if any(e.primitive.name not in UNARY | BINARY | SHAPE_ONLY for e in rest):
-        return None, "ops after the dot are not all elementwise"
-    if any(v in (dot.invars[0], dot.invars[1]) for e in rest for v in e.invars):
-        return None, "the dot's operands are used again outside it"
-    m_sym, n_sym = a.dims[0], b.dims[1]
-    epilogue_args = [i for i in range(len(args)) if i not in (ia, ib)]
-    allowed = {(n_sym,), (1, n_sym), (m_sym, n_sym), (m_sym, 1), (1,)}
-    for i in epilogue_args:
-        if args[i].dims not in allowed:
-            return None, f"epilogue input {args[i].name} {args[i].shape} does not tile with the output"
-    if len(outvars) != 1 or _out_dims(outvars[0].aval.shape) != (m_sym, n_sym):
-        return None, "the output is not the dot's (M, N)"
-    try:
-        source = function_source("_epilogue", rest, [dot.outvars[0]] + [invars[i] for i in epilogue_args],
-                                 outvars, symbols, consts)
-    except EmitError as exc:
-        return None, f"the epilogue cannot be written out: {exc}"
-    return {"a": ia, "b": ib, "epilogue_args": epilogue_args, "m": m_sym, "k": a.dims[1],
-            "n": n_sym, "epilogue_ops": sorted({e.primitive.name for e in rest}),
-            "epilogue_source": source, "dot_dtype": str(dot.outvars[0].aval.dtype)}, ""
 
 
 def classify_task(task_path: str | Path) -> TaskFacts:
@@ -281,7 +246,7 @@ def _classify_cached(path: str, _mtime: int) -> TaskFacts:
     invars, eqns, outvars, consts = flatten(closed)
     concrete_outs = jax.eval_shape(reference, *inputs)
     out_shapes = [tuple(o.shape) for o in jax.tree.leaves(concrete_outs)]
-    outs = [(_out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]
+    outs = [(out_dims(v.aval.shape), str(v.aval.dtype)) for v in outvars]
     prims = sorted({e.primitive.name for e in eqns})
     cost = jax.jit(reference).lower(*inputs).cost_analysis()  # before XLA's passes: no compile
     cost = cost[0] if isinstance(cost, list) else cost
@@ -429,7 +394,9 @@ def _decide(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...], invars: l
             return
         facts.reasons.append("two dots and a softmax, but not q k^T / v shaped")
     if len(dots) == 1:
-        detail, why = _classify_matmul(invars, eqns, outvars, args, facts.symbols, consts)
+        from agents.llm.offline.matmul_match import match_matmul
+
+        detail, why = match_matmul(invars, eqns, outvars, args, facts.symbols, consts)
         if detail is not None and facts.body_source:
             facts.kernel_class = "matmul_epilogue"
             facts.detail = detail
