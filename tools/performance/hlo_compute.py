@@ -33,8 +33,10 @@ per element of the HLO shape:
   before it (`GatherScatterIndicesBitpacked`, `AssumeGatherIndicesInBound` custom calls) one
   VPU op per index element.
 
-Any other op (scatter, a custom call, a while loop, ...) has no rule: it is named, and the
-program is no baseline (never priced at zero).
+A while loop is priced by its caller as its body times its trip count
+(:mod:`tools.performance.hlo_loops`), and an op on single values (the loop counter's add and
+compare) runs on the scalar unit. Any other op (scatter, a custom call, ...) has no rule: it
+is named, and the program is no baseline (never priced at zero).
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class Instr(msgspec.Struct, frozen=True):
     operands: tuple[str, ...]
     rest: str
     parameter: int = -1  # a parameter's index in its computation
+    root: bool = False  # the computation's result
+    literal: str = ""  # a constant's value, as the program writes it
 
 
 def elements(type_text: str) -> int:
@@ -117,7 +121,9 @@ def parse_computations(hlo: str) -> dict[str, list[Instr]]:
             name, type_text, opcode, operand_text, rest = m.groups()
             index = int(operand_text) if opcode == "parameter" and operand_text.isdigit() else -1
             current.append(Instr(name, type_text, opcode,
-                                 tuple(re.findall(r"%([\w.\-]+)", operand_text)), rest, index))
+                                 tuple(re.findall(r"%([\w.\-]+)", operand_text)), rest, index,
+                                 line.lstrip().startswith("ROOT "),
+                                 operand_text if opcode == "constant" else ""))
     return found
 
 

@@ -22,8 +22,12 @@ bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a
 pipelined and manual transfers do). A custom call that only reserves
 a buffer (`AllocateBuffer`) costs nothing. XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
 its fused attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
-with the same body is (:mod:`tools.performance.xla_kernels`). An op with no rule (a custom
-call such as PartialReduce, a scatter, a while loop) is named in ``unpriced``,
+with the same body is (:mod:`tools.performance.xla_kernels`). A while loop (a scan, a
+fori_loop) runs its body and condition once per trip, each op priced as above and summed
+over the trips, the count read from the program (:mod:`tools.performance.hlo_loops`); an
+op on single values (the loop counter's add, copy and compare) is the scalar unit's, one
+cycle and no launch. An op with no rule (a custom call such as PartialReduce, a scatter, a
+loop whose trip count the program does not fix) is named in ``unpriced``,
 never priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and
 its sort have one (:func:`tools.performance.hlo_compute.top_k_ops`), and so has a gather:
 it moves rows (free, as a dynamic slice is), and an array only gathered from is read for
@@ -49,7 +53,7 @@ from typing import Any
 import msgspec
 
 from kernelgraph.errors import KernelgraphError
-from tools.performance import xla_kernels
+from tools.performance import hlo_loops, xla_kernels
 from tools.performance.baseline import DotShape, _hlo_bytes, dot_seconds, dots_of, share_dots
 from tools.performance.chips import Chip
 from tools.performance.hlo_compute import Instr, Module, Work
@@ -79,12 +83,15 @@ class FusionPrice(msgspec.Struct, frozen=True):
     # where it gives none) and the op priced with them
     compiler_compute_s: float | None = None
     compiler_latency_s: float | None = None
+    trips: int = 1  # times the op runs (inside while loops); the figures are summed over them
 
 
 class ProgramPrice(msgspec.Struct, frozen=True):
     """XLA:TPU's program priced op by op. ``unpriced`` names each op the pricer has no rule
-    for (no compiler cycles and not a pure move: a custom call such as PartialReduce, a
-    gather fusion, a while loop); where it is not empty the latency leaves work out and is no baseline."""
+    for (a custom call such as PartialReduce, a scatter, a while loop whose trip count the
+    program does not fix); where it is not empty the latency leaves work out and is no
+    baseline. An op inside a loop is named under it (``while.2/fusion.5``), its figures
+    summed over its ``trips``."""
 
     ops: list[FusionPrice]
     latency_s: float  # the longer of the ops in sequence and the async copies in sequence
@@ -154,41 +161,19 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
     (:mod:`tools.performance.hlo_compute`), the compiler's cycles kept beside; an op
     without a rule is listed in ``unpriced``, never free."""
     module = Module(hlo)
-    entry = module.computations.get(module.entry or "", [])
-    types: dict[str, str] = {}
-    rows: list[tuple[Instr, int, int | None, Work]] = []
-    copies: list[FusionPrice] = []
-    kernels: list[FusionPrice] = []  # XLA:TPU's own Mosaic kernels, priced as a kernel is
-    unpriced: list[str] = []
-    for ins in entry:
-        types[ins.name] = ins.type_text
-        if ins.opcode in _NOT_RUN:
-            continue
-        target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
-        if ins.opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
-            continue
-        if ins.opcode == "custom-call" and target and target.group(1) == xla_kernels.TARGET:
-            kernels.append(_own_kernel(ins, types, chip))
-            continue
-        if ins.opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
-            moved = sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
-            memory = moved / chip.hbm_bytes_per_s
-            copies.append(FusionPrice(ins.name, ins.opcode, moved, None, 0.0, memory, memory,
-                                      "memory"))
-            continue
-        hbm = _hbm_bytes(ins.type_text) + _operand_bytes(module, ins, types)
-        work = module.instr_work(ins, types)
+    found = _Found()
+    _collect(module, module.computations.get(module.entry or "", []), chip, 1, "", found)
+    mxu = share_dots([w.dots for *_, w in found.rows], [dot_seconds(d, chip) for d in dots])
+    priced: list[FusionPrice] = []
+    unpriced = found.unpriced
+    for (ins, trips, name, hbm, cycles, work), mxu_s in zip(found.rows, mxu, strict=True):
+        memory = hbm / chip.hbm_bytes_per_s
         if work.dots and not dots:
             work = work + Work(unpriced=("a dot or convolution with no shape given",))
-        rows.append((ins, hbm, _cycles(ins.rest), work))
-    mxu = share_dots([w.dots for *_, w in rows], [dot_seconds(d, chip) for d in dots])
-    priced: list[FusionPrice] = []
-    for (ins, hbm, cycles, work), mxu_s in zip(rows, mxu, strict=True):
-        memory = hbm / chip.hbm_bytes_per_s
         if work.unpriced:  # no rule: named, never priced at zero
             inner = ", ".join(work.unpriced)
-            unpriced.append(f"fusion {ins.name} ({inner})" if ins.opcode == "fusion" else inner)
-            priced.append(FusionPrice(ins.name, ins.opcode, hbm, cycles, 0.0, memory, 0.0,
+            unpriced.append(f"fusion {name} ({inner})" if ins.opcode == "fusion" else inner)
+            priced.append(FusionPrice(name, ins.opcode, hbm, cycles, 0.0, memory, 0.0,
                                       "unpriced"))
             continue
         compute = max(mxu_s, work.vpu_ops / chip.vpu_ops_per_s,
@@ -197,23 +182,24 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
         launch = KERNEL_LAUNCH_S
         bound = max((("compute", compute), ("memory", memory), ("overhead", launch)),
                     key=lambda kv: kv[1])[0]
-        priced.append(FusionPrice(
-            ins.name, ins.opcode, hbm, cycles, compute, memory, max(compute, memory) + launch,
+        priced.append(_times(FusionPrice(
+            name, ins.opcode, hbm, cycles, compute, memory, max(compute, memory) + launch,
             bound, vpu_ops=work.vpu_ops, transcendentals=work.transcendentals, mxu_s=mxu_s,
             compiler_compute_s=by_compiler,
-            compiler_latency_s=max(by_compiler, memory) + launch))
-    for kernel in kernels:
+            compiler_latency_s=max(by_compiler, memory) + launch), trips))
+    for kernel in found.kernels:
         if kernel.bound == "unpriced":
             unpriced.append(f"XLA:TPU's Mosaic kernel {kernel.name} ({kernel.opcode})")
-    priced += kernels
+    priced += found.kernels + found.scalars
     ran = [f for f in priced if f.bound != "unpriced"]
+    copies = found.copies
     copy_s = sum(f.latency_s for f in copies)
     memory_s = sum(f.memory_s for f in ran) + copy_s
-    launches = KERNEL_LAUNCH_S * len(ran)
+    launches = KERNEL_LAUNCH_S * sum(f.trips for f in ran if f.bound != "scalar")
     # The copies overlap the ops, but all of them share one HBM: the program never takes
     # less than all its HBM bytes at bandwidth (as a kernel step never does), plus launches.
     return ProgramPrice(
-        ops=_in_order(entry, [*copies, *priced]),
+        ops=_in_order(found.order, [*copies, *priced]),
         latency_s=max(sum(f.latency_s for f in ran), copy_s, memory_s + launches),
         compute_s=sum(f.compute_s for f in ran), memory_s=memory_s,
         overhead_s=sum(f.latency_s - max(f.compute_s, f.memory_s) for f in ran),
@@ -221,6 +207,93 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> Progra
         compiler_latency_s=max(sum(f.compiler_latency_s or 0.0 for f in ran), copy_s,
                                memory_s + launches),
         compiler_compute_s=sum((f.cycles or 0) / chip.clock_hz for f in ran))
+
+
+class _Found:
+    """What `_collect` gathers from a computation and the loops it runs, in program order:
+    ops to price by the rules (with their trips), async copies, XLA:TPU's own kernels,
+    scalar-unit ops, and what has no rule."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Instr, int, str, int, int | None, Work]] = []
+        self.copies: list[FusionPrice] = []
+        self.kernels: list[FusionPrice] = []
+        self.scalars: list[FusionPrice] = []
+        self.unpriced: list[str] = []
+        self.order: list[str] = []
+
+
+def _collect(module: Module, instrs: list[Instr], chip: Chip, trips: int, prefix: str,
+             found: _Found) -> None:
+    """The ops of one computation run ``trips`` times; a while loop's body and condition
+    are collected with its trip count (:mod:`tools.performance.hlo_loops`), their names
+    under the loop's (``while.2/fusion.5``)."""
+    types: dict[str, str] = {}
+    defs: dict[str, Instr] = {}
+    for ins in instrs:
+        types[ins.name] = ins.type_text
+        defs[ins.name] = ins
+        name = prefix + ins.name
+        if ins.opcode in _NOT_RUN:
+            continue
+        found.order.append(name)
+        target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
+        if ins.opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
+            continue
+        if ins.opcode == "custom-call" and target and target.group(1) == xla_kernels.TARGET:
+            found.kernels.append(_times(_own_kernel(ins, types, chip), trips, name))
+            continue
+        if ins.opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
+            moved = sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
+            memory = moved / chip.hbm_bytes_per_s
+            found.copies.append(_times(FusionPrice(name, ins.opcode, moved, None, 0.0, memory,
+                                                   memory, "memory"), trips))
+            continue
+        if ins.opcode == "while":
+            _collect_loop(module, ins, defs, chip, trips, name, found)
+            continue
+        if hlo_loops.is_scalar_op(ins, types):  # the scalar unit: a cycle, no launch
+            cycle = 1.0 / chip.clock_hz
+            found.scalars.append(_times(FusionPrice(
+                name, ins.opcode, 0, None, cycle, 0.0, cycle, "scalar",
+                compiler_compute_s=cycle, compiler_latency_s=cycle), trips))
+            continue
+        hbm = _hbm_bytes(ins.type_text) + _operand_bytes(module, ins, types)
+        found.rows.append((ins, trips, name, hbm, _cycles(ins.rest),
+                           module.instr_work(ins, types)))
+
+
+def _collect_loop(module: Module, loop: Instr, defs: dict[str, Instr], chip: Chip,
+                  trips: int, name: str, found: _Found) -> None:
+    """A while loop: its body ``n`` times and its condition ``n + 1`` times, ``n`` its
+    trip count; a loop whose count the program does not fix is named, never priced."""
+    n = hlo_loops.trip_count(module, loop, defs)
+    body = module.computations.get(hlo_loops.called(loop, "body") or "")
+    condition = module.computations.get(hlo_loops.called(loop, "condition") or "")
+    if n is None or body is None or condition is None:
+        found.unpriced.append(f"while {name} (its trip count is not a constant of the "
+                              "program)" if n is None else f"while {name} (its body or "
+                              "condition is not in the program)")
+        return
+    _collect(module, condition, chip, trips * (n + 1), f"{name}/", found)
+    _collect(module, body, chip, trips * n, f"{name}/", found)
+
+
+def _times(price: FusionPrice, trips: int, name: str | None = None) -> FusionPrice:
+    """``price`` for an op run ``trips`` times: its figures summed over the trips."""
+    if trips == 1 and name is None:
+        return price
+    cycles = None if price.cycles is None else price.cycles * trips
+    return msgspec.structs.replace(
+        price, name=price.name if name is None else name, trips=price.trips * trips,
+        hbm_bytes=price.hbm_bytes * trips, cycles=cycles, compute_s=price.compute_s * trips,
+        memory_s=price.memory_s * trips, latency_s=price.latency_s * trips,
+        vpu_ops=price.vpu_ops * trips, transcendentals=price.transcendentals * trips,
+        mxu_s=price.mxu_s * trips,
+        compiler_compute_s=None if price.compiler_compute_s is None
+        else price.compiler_compute_s * trips,
+        compiler_latency_s=None if price.compiler_latency_s is None
+        else price.compiler_latency_s * trips)
 
 
 def _operand_bytes(module: Module, ins: Instr, types: dict[str, str]) -> int:
@@ -257,9 +330,9 @@ def _own_kernel(ins: Instr, types: dict[str, str], chip: Chip) -> FusionPrice:
                        compiler_compute_s=est.compute_s, compiler_latency_s=est.latency_s)
 
 
-def _in_order(entry: list[Instr], ops: list[FusionPrice]) -> list[FusionPrice]:
-    """The priced ops in the program's order."""
-    at = {ins.name: i for i, ins in enumerate(entry)}
+def _in_order(names: list[str], ops: list[FusionPrice]) -> list[FusionPrice]:
+    """The priced ops in the program's order (``names``)."""
+    at = {name: i for i, name in enumerate(names)}
     return sorted(ops, key=lambda f: at.get(f.name, 0))
 
 
