@@ -282,7 +282,8 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
     """A reduction costs one VPU op per input element, a pooling window one per element of
     each window, `is-finite` two (abs, compare); a convolution (XLA:TPU's form of a
     dot) takes the reference's dot priced on the MXU as the host baseline prices it; one
-    without a dot shape given, or an op with no rule (a scatter), is named, never free."""
+    without a dot shape given, or an op with no rule (a custom call it does not know), is
+    named, never free; a scatter is its combiner once per element of the updates."""
     chip = get_chip("v6e")
     reduce = """  %z = f32[] constant(0)
   ROOT %r = f32[1024]{0} reduce(%q0, %z), dimensions={1}, to_apply=%add"""
@@ -308,7 +309,11 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
   %u = f32[8,1024]{1,0} broadcast(%z), dimensions={}
   ROOT %s = f32[1024,1024]{1,0} scatter(%q0, %i, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add"""
     price = price_program(_fusion_hlo("  %z = f32[] constant(0)\n" + scatter, 100), chip)
-    assert price.unpriced == ["fusion f (scatter s)"] and price.ops[0].bound == "unpriced"
+    assert price.unpriced == [] and price.ops[0].vpu_ops == 8 * 1024  # the add per update
+    mystery = '  ROOT %s = f32[1024,1024]{1,0} custom-call(%q0), custom_call_target="Mystery"'
+    price = price_program(_fusion_hlo(mystery, 100), chip)
+    assert price.unpriced == ["fusion f (custom-call s (Mystery))"]
+    assert price.ops[0].bound == "unpriced"
 
 
 _COPY = """HloModule m
@@ -339,3 +344,44 @@ def test_an_async_copy_overlaps_the_ops_but_shares_their_hbm() -> None:
     assert fusion.hbm_bytes == 8 << 20 and fusion.vpu_ops == 1 << 20
     assert fusion.latency_s == pytest.approx((8 << 20) / chip.hbm_bytes_per_s + 1e-6)
     assert price.latency_s == pytest.approx((12 << 20) / chip.hbm_bytes_per_s + 1e-6)
+
+
+_SLICES = """HloModule m
+
+%fused (q0: f32[1024,1024], q1: f32[512,1024]) -> f32[512,1024] {
+  %q0 = f32[1024,1024]{1,0:T(8,128)} parameter(0)
+  %q1 = f32[512,1024]{1,0:T(8,128)S(1)} parameter(1)
+  %top = f32[512,1024]{1,0:T(8,128)} slice(%q0), slice={[0:512], [0:1024]}
+  ROOT %m = f32[512,1024]{1,0:T(8,128)} multiply(%top, %q1)
+}
+
+ENTRY %main (p0: f32[1024,1024], p1: f32[4096,1024]) -> f32[512,1024] {
+  %p0 = f32[1024,1024]{1,0:T(8,128)} parameter(0)
+  %p1 = f32[4096,1024]{1,0:T(8,128)} parameter(1)
+  %ss = ((f32[4096,1024]{1,0:T(8,128)}), f32[256,1024]{1,0:T(8,128)S(1)}, s32[]{:S(2)}) slice-start(%p1), slice={[0:256], [0:1024]}
+  %ss.1 = ((f32[4096,1024]{1,0:T(8,128)}), f32[256,1024]{1,0:T(8,128)S(1)}, s32[]{:S(2)}) slice-start(%p1), slice={[256:512], [0:1024]}
+  %sd = f32[256,1024]{1,0:T(8,128)S(1)} slice-done(%ss)
+  %sd.1 = f32[256,1024]{1,0:T(8,128)S(1)} slice-done(%ss.1)
+  %both = f32[512,1024]{1,0:T(8,128)S(1)} custom-call(%sd, %sd.1), custom_call_target="ConcatBitcast"
+  ROOT %f = f32[512,1024]{1,0:T(8,128)} fusion(%p0, %both), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_an_async_slice_moves_its_slice_and_reading_slices_as_one_array_is_free() -> None:
+    """XLA:TPU brings two quarter-megabyte slices of a 16 MiB array into VMEM (slice-start)
+    and reads them as one array (ConcatBitcast): the slices' bytes cross HBM, not the
+    array's, and the array read in VMEM moves nothing and launches nothing."""
+    chip = get_chip("v6e")
+    price = price_program(_SLICES, chip)
+    assert price.unpriced == []
+    first, second, fusion = price.ops
+    assert (first.opcode, second.opcode) == ("slice-start", "slice-start")
+    assert first.hbm_bytes == second.hbm_bytes == 256 * 1024 * 4
+    assert fusion.hbm_bytes == (4 << 20) + (2 << 20)  # p0 read whole, the result written
+    assert price.latency_s == pytest.approx((8 << 20) / chip.hbm_bytes_per_s + 1e-6)
+    in_hbm = _SLICES.replace("f32[512,1024]{1,0:T(8,128)S(1)} custom-call",
+                             "f32[512,1024]{1,0:T(8,128)} custom-call")
+    moved = price_program(in_hbm, chip)
+    (concat,) = [op for op in moved.ops if op.name == "both"]
+    assert concat.hbm_bytes == 2 << 20 and concat.compute_s == 0.0  # written to HBM

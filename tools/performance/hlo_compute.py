@@ -32,11 +32,14 @@ per element of the HLO shape:
   returns: :func:`tools.performance.xla_tpu.price_program`); XLA:TPU's index bookkeeping
   before it (`GatherScatterIndicesBitpacked`, `AssumeGatherIndicesInBound` custom calls) one
   VPU op per index element.
+- `scatter`: its combiner (`to_apply`) once per element of the updates, one VPU op each, the
+  windows stored in place as a dynamic update slice is (free). Per-index issue costs are
+  not counted: a baseline priced low makes a kernel's speedup smaller, never larger.
 
 A while loop is priced by its caller as its body times its trip count
 (:mod:`tools.performance.hlo_loops`), and an op on single values (the loop counter's add and
-compare) runs on the scalar unit. Any other op (scatter, a custom call, ...) has no rule: it
-is named, and the program is no baseline (never priced at zero).
+compare) runs on the scalar unit. Any other op (a custom call such as PartialReduce, ...)
+has no rule: it is named, and the program is no baseline (never priced at zero).
 """
 
 from __future__ import annotations
@@ -260,6 +263,10 @@ class Module:
                 return Work(float(elements(ins.type_text) * taps))  # every output's windows
         if ins.opcode == "gather":  # rows moved by index: free, as a dynamic slice is
             return Work()
+        if ins.opcode == "scatter":  # its combiner once per element of the updates
+            arrays = (len(ins.operands) - 1) // 2  # operands, the indices, as many updates
+            return Work(float(sum(elements(types.get(o, ""))
+                                  for o in ins.operands[arrays + 1:])))
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
         if target and target.group(1) in INDEX_TARGETS:
             return Work(float(elements(ins.type_text)))  # index arithmetic: one op each

@@ -16,22 +16,23 @@ baseline prices them, :func:`tools.performance.baseline.dot_seconds`), the units
 overlapping; memory is the bytes of its operands and result that live in HBM, at HBM
 bandwidth; the op takes the larger of the two plus one `KERNEL_LAUNCH_S`; ops run one
 after another. An async copy (copy-start) moves its operand's bytes through HBM with no
-launch of its own, overlapped with the ops XLA scheduled around it: the program takes the
+launch of its own (an async slice, slice-start, the slice's bytes), overlapped with the ops XLA scheduled around it: the program takes the
 longer of its ops in sequence and its copies in sequence, and never less than all its HBM
 bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a kernel's
 pipelined and manual transfers do). A custom call that only reserves
-a buffer (`AllocateBuffer`) costs nothing. XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
+a buffer (`AllocateBuffer`) costs nothing, nor does one that reads slices already in VMEM
+as one array (`ConcatBitcast`; where they are in HBM, it is a copy of their bytes). XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
 its fused attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
 with the same body is (:mod:`tools.performance.xla_kernels`). A while loop (a scan, a
 fori_loop) runs its body and condition once per trip, each op priced as above and summed
 over the trips, the count read from the program (:mod:`tools.performance.hlo_loops`); an
 op on single values (the loop counter's add, copy and compare) is the scalar unit's, one
-cycle and no launch. An op with no rule (a custom call such as PartialReduce, a scatter, a
-loop whose trip count the program does not fix) is named in ``unpriced``,
-never priced at zero, and such a program is not a baseline; XLA:TPU's TopK custom call and
-its sort have one (:func:`tools.performance.hlo_compute.top_k_ops`), and so has a gather:
+cycle and no launch. An op with no rule (a custom call such as PartialReduce, a loop
+whose trip count the program does not fix) is named in ``unpriced``, never priced at
+zero, and such a program is not a baseline; XLA:TPU's TopK custom call and its sort have
+one (:func:`tools.performance.hlo_compute.top_k_ops`), and so has a gather:
 it moves rows (free, as a dynamic slice is), and an array only gathered from is read for
-the rows the gathers return, not whole.
+the rows the gathers return, not whole; so has a scatter (its combiner per updated element).
 
 The compiler's static estimate (each fusion's `estimated_cycles` at the chip's clock) is
 kept beside, per op and as the program's price with it as the compute side
@@ -60,9 +61,13 @@ from tools.performance.hlo_compute import Instr, Module, Work
 from tools.performance.roofline import KERNEL_LAUNCH_S
 
 _NOT_RUN = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
-                      "copy-done", "after-all", "partition-id", "replica-id"})
+                      "copy-done", "slice-done", "after-all", "partition-id", "replica-id"})
 # Custom calls that do no work of their own (XLA:TPU reserves a buffer).
 _FREE_TARGETS = frozenset({"AllocateBuffer"})
+# Custom calls that only move data (XLA:TPU reads the slices its async slices brought into
+# VMEM as one array): free inside VMEM, as a move in a kernel is; a launched copy of their
+# HBM bytes where any of them lives in HBM.
+_MOVE_TARGETS = frozenset({"ConcatBitcast"})
 
 
 class FusionPrice(msgspec.Struct, frozen=True):
@@ -88,7 +93,7 @@ class FusionPrice(msgspec.Struct, frozen=True):
 
 class ProgramPrice(msgspec.Struct, frozen=True):
     """XLA:TPU's program priced op by op. ``unpriced`` names each op the pricer has no rule
-    for (a custom call such as PartialReduce, a scatter, a while loop whose trip count the
+    for (a custom call such as PartialReduce, a while loop whose trip count the
     program does not fix); where it is not empty the latency leaves work out and is no
     baseline. An op inside a loop is named under it (``while.2/fusion.5``), its figures
     summed over its ``trips``."""
@@ -240,11 +245,16 @@ def _collect(module: Module, instrs: list[Instr], chip: Chip, trips: int, prefix
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
         if ins.opcode == "custom-call" and target and target.group(1) in _FREE_TARGETS:
             continue
+        if ins.opcode == "custom-call" and target and target.group(1) in _MOVE_TARGETS:
+            hbm = _hbm_bytes(ins.type_text) + _operand_bytes(module, ins, types)
+            if hbm:
+                found.rows.append((ins, trips, name, hbm, _cycles(ins.rest), Work()))
+            continue
         if ins.opcode == "custom-call" and target and target.group(1) == xla_kernels.TARGET:
             found.kernels.append(_times(_own_kernel(ins, types, chip), trips, name))
             continue
-        if ins.opcode == "copy-start":  # HBM -> VMEM (or back): the HBM side of the move
-            moved = sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
+        if ins.opcode in ("copy-start", "slice-start"):  # HBM <-> VMEM: the HBM side
+            moved = _moved_bytes(ins, types)
             memory = moved / chip.hbm_bytes_per_s
             found.copies.append(_times(FusionPrice(name, ins.opcode, moved, None, 0.0, memory,
                                                    memory, "memory"), trips))
@@ -277,6 +287,21 @@ def _collect_loop(module: Module, loop: Instr, defs: dict[str, Instr], chip: Chi
         return
     _collect(module, condition, chip, trips * (n + 1), f"{name}/", found)
     _collect(module, body, chip, trips * n, f"{name}/", found)
+
+
+def _moved_bytes(ins: Instr, types: dict[str, str]) -> int:
+    """The HBM bytes an async copy moves: a copy-start its operand's, where it lives in
+    HBM; a slice-start the slice's (its result, beside the operand in its type), where
+    the operand or the slice lives in HBM."""
+    if ins.opcode == "copy-start":
+        return sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
+    operand = types.get(ins.operands[0], "") if ins.operands else ""
+    pieces = re.findall(r"\w+\[[\d,]*\](?:\{[^}]*\})?", ins.type_text)
+    if len(pieces) < 2:
+        return _hbm_bytes(operand)
+    sliced = pieces[-2]  # ((operand), slice, sync flag)
+    in_hbm = _hbm_bytes(operand) > 0 or _hbm_bytes(sliced) > 0
+    return _hlo_bytes(sliced) if in_hbm else 0
 
 
 def _times(price: FusionPrice, trips: int, name: str | None = None) -> FusionPrice:
