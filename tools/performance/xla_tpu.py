@@ -3,7 +3,8 @@
 Where libtpu is installed (:mod:`tools.lowered.tpu_compiler`), the task's reference is
 lowered for TPU (in the parent, as `reference_cost` compiles it for the host: the reference
 is the task's trusted code) and compiled for the target chip in the sandboxed compile child,
-which returns the optimised, scheduled HLO. Its ENTRY computation is what runs: XLA:TPU's
+which returns the optimised, scheduled HLO. Its ENTRY computation (with the bodies of the
+while loops it runs) is what runs: XLA:TPU's
 real fusions, their tiled layouts and memory spaces (`S(1)`: VMEM, `S(2)`: SMEM), async
 HBM->VMEM copies, and, in each fusion's backend config, the compiler's static estimate
 of its cycles (`estimated_cycles`).
@@ -16,13 +17,14 @@ baseline prices them, :func:`tools.performance.baseline.dot_seconds`), the units
 overlapping; memory is the bytes of its operands and result that live in HBM, at HBM
 bandwidth; the op takes the larger of the two plus one `KERNEL_LAUNCH_S`; ops run one
 after another. An async copy (copy-start) moves its operand's bytes through HBM with no
-launch of its own (an async slice, slice-start, the slice's bytes), overlapped with the ops XLA scheduled around it: the program takes the
-longer of its ops in sequence and its copies in sequence, and never less than all its HBM
-bytes at bandwidth plus the launches (the copies and the ops share one HBM, as a kernel's
-pipelined and manual transfers do). A custom call that only reserves
-a buffer (`AllocateBuffer`) costs nothing, nor does one that reads slices already in VMEM
-as one array (`ConcatBitcast`; where they are in HBM, it is a copy of their bytes). XLA:TPU's own Mosaic kernels (`tpu_custom_call`:
-its fused attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
+launch of its own (an async slice, slice-start, the slice's bytes), overlapped with the
+ops XLA scheduled around it: the program takes the longer of its ops in sequence and its
+copies in sequence, and never less than all its HBM bytes at bandwidth plus the launches
+(the copies and the ops share one HBM, as a kernel's pipelined and manual transfers do). A
+custom call that only reserves a buffer (`AllocateBuffer`) costs nothing, nor does one
+that reads slices already in VMEM as one array (`ConcatBitcast`; where they are in HBM, it
+is a copy of their bytes). XLA:TPU's own Mosaic kernels (`tpu_custom_call`: its fused
+attention, `online-softmax`) are priced by the kernel model as a Pallas kernel
 with the same body is (:mod:`tools.performance.xla_kernels`). A while loop (a scan, a
 fori_loop) runs its body and condition once per trip, each op priced as above and summed
 over the trips, the count read from the program (:mod:`tools.performance.hlo_loops`); an
