@@ -52,8 +52,21 @@ def test_the_command_line_says_the_scale_used_once() -> None:
 
 
 def test_a_factor_with_no_fit_is_refused_saying_none_keeps_the_structure() -> None:
-    path = TASKS / "fixed_lengths" / "baseline.py"  # lengths fixed at 64: no smaller scale holds
+    path = TASKS / "fixed_lengths" / "baseline.py"  # lengths fixed at 64: the sequence must stay 64
     with pytest.raises(TaskError, match=r"integer input 1 keeps values up to 64.*no factor near "
-                       r"0\.125 keeps the task's structure either") as caught:
+                       r"0\.125 keeps the task's structure either; the smallest factor that "
+                       r"keeps it is 0\.9375") as caught:
         scaled_task(path, "0.125")
     assert "kernelgraph-scaled" not in str(caught.value)  # named as given, not the scaled copy
+
+
+def test_a_refusal_names_the_smallest_factor_that_keeps_the_structure() -> None:
+    """24 sequences of 200 tokens fixed in Python in a batch of 32: a batch below 24 breaks
+    the input maker and shorter sequences the lengths, so --scale 0.125 has no fit within
+    reach, and the refusal names the smallest factor that loads (0.75: 24 sequences, and
+    the feature axis, 16 wide, stays whole)."""
+    path = TASKS / "fixed_sequences" / "baseline.py"
+    with pytest.raises(TaskError, match=r"no factor near 0\.125 keeps the task's structure "
+                       r"either; the smallest factor that keeps it is 0\.75 \(--scale 0\.75\)"):
+        scaled_task(path, "0.125")
+    assert load_task(scaled_task(path, "0.75")).scales == (0.75,)  # and it does load

@@ -302,8 +302,17 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
         if fitted.scales[0] != factors[0] or fitted.keep:
             raise
         raise TaskError(task, f"{exc.problem}; no factor near {factors[0]:g} keeps the task's "
-                        "structure either") from None
+                        f"structure either{_smallest_holding(fitted.smallest)}") from None
     return path
+
+
+def _smallest_holding(factor: float | None) -> str:
+    """The refusal's pointer to a scale that loads, where the fit found one."""
+    if factor is None:
+        return ""
+    if factor >= 1:
+        return "; only full size keeps it (run without --scale)"
+    return f"; the smallest factor that keeps it is {factor:g} (--scale {factor:g})"
 
 
 def scale_notes(task: str | Path) -> tuple[str, ...]:

@@ -20,6 +20,10 @@ looks for the nearest that passes, by that same check and nothing task-specific:
 The search stops after ``BUDGET_S`` seconds of probing (a reference with a long unrolled
 loop takes seconds per probe); what is left is reported as not fitted.
 
+When the tuning factor has neither, the smallest factor beyond ``REACH`` that keeps the
+structure (full size at most) is looked for too, within the same budget, so that the
+refusal can name it.
+
 Factors that hold are used as asked. What was asked, why it broke and what is used instead
 becomes a note, which the scaled task file carries (``SCALE_NOTES``, beside ``SCALES`` and
 ``SCALE_KEEP``) into the suite and the receipt, and which the command line prints once. A
@@ -63,6 +67,10 @@ class Fitted:
     scales: tuple[float, ...]
     keep: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # where the tuning factor has no fit: the smallest factor beyond REACH that keeps the
+    # task's structure (1.0: only full size does), for the refusal to name; None: none
+    # found within the probing budget, or not looked for
+    smallest: float | None = None
 
 
 def fit_scales(path: str | Path, factors: Sequence[float]) -> Fitted:
@@ -137,7 +145,29 @@ class _Fitter:
                              f"{'it' if len(held) == 1 else 'them'} alone breaks the task)")
                 continue
             scales.append(factor)  # loading drops it, or refuses the tuning point, and says why
-        return Fitted(tuple(scales), keep, tuple(notes))
+        smallest = self.smallest(asked[0]) if asked and scales[0] == asked[0] and not keep \
+            and self.problem(self.config(asked[0])) is not None else None
+        return Fitted(tuple(scales), keep, tuple(notes), smallest)
+
+    def smallest(self, factor: float) -> float | None:
+        """The smallest factor past ``factor`` times REACH, up to full size, whose config
+        holds: what a refusal names, so that a person can ask for it knowingly."""
+        if factor >= 1:
+            return None
+        start = math.floor(min(1.0, factor * REACH) * GRID) + 1
+        seen: list[dict[str, Any]] = []
+        for step in range(start, GRID + 1):
+            candidate = step / GRID
+            config = self.config(candidate)
+            if config in seen:
+                continue
+            seen.append(config)
+            why = self.problem(config)
+            if why is None:
+                return candidate
+            if why.startswith("the search for a scale"):  # out of probing time
+                return None
+        return None
 
     def nearest(self, factor: float, keep: Sequence[str], broken: dict[str, Any],
                 used: list[dict[str, Any]]) -> float | None:
