@@ -174,7 +174,7 @@ def test_a_kernel_the_cost_model_cannot_read_fails_closed(suites, monkeypatch) -
     from tools.lowered.mosaic import MosaicError
     from tools.performance.executors import SimExecutor
 
-    def unreadable(self, lowered, reference_cost, inputs=None, cases=None):
+    def unreadable(self, lowered, reference_cost, inputs=None, cases=None, text=""):
         raise MosaicError("unknown op 'arith.shli' in an index map")
 
     monkeypatch.setattr(SimExecutor, "estimate", unreadable)

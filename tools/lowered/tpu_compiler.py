@@ -408,6 +408,16 @@ def _compile_in_child(texts: list[str], chip: str, limit: float,
 
 
 
+def compiled_hlo(text: str, chip: str) -> str:
+    """XLA:TPU's optimised program of ``text`` on ``chip`` from the compile check's cache
+    (nothing is compiled here); "" where it was not compiled, did not compile or was
+    compiled without keeping it."""
+    if not available():
+        return ""
+    hit = CACHE.get(program_sha256(text), chip)
+    return hit.hlo if hit is not None and hit.ok else ""
+
+
 # ------------------------------------------------------------------------ the compile check
 
 
@@ -441,8 +451,8 @@ def check(text: str, *, chip: Any, program: Any = None, cycles: bool = False) ->
     name = get_chip(chip).name if isinstance(chip, str) else chip.name
     if not available():
         return decide(emulated, None, unavailable=f"{SWITCH_ENV}=0" if switched_off() else "")
-    try:
-        return decide(emulated, compile_all([text], name, cycles=cycles)[0])
+    try:  # the compiled program kept: the ops around the kernels are priced from it
+        return decide(emulated, compile_all([text], name, cycles=cycles, keep_hlo=True)[0])
     except TpuCompilerError as exc:
         return decide(emulated, None, unavailable=str(exc))
 
@@ -462,7 +472,7 @@ class Compiled:
         if not texts or not available():
             return
         try:
-            for result in compile_all(texts, get_chip(chip).name):
+            for result in compile_all(texts, get_chip(chip).name, keep_hlo=True):
                 self.results[result.program_sha256] = result
         except TpuCompilerError as exc:
             self.unavailable = str(exc)

@@ -64,6 +64,8 @@ class Estimate(msgspec.Struct, frozen=True):
     outside_ops_s: float
     reasons: list[str]  # why the estimate is unsound, when it is
     note: str = NOTE
+    # how the ops around the kernels were priced (roofline.ProgramEstimate)
+    outside_priced_from: str = ""
     wall_s: float = 0.0
     compile_check: str = "emulated compile check"  # or the TPU compiler that judged it
     # XLA:TPU's optimised program priced per op (tools/performance/xla_tpu.py), where it was
@@ -379,6 +381,7 @@ def _priced(text: str, task: Any, task_path: str | Path, candidate_path: str | P
     from tools.performance.chips import get_chip
     from tools.performance.roofline import estimate_program
     from tools.performance.simbaseline import simulated_baseline
+    from tools.performance.xla_tpu import candidate_outside
 
     chip = get_chip(SIM_TARGETS[target])
     lowered = parse_lowered(text)
@@ -387,7 +390,9 @@ def _priced(text: str, task: Any, task_path: str | Path, candidate_path: str | P
     if not check.ok:  # a kernel the chip cannot compile has no price
         raise EstimateError(f"the candidate fails the compile check on {chip.name}: "
                             + "; ".join(f"{d.message} (hint: {d.hint})" for d in check.diagnostics))
-    program = estimate_program(lowered, chip, concrete)
+    outside = candidate_outside(text, chip, len(lowered.kernels))
+    program = estimate_program(lowered, chip, concrete, None if outside is None
+                               else (outside.latency_s, outside.hbm_bytes))
     sides = _sides(text, lowered, program, chip, concrete, beside_xla_tpu)
     baseline = simulated_baseline(task.reference_at(shape_index), abstract, chip,
                                   key=f"{task.source_sha256}:{shape_index}")
@@ -404,7 +409,8 @@ def _priced(text: str, task: Any, task_path: str | Path, candidate_path: str | P
                    for k in program.kernels],
         target=target, task=str(task_path), candidate=str(candidate_path), config=full_config,
         shape_index=shape_index, shape=task.describe_shape(shape_index),
-        outside_ops_s=program.outside_ops_s, reasons=reasons,
+        outside_ops_s=program.outside_ops_s, outside_priced_from=program.outside_priced_from,
+        reasons=reasons,
         wall_s=time.perf_counter() - started, compile_check=check.checker,
         baseline_xla_tpu=baseline.xla_tpu if beside_xla_tpu else None,
         baseline_priced_from=baseline.label, baseline_method=baseline.method,

@@ -42,6 +42,7 @@ from tools.performance.timing import (
     device_times,
     interleaved_times,
 )
+from tools.performance.xla_tpu import candidate_outside
 
 SIM_TARGETS = {"sim-tpu-v6e": "v6e", "sim-tpu-v5e": "v5e", "sim-tpu-v7": "v7"}
 REAL_TARGETS = ("tpu", "gpu")
@@ -100,7 +101,7 @@ class SimExecutor:
 
     def estimate(self, lowered: LoweredProgram, reference_cost: SimBaseline | ReferenceCost,
                  inputs: Sequence[Any] | None = None,
-                 cases: Sequence[Sequence[Any]] | None = None) -> Measurement:
+                 cases: Sequence[Sequence[Any]] | None = None, text: str = "") -> Measurement:
         """Price the lowered program against `reference_cost`: the baseline from
         :meth:`baseline`, or a host program's cost (then priced from the host program, and
         labelled so).
@@ -112,11 +113,18 @@ class SimExecutor:
         read; others may be None). A program that reads scalar-prefetch values is priced on
         each case's own values and its latency is their mean (the per-case figures are in
         the breakdown): a kernel whose speed depends on the data is not judged on one draw.
+
+        `text`: the lowered program the compile check compiled; with it, the ops around the
+        kernels are priced from XLA:TPU's compiled program (its fusions), as the baseline's
+        are (:func:`tools.performance.xla_tpu.candidate_outside`).
         """
+        found = candidate_outside(text, self.chip, len(lowered.kernels)) if text else None
+        outside = None if found is None else (found.latency_s, found.hbm_bytes)
         if cases and any(k.scalar_prefetch for k in lowered.kernels):
-            priced = [estimate_program(lowered, self.chip, c) for c in cases]
+            priced = [estimate_program(lowered, self.chip, c, outside) for c in cases]
         else:
-            priced = [estimate_program(lowered, self.chip, cases[0] if cases else inputs)]
+            priced = [estimate_program(lowered, self.chip, cases[0] if cases else inputs,
+                                       outside)]
         program = priced[0]
         baseline = (reference_cost if isinstance(reference_cost, SimBaseline)
                     else host_program(reference_cost, self.chip, "the caller gave its cost"))
@@ -126,6 +134,7 @@ class SimExecutor:
             "kernels": [msgspec.to_builtins(k) for k in program.kernels],
             "kernel_structure": [k.summary() for k in lowered.kernels],
             "outside_ops_s": program.outside_ops_s,
+            "outside_priced_from": program.outside_priced_from,
             "outside_bytes": program.outside_bytes,
             "hbm_bytes": program.hbm_bytes,
             "flops": program.flops,

@@ -135,6 +135,9 @@ class ProgramEstimate(msgspec.Struct, frozen=True):
     outside_ops_s: float
     outside_bytes: int
     chip: str
+    # how the XLA ops around the kernels were priced: XLA:TPU's compiled program of the
+    # candidate (its fusions), or the lowered program's ops one by one (each a launch)
+    outside_priced_from: str = "the lowered program's ops, each a launch"
 
     @property
     def hbm_bytes(self) -> int:
@@ -435,13 +438,25 @@ def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[
     return found if len(found) == len(kernel.scalar_prefetch) else None
 
 
+OUTSIDE_FROM_XLA_TPU = "XLA:TPU's compiled program of the candidate"
+
+
 def estimate_program(program: LoweredProgram, chip: Chip,
-                     inputs: Sequence[Any] | None = None) -> ProgramEstimate:
+                     inputs: Sequence[Any] | None = None,
+                     outside: tuple[float, int] | None = None) -> ProgramEstimate:
     """Kernels one after another, plus the XLA layout ops around them (assumption 6).
 
     `inputs`: the case's arguments to the program (only scalar-prefetch operands are read).
+    `outside`: the ops around the kernels already priced from XLA:TPU's compiled program of
+    the candidate, (seconds, HBM bytes) (:func:`tools.performance.xla_tpu.price_outside`);
+    None prices the lowered program's ops one by one.
     """
     kernels = [estimate_kernel(k, chip, kernel_prefetch(k, inputs)) for k in program.kernels]
+    if outside is not None:
+        outside_s, outside_bytes = outside
+        latency = sum(k.latency_s for k in kernels) + outside_s
+        return ProgramEstimate(float(latency), kernels, float(outside_s), int(outside_bytes),
+                               chip.name, OUTSIDE_FROM_XLA_TPU)
     costly = [(name, b) for name, b in program.outside_op_bytes if name not in FREE_OUTSIDE_OPS]
     costly += [("alias copy", 2 * b) for _, b in program.alias_copies]
     outside_bytes = sum(b for _, b in costly)

@@ -159,16 +159,18 @@ def _cycles(rest: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = ()) -> ProgramPrice:
+def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = (),
+                  skip: frozenset[str] = frozenset()) -> ProgramPrice:
     """Each launched op of the ENTRY computation priced (assumptions in the module's text).
 
     ``dots``: the reference's dots and convolutions in program order (from its StableHLO,
     :func:`tools.performance.baseline.dots_of`), priced on the MXU as the host baseline
     prices them and given to the ops that hold one. Compute by the model's rules
     (:mod:`tools.performance.hlo_compute`), the compiler's cycles kept beside; an op
-    without a rule is listed in ``unpriced``, never free."""
+    without a rule is listed in ``unpriced``, never free. ``skip``: ENTRY ops priced by
+    the caller (a candidate's own kernels), left out here."""
     module = Module(hlo)
-    found = _Found()
+    found = _Found(skip)
     _collect(module, module.computations.get(module.entry or "", []), chip, 1, "", found)
     mxu = share_dots([w.dots for *_, w in found.rows], [dot_seconds(d, chip) for d in dots])
     priced: list[FusionPrice] = []
@@ -221,7 +223,8 @@ class _Found:
     ops to price by the rules (with their trips), async copies, XLA:TPU's own kernels,
     scalar-unit ops, and what has no rule."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip
         self.rows: list[tuple[Instr, int, str, int, int | None, Work]] = []
         self.copies: list[FusionPrice] = []
         self.kernels: list[FusionPrice] = []
@@ -241,7 +244,7 @@ def _collect(module: Module, instrs: list[Instr], chip: Chip, trips: int, prefix
         types[ins.name] = ins.type_text
         defs[ins.name] = ins
         name = prefix + ins.name
-        if ins.opcode in _NOT_RUN:
+        if ins.opcode in _NOT_RUN or name in found.skip:
             continue
         found.order.append(name)
         target = re.search(r'custom_call_target="([^"]+)"', ins.rest)
@@ -323,6 +326,44 @@ def _times(price: FusionPrice, trips: int, name: str | None = None) -> FusionPri
         else price.compiler_latency_s * trips)
 
 
+class OutsidePrice(msgspec.Struct, frozen=True):
+    """The XLA ops around a candidate's kernels, as XLA:TPU compiled them (its fusions of the
+    wrapper's transposes, pads and slices, and any relayout copies it put around the
+    kernels), priced by the same rules as the baseline's ops."""
+
+    latency_s: float
+    hbm_bytes: int
+    ops: list[str]  # the launched ops, by name
+
+
+def price_outside(hlo: str, chip: Chip, kernels: int,
+                  dots: Sequence[DotShape] = ()) -> OutsidePrice | None:
+    """The ops of XLA:TPU's program of a candidate other than its ``kernels`` Mosaic kernels
+    (its `tpu_custom_call`s), priced as :func:`price_program` prices a baseline's. None where
+    the program does not hold exactly that many kernels or holds an op with no rule: the
+    caller then prices the lowered program's ops one by one (each a launch)."""
+    module = Module(hlo)
+    entry = module.computations.get(module.entry or "", [])
+    own = [i for i in entry if i.opcode == "custom-call"
+           and f'custom_call_target="{xla_kernels.TARGET}"' in i.rest]
+    if len(own) != kernels:
+        return None
+    price = price_program(hlo, chip, dots, skip=frozenset(i.name for i in own))
+    if price.unpriced:
+        return None
+    return OutsidePrice(price.latency_s, sum(f.hbm_bytes for f in price.ops),
+                        [f.name for f in price.ops if f.bound != "scalar"])
+
+
+def candidate_outside(text: str, chip: Chip, kernels: int) -> OutsidePrice | None:
+    """:func:`price_outside` on the program the compile check compiled from the lowered
+    ``text`` (its cached compile: nothing is compiled here); None without one."""
+    from tools.lowered import tpu_compiler
+
+    hlo = tpu_compiler.compiled_hlo(text, chip.name)
+    return price_outside(hlo, chip, kernels, dots_of(text)) if hlo else None
+
+
 def _operand_bytes(module: Module, ins: Instr, types: dict[str, str]) -> int:
     """The HBM bytes an op reads: its operands in HBM, except that an array only gathered
     from is read for the rows the gathers return (:meth:`Module.gathered`)."""
@@ -388,5 +429,5 @@ def tpu_baseline(reference_fn: Callable[..., Any], args: Sequence[Any],
         compiler_latency_s=price.compiler_latency_s, compiler_compute_s=price.compiler_compute_s)
 
 
-__all__ = ["FusionPrice", "ProgramPrice", "XlaTpuBaseline", "XlaTpuError", "price_program",
-           "tpu_baseline"]
+__all__ = ["FusionPrice", "OutsidePrice", "ProgramPrice", "XlaTpuBaseline", "XlaTpuError",
+           "candidate_outside", "price_outside", "price_program", "tpu_baseline"]

@@ -390,7 +390,8 @@ class _Context:
                 sources = {s for k in lowered.kernels for s in k.prefetch_sources}
                 cases = [[a.numpy() if i in sources else None for i, a in enumerate(c.inputs)]
                          for c in self.suite.cases if c.shape_index == 0 and c.kind == "seed"]
-                priced = executor.estimate(lowered, cost, inputs=inputs, cases=cases or None)
+                priced = executor.estimate(lowered, cost, inputs=inputs, cases=cases or None,
+                                           text=self.tuning_text)
                 # The program priced, hashed as `estimate` hashes it: the autotuner reuses this
                 # price for the default configuration instead of lowering it once more.
                 self.measurement = msgspec.structs.replace(priced, breakdown={
