@@ -133,10 +133,15 @@ class XlaTpuError(KernelgraphError, RuntimeError):
     """The reference could not be compiled for TPU (a figure is missing, not a verdict)."""
 
 
+def _arrays(type_text: str) -> list[str]:
+    """Each array of an HLO type (a tuple's, in order), with its layout."""
+    return re.findall(r"\w+\[[\d,]*\](?:\{[^}]*\})?", type_text)
+
+
 def _hbm_bytes(type_text: str) -> int:
     """Bytes of the arrays in ``type_text`` that live in HBM (no ``S(n)`` memory space)."""
     total = 0
-    for piece in re.findall(r"\w+\[[\d,]*\](?:\{[^}]*\})?", type_text):
+    for piece in _arrays(type_text):
         if re.search(r"S\(\d+\)", piece):
             continue
         total += _hlo_bytes(piece)
@@ -301,7 +306,7 @@ def _moved_bytes(ins: Instr, types: dict[str, str]) -> int:
     if ins.opcode == "copy-start":
         return sum(_hbm_bytes(types.get(o, "")) for o in ins.operands)
     operand = types.get(ins.operands[0], "") if ins.operands else ""
-    pieces = re.findall(r"\w+\[[\d,]*\](?:\{[^}]*\})?", ins.type_text)
+    pieces = _arrays(ins.type_text)
     if len(pieces) < 2:
         return _hbm_bytes(operand)
     sliced = pieces[-2]  # ((operand), slice, sync flag)
