@@ -58,3 +58,15 @@ def test_a_kernel_reading_a_narrow_axis_row_major_pays_xla_tpus_relayout() -> No
     assert result.outside_ops_s >= 2 * KERNEL_LAUNCH_S  # a copy in, a copy out
     (kernel,) = result.breakdown
     assert result.latency_s == pytest.approx(kernel.latency_s + result.outside_ops_s)
+
+
+@pytest.mark.skipif(not tpu_compiler.available(), reason="libtpu is not installed "
+                    "(pip install -e '.[tpu-compiler]'): no XLA:TPU program")
+def test_a_kernel_reading_the_narrow_axis_transposed_gets_a_bitcast() -> None:
+    """The same kernel on (64, 256) blocks, the wrapper swapping the axes: the lowered program
+    holds two transposes, which XLA:TPU turns into bitcasts of its own layout: nothing to pay."""
+    result = api.estimate(HERE / "narrow_double.py", HERE / "double_kernel_seq_on_lanes.py")
+    assert result.outside_priced_from == OUTSIDE_FROM_XLA_TPU
+    assert result.outside_ops_s == 0.0
+    row_major = api.estimate(HERE / "narrow_double.py", HERE / "double_kernel.py")
+    assert result.latency_s < row_major.latency_s

@@ -163,6 +163,8 @@ VERIFIED = [
     ("causal_attention", 1, "grid_order", {"block_q": 64, "block_kv": 64}),
     ("rmsnorm", 2, "inner_loop", {}), ("rmsnorm", 2, "single_buffer_invariants", {}),
     ("softmax", 2, "transcendentals", {}),
+    ("gqa_attention", 1, "lane_dense_layout", {}),
+    ("causal_attention", 1, "lane_dense_layout", {"block_q": 128, "block_kv": 128}),
 ]
 
 
@@ -175,6 +177,35 @@ def test_a_lever_kernel_computes_the_reference_in_interpret_mode(
     assert not isinstance(got, NotApplicable), got
     out, want = _run(facts, got[0], name, shape_index)
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("also", [{}, {"hoist_q": True}, {"accumulate": "output"}, {"heads_per_block": 2},
+                                  {"kv_in_one_block": True}, {"exp": "exp2", "normalize": "reciprocal"}])
+def test_seq_on_the_lanes_computes_the_reference_beside_other_levers(also: dict[str, Any]) -> None:
+    """Both (head_dim, seq) variants, (kv, q) and (q, kv) scores, with a KV tail (200 over
+    128-wide blocks) under the causal mask, and with the levers that touch the same code."""
+    facts = _facts("causal_attention")
+    base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), block_q=128, block_kv=128)
+    got = variants("attention", base, "lane_dense_layout", LeverContext(facts, _chip()))
+    assert not isinstance(got, NotApplicable), got
+    assert {(s.operands, s.layout) for s in got} == {("transposed", "transposed"), ("transposed", "rows")}
+    for spec in got:
+        spec = dataclasses.replace(spec, **also)
+        if spec.accumulate == "output" and spec.layout != spec.operands:
+            continue  # the accumulator lever refuses it: (q, d) is not the output block's shape
+        out, want = _run(facts, spec, "causal_attention", 1)
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+
+
+def test_seq_on_the_lanes_and_the_output_accumulator_say_when_they_do_not_apply() -> None:
+    facts = _facts("gqa_attention")
+    base = variety.default_spec(facts, {}, _chip())
+    transposed = dataclasses.replace(base, operands="transposed")
+    got = variants("attention", transposed, "lane_dense_layout", LeverContext(facts, _chip()))
+    assert isinstance(got, NotApplicable) and "already" in got.reason
+    refused = variants("attention", dataclasses.replace(base, layout="transposed"), "accumulator",
+                       LeverContext(facts, _chip()))
+    assert isinstance(refused, NotApplicable) and "output block" in refused.reason
 
 
 def test_rendered_kernels_are_lint_clean(tmp_path: Path) -> None:

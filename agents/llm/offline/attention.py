@@ -42,6 +42,7 @@ class AttentionSpec:
     block_kv: int
     heads_per_block: int = 1  # (batch x head) groups per block: batched dots over them
     layout: str = "rows"  # scores (q, kv) and acc (q, d); "transposed": (kv, q) and (d, q)
+    operands: str = "rows"  # q, k, v and out blocks (seq, d); "transposed": (d, seq), seq on lanes
     exp: str = "exp"  # "exp2": log2(e) folded into the q scale, exp2 on the EUP
     mxu_dtype: str = "float32"  # MXU operands: "float32", "input" (the inputs' dtype) or "bfloat16"
     accumulate: str = "scratch"  # f32 acc in VMEM "scratch", or in the f32 "output" block
@@ -116,6 +117,8 @@ def effective(facts: TaskFacts, spec: AttentionSpec) -> tuple[int, int, int]:
     hb = spec.heads_per_block if packs(g["groups"], g["repeat"], spec.heads_per_block) else 1
     if has_bias(facts):  # bias blocks are per (batch x head) group; a bias block spans lanes
         hb, bkv = 1, min(g["kv_len"], -(-bkv // 128) * 128)
+    if spec.operands == "transposed":  # q and kv blocks span the lanes
+        bq, bkv = min(g["q_len"], -(-bq // 128) * 128), min(g["kv_len"], -(-bkv // 128) * 128)
     return hb, bq, bkv
 
 
@@ -146,6 +149,8 @@ def strategy_line(spec: AttentionSpec) -> str:
              "grid (groups, q, kv)" if spec.grid_order == "gq" else "grid (q, groups, kv)"]
     if spec.heads_per_block > 1:
         parts.append(f"{spec.heads_per_block} heads per block (batched dots)")
+    if spec.operands == "transposed":
+        parts.append("q, k, v and the output in (head_dim, seq) blocks: seq on the lanes")
     if spec.layout == "transposed":
         parts.append("transposed scores (kv, q) and accumulator (d, q): q on the lanes")
     if spec.kv_in_one_block:
@@ -187,19 +192,24 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False, grouped: bool = Fals
         load_k, load_v = f"_per_head(k_ref[...]{kv_cast}, q)", f"_per_head(v_ref[...]{kv_cast}, q)"
     exp = "jnp.exp2" if spec.exp == "exp2" else "jnp.exp"
     rows_layout = spec.layout == "rows"
+    seq_on_lanes = spec.operands == "transposed"  # q (d, q), k and v (d, kv), out (d, q)
     axis = -1 if rows_layout else -2
     kv_dim, q_dim = ("s.ndim - 1", "s.ndim - 2") if rows_layout else ("s.ndim - 2", "s.ndim - 1")
-    scores = ("lax.dot_general(q, k, (((q.ndim - 1,), (k.ndim - 1,)), _batch_dims(q)),\n"
+    # contracted axes of (q, k) for the scores and of (p, v) for p v, by score and operand layout
+    k_depth, v_kv = ("k.ndim - 2", "v.ndim - 1") if seq_on_lanes else ("k.ndim - 1", "v.ndim - 2")
+    q_depth = "q.ndim - 2" if seq_on_lanes and not rows_layout else "q.ndim - 1"
+    scores = (f"lax.dot_general(q, k, (((q.ndim - 1,), ({k_depth},)), _batch_dims(q)),\n"
               "                        preferred_element_type=jnp.float32)" if rows_layout else
-              "lax.dot_general(k, q, (((k.ndim - 1,), (q.ndim - 1,)), _batch_dims(q)),\n"
+              f"lax.dot_general(k, q, ((({k_depth},), ({q_depth},)), _batch_dims(q)),\n"
               "                        preferred_element_type=jnp.float32)  # (kv, q): q on lanes")
-    pv = ("lax.dot_general(p, v, (((p.ndim - 1,), (v.ndim - 2,)), _batch_dims(v)),\n"
+    pv = (f"lax.dot_general(p, v, (((p.ndim - 1,), ({v_kv},)), _batch_dims(v)),\n"
           "                             preferred_element_type=jnp.float32)" if rows_layout else
-          "lax.dot_general(v, p, (((v.ndim - 2,), (p.ndim - 2,)), _batch_dims(v)),\n"
+          f"lax.dot_general(v, p, ((({v_kv},), (p.ndim - 2,)), _batch_dims(v)),\n"
           "                             preferred_element_type=jnp.float32)  # (d, q)")
     normalized = "acc * (1.0 / row_sum)" if spec.normalize == "reciprocal" else "acc / row_sum"
-    finish = normalized if rows_layout else f"jnp.swapaxes({normalized}, -1, -2)"
-    load_q = f"(q_ref[rows].astype(jnp.float32) * scale).astype({q_dtype})"
+    finish = normalized if rows_layout != seq_on_lanes else f"jnp.swapaxes({normalized}, -1, -2)"
+    q_block = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[rows]"
+    load_q = f"({q_block}.astype(jnp.float32) * scale).astype({q_dtype})"
     add_bias = ["        s = s + b_ref[rows].astype(jnp.float32)"
                 + (" * _LOG2E  # the scores are in log2 units" if spec.exp == "exp2" else "")
                 ] if bias else []
@@ -212,11 +222,11 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False, grouped: bool = Fals
         "                valid = jnp.logical_and(valid, kv_pos <= q_pos)",
         "            s = jnp.where(valid, s, MASK_VALUE)",
         "        if kv_len % block_kv:  # V rows past kv_len hold anything, and 0 x NaN is NaN",
-        "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
+        f"            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, {v_kv})",
         "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
     zero_v = [  # V rows past kv_len in a tail block hold anything, and 0 x NaN is NaN
         "        if kv_len % block_kv:",
-        "            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2)",
+        f"            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, {v_kv})",
         "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
     refs = "q_ref, k_ref, v_ref, b_ref, o_ref" if bias else "q_ref, k_ref, v_ref, o_ref"
     head = ["", "", f"def _kernel({refs}, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
@@ -239,7 +249,8 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False, grouped: bool = Fals
              "        m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)",
              "        l_ref[...] = jnp.zeros_like(l_ref)", "        acc_ref[...] = jnp.zeros_like(acc_ref)"]
     if spec.hoist_q:
-        body.append("        qs_ref[...] = (q_ref[...].astype(jnp.float32) * scale).astype(qs_ref.dtype)")
+        q_all = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[...]"
+        body.append(f"        qs_ref[...] = ({q_all}.astype(jnp.float32) * scale).astype(qs_ref.dtype)")
     body += ["", "    def _update(r0, rows):",
              '        """The online-softmax update of the q rows `rows` (starting at row r0)."""',
              "        q = qs_ref[rows]" if spec.hoist_q else f"        q = {load_q}",
@@ -296,25 +307,30 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
     if BIAS:  # one (batch x head) group per block; the bias block's last axis is on the lanes
         hb, bkv = 1, min(kv_len, pl.cdiv(bkv, LANES) * LANES)
+    if SEQ_ON_LANES:  # the q and kv blocks are the lane axis of theirs: whole lengths or 128s
+        bq, bkv = min(q_len, pl.cdiv(bq, LANES) * LANES), min(kv_len, pl.cdiv(bkv, LANES) * LANES)
     sub = SUB_Q if bq % (SUB_Q * SUBLANES) == 0 else 1
     q3 = q.reshape(groups, q_len, depth)
     k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
+    if SEQ_ON_LANES:  # (groups, depth, seq): where XLA keeps a narrow head_dim minor-last, a bitcast
+        q3, k3, v3 = (jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3))
     head = hb if hb > 1 else None  # several groups per block, or one squeezed out
     kv_head = None if repeat > 1 else head  # grouped-query heads of a block share one kv head
 %PER_BLOCK%
     def q_index(%GRID_ARGS%):
-        return (g, i, 0)
+        return (g, 0, i) if SEQ_ON_LANES else (g, i, 0)
 
     def kv_index(%GRID_ARGS%):
         if CAUSAL:  # a block above the diagonal repeats the last needed one: no new fetch
             j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
-        if kv_head is not None:
-            return (g, j, 0)
-        h = g * hb  # the block's first query group
-        return ((h // q_heads) * kv_heads + (h % q_heads) // repeat, j, 0)
+        h = g if kv_head is not None else (  # else the kv head of the block's first query group
+            ((g * hb) // q_heads) * kv_heads + ((g * hb) % q_heads) // repeat)
+        return (h, 0, j) if SEQ_ON_LANES else (h, j, 0)
 
-    q_spec = (pl.BlockSpec((head, bq, depth), q_index, pipeline_mode=pl.Buffered(1)) if SINGLE_BUFFER_Q
-              else pl.BlockSpec((head, bq, depth), q_index))
+    q_block = (head, depth, bq) if SEQ_ON_LANES else (head, bq, depth)
+    kv_block = (kv_head, depth, bkv) if SEQ_ON_LANES else (kv_head, bkv, depth)
+    q_spec = (pl.BlockSpec(q_block, q_index, pipeline_mode=pl.Buffered(1)) if SINGLE_BUFFER_Q
+              else pl.BlockSpec(q_block, q_index))
     kv_spec = %KV_SPEC%
     operands, in_specs = [q3, k3, v3], [q_spec, kv_spec, kv_spec]
     if BIAS:
@@ -337,13 +353,13 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
         grid=%GRID%,
         in_specs=in_specs,
-        out_specs=pl.BlockSpec((head, bq, depth), q_index),
+        out_specs=pl.BlockSpec(q_block, q_index),
         scratch_shapes=%SCRATCH%,
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary"),
             vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*operands)
-    out = out.reshape(q.shape)
+    out = (jnp.swapaxes(out, 1, 2) if SEQ_ON_LANES else out).reshape(q.shape)
     return jnp.swapaxes(out, 1, 2) if BSHD and out.ndim == 4 else out
 
 
@@ -371,7 +387,8 @@ def _scratch(spec: AttentionSpec) -> str:
         out.append(f"pltpu.VMEM({acc}, jnp.float32)")
     if spec.hoist_q:
         dtype = {"float32": "jnp.float32", "input": "q.dtype", "bfloat16": "jnp.bfloat16"}[spec.mxu_dtype]
-        out.append(f"pltpu.VMEM((*per_block, bq, depth), {dtype})")
+        q_shape = "depth, bq" if spec.operands == spec.layout == "transposed" else "bq, depth"
+        out.append(f"pltpu.VMEM((*per_block, {q_shape}), {dtype})")
     return "[" + ", ".join(out) + "]"
 
 
@@ -400,6 +417,7 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
         tunables_literal(tunables), f"CAUSAL = {bool(d['causal'])}",
         f"KV_IN_ONE_BLOCK = {spec.kv_in_one_block}", f"SINGLE_BUFFER_Q = {spec.single_buffer_q}",
         f"SUB_Q = {spec.sub_q}", f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+        f"SEQ_ON_LANES = {spec.operands == 'transposed'}  # q, k, v and out in (head_dim, seq) blocks",
         f"BSHD = {d.get('layout') == 'bshd'}  # operands given as (batch, seq, heads, depth)",
         f"BIAS = {has_bias(facts)}  # an additive score bias input",
         "LANES = 128",
@@ -407,8 +425,8 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
         *(["_LOG2E = 1.4426950408889634  # exp(x) == exp2(x * log2(e))"] if spec.exp == "exp2" else [])])
     grouped = geometry(facts)["repeat"] > 1
     pipelined = spec.buffers != 2 or spec.tune_schedule
-    kv_spec = ("pl.BlockSpec((kv_head, bkv, depth), kv_index, pipeline_mode=pl.Buffered(buffers))" if pipelined
-               else "pl.BlockSpec((kv_head, bkv, depth), kv_index)")
+    kv_spec = ("pl.BlockSpec(kv_block, kv_index, pipeline_mode=pl.Buffered(buffers))" if pipelined
+               else "pl.BlockSpec(kv_block, kv_index)")
     grid = ("(groups // hb, pl.cdiv(q_len, bq), pl.cdiv(kv_len, bkv))" if spec.grid_order == "gq"
             else "(pl.cdiv(q_len, bq), groups // hb, pl.cdiv(kv_len, bkv))")
     body = (_WRAPPER.replace("%NAME%", "attention_kernel").replace("%ARGS%", ", ".join(names))

@@ -88,8 +88,32 @@ def reduction_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSp
                              "would only move the cross-lane work")
     if spec.sub_q > 1:
         return NotApplicable("q sub-tiles slice rows; in the transposed layout q is on the lanes")
-    out = changed(spec, layout="transposed", accumulate="scratch")
+    out = _output_holds_acc(changed(spec, layout="transposed"))
     return [out] if _fits(out, ctx) else NotApplicable("the transposed blocks do not fit VMEM")
+
+
+@lever(C, "lane_dense_layout")
+def lane_dense_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
+    depth = geometry(ctx.facts)["depth"]
+    if spec.operands == "transposed":
+        return NotApplicable("q, k, v and the output are already (head_dim, seq) blocks")
+    if has_bias(ctx.facts):
+        return NotApplicable("the score bias is read in (q, kv) blocks beside the scores; the "
+                             "transposed operands are written for attention without one")
+    if depth % 128 == 0:
+        return NotApplicable(f"head_dim {depth} already fills the lanes of (seq, head_dim) blocks")
+    # seq on the lanes: a narrow head_dim no longer pads them, and XLA:TPU, which keeps such
+    # arrays seq-minor, hands them to the kernel as a bitcast instead of a relayout copy
+    base = changed(spec, operands="transposed", sub_q=1)
+    out = [_output_holds_acc(changed(base, layout=layout)) for layout in ("transposed", "rows")]
+    return [s for s in dict.fromkeys(out) if _fits(s, ctx)] or NotApplicable(
+        "the (head_dim, seq) blocks do not fit VMEM")
+
+
+def _output_holds_acc(spec: AttentionSpec) -> AttentionSpec:
+    """The spec, accumulating in scratch where the output block is not the accumulator's shape."""
+    fits = (spec.layout == "transposed") == (spec.operands == "transposed")
+    return spec if fits or spec.accumulate != "output" else changed(spec, accumulate="scratch")
 
 
 @lever(C, "transcendentals")
@@ -114,8 +138,9 @@ def accumulator(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] |
         return NotApplicable("the whole KV is one block: nothing is carried")
     if geometry(ctx.facts)["itemsize"] != 4:
         return NotApplicable("the output is not f32: it cannot hold the running sum")
-    if spec.layout == "transposed":
-        return NotApplicable("the transposed (d, q) accumulator does not have the output block's shape")
+    if (spec.layout == "transposed") != (spec.operands == "transposed"):
+        return NotApplicable("the accumulator (" + ("d, q" if spec.layout == "transposed" else "q, d")
+                             + ") does not have the output block's shape")
     return [changed(spec, accumulate="output" if spec.accumulate == "scratch" else "scratch")]
 
 
@@ -183,11 +208,12 @@ def mxu_alignment(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec]
 @lever(C, "inner_loop")
 def inner_loop(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     hb, bq, _ = effective(ctx.facts, spec)
-    if spec.kv_in_one_block or spec.layout == "transposed" or hb > 1:
+    lanes = spec.layout == "transposed" or spec.operands == "transposed"
+    if spec.kv_in_one_block or lanes or hb > 1:
         return NotApplicable("q sub-tiles are written for one head per block, q on the rows and a "
                              "carried KV state (this spec has " + ", ".join(
                                  w for w, on in (("KV in one block", spec.kv_in_one_block),
-                                                 ("q on the lanes", spec.layout == "transposed"),
+                                                 ("q on the lanes", lanes),
                                                  (f"{hb} heads per block", hb > 1)) if on) + ")")
     out = [changed(spec, sub_q=s) for s in (2, 4) if s != spec.sub_q and bq % (s * row_tile(ctx.facts)) == 0]
     return out or NotApplicable(f"a {bq}-row q block has no aligned sub-tiles")
