@@ -174,7 +174,11 @@ def price_program(hlo: str, chip: Chip, dots: Sequence[DotShape] = (),
     (:mod:`tools.performance.hlo_compute`), the compiler's cycles kept beside; an op
     without a rule is listed in ``unpriced``, never free. ``skip``: ENTRY ops priced by
     the caller (a candidate's own kernels), left out here."""
-    module = Module(hlo)
+    return _price_module(Module(hlo), chip, dots, skip)
+
+
+def _price_module(module: Module, chip: Chip, dots: Sequence[DotShape],
+                  skip: frozenset[str]) -> ProgramPrice:
     found = _Found(skip)
     _collect(module, module.computations.get(module.entry or "", []), chip, 1, "", found)
     mxu = share_dots([w.dots for *_, w in found.rows], [dot_seconds(d, chip) for d in dots])
@@ -353,7 +357,7 @@ def price_outside(hlo: str, chip: Chip, kernels: int,
            and f'custom_call_target="{xla_kernels.TARGET}"' in i.rest]
     if len(own) != kernels:
         return None
-    price = price_program(hlo, chip, dots, skip=frozenset(i.name for i in own))
+    price = _price_module(module, chip, dots, frozenset(i.name for i in own))
     if price.unpriced:
         return None
     return OutsidePrice(price.latency_s, sum(f.hbm_bytes for f in price.ops),
