@@ -279,7 +279,7 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     params = {k: spec[k] for k in BLOCK_KNOBS[c]}
     return {"no_gain": False, "kernel_class": c, "levers": list(FIXED_LEVERS[c]) + list(choice.spec.levers),
             "params": params, "spec": spec, "not_applicable": choice.not_applicable,
-            "evidence": evidence}
+            "evidence": evidence, "lever": choice.lever}
 
 
 def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:
@@ -384,7 +384,8 @@ def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], t
     limit = scoped_vmem(chip)
     return "\n".join([
         "## Analysis", *analysis, "",
-        "## Strategy", _strategy(c), "```json", json.dumps(spec, sort_keys=True), "```", "",
+        "## Strategy", (f"Lever {decision['lever']}: " if decision.get("lever") else "") + _strategy(c),
+        "```json", json.dumps(spec, sort_keys=True), "```", "",
         "## Memory layout and tiling", f"VMEM: {arithmetic}; scoped limit {limit:,} B "
         f"({vmem / limit:.0%} used; chip VMEM {chip.get('vmem_bytes', 'unknown')} B).",
         "Blocks keep the (8, 128) rule: second-to-last dim a multiple of 8 (or whole), last a "
