@@ -165,6 +165,7 @@ VERIFIED = [
     ("softmax", 2, "transcendentals", {}),
     ("gqa_attention", 1, "lane_dense_layout", {}),
     ("causal_attention", 1, "lane_dense_layout", {"block_q": 128, "block_kv": 128}),
+    ("topk", 1, "lane_dense_layout", {}), ("topk", 2, "lane_dense_layout", {}),
 ]
 
 
@@ -206,6 +207,55 @@ def test_seq_on_the_lanes_and_the_output_accumulator_say_when_they_do_not_apply(
     refused = variants("attention", dataclasses.replace(base, layout="transposed"), "accumulator",
                        LeverContext(facts, _chip()))
     assert isinstance(refused, NotApplicable) and "output block" in refused.reason
+
+
+NARROW_TASK = '''
+import jax
+import jax.numpy as jnp
+
+NAME = "narrow_softmax"
+SHAPES = [(512, 16), (200, 16)]
+
+
+def reference(x, w):
+    return jax.nn.softmax(x * w, axis=-1), jnp.sum(x, axis=-1, keepdims=True)
+
+
+def make_inputs(key, shape_index=0):
+    kx, kw = jax.random.split(key)
+    rows, width = SHAPES[shape_index]
+    return jax.random.normal(kx, (rows, width)), jax.random.normal(kw, (width,))
+'''
+
+
+@pytest.mark.parametrize("shape_index", [0, 1])
+def test_narrow_row_arrays_as_width_by_rows_blocks_compute_the_reference(
+        tmp_path: Path, shape_index: int) -> None:
+    """A narrow input and two narrow outputs go as (width, rows) blocks (a row count that is
+    no multiple of 128 too); the weight without a row axis stays one whole block."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tools.api import load_task
+
+    path = tmp_path / "narrow_softmax.py"
+    path.write_text(NARROW_TASK)
+    facts = classify_task(path)
+    base = variety.default_spec(facts, {}, _chip())
+    got = variants(facts.kernel_class, base, "lane_dense_layout", LeverContext(facts, _chip()))
+    assert not isinstance(got, NotApplicable), got
+    (spec,) = got
+    source = _render(facts, spec, "narrow_softmax")
+    assert "_IN_T = (True, False)" in source and "_OUT_T = (True, True)" in source
+    namespace: dict[str, Any] = {"__name__": "candidate"}
+    exec(compile(source, "narrow_softmax", "exec"), namespace)
+    task = load_task(path)
+    args = task.make_inputs(0, shape_index)
+    with pltpu.force_tpu_interpret_mode():
+        got_out = namespace["build"]()(*args)
+    for out, want in zip(got_out, task.reference(*args), strict=True):
+        np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=2e-5, atol=2e-5)
+    again = variants(facts.kernel_class, spec, "lane_dense_layout", LeverContext(facts, _chip()))
+    assert isinstance(again, NotApplicable) and "already" in again.reason
 
 
 def test_rendered_kernels_are_lint_clean(tmp_path: Path) -> None:

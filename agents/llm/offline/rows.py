@@ -102,6 +102,18 @@ def _kernel(*refs, dims, n_in, sub_rows):
         ref[...] = value.astype(ref.dtype)
 '''
 
+_NARROW_KERNEL = '''
+
+def _kernel(*refs, dims, n_in, sub_rows):
+    """One block of whole rows: the reference's ops on the block in VMEM; narrow arrays come
+    and go as (width, rows) blocks, transposed in VMEM."""
+    del sub_rows
+    values = [ref[...].T if t else ref[...] for ref, t in zip(refs[:n_in], _IN_T, strict=True)]
+    outs = _body(*values, **dims)
+    for ref, value, t in zip(refs[n_in:], outs, _OUT_T, strict=True):
+        ref[...] = (value.T if t else value).astype(ref.dtype)
+'''
+
 _SUB_TILE_KERNEL = '''
 
 def _kernel(*refs, dims, n_in, sub_rows):
@@ -140,7 +152,7 @@ def _row_spec(shape, block_rows, buffers):
     return pl.BlockSpec((block_rows, *shape[1:]), lambda i: (i, *rest), pipeline_mode=pl.Buffered(buffers))
 
 
-def _whole_spec(shape):
+%LANE_SPEC%def _whole_spec(shape):
     zeros = (0,) * len(shape)
     if SINGLE_BUFFER_WHOLE:  # the block never moves: one buffer
         return pl.BlockSpec(tuple(shape), lambda i: zeros, pipeline_mode=pl.Buffered(1))
@@ -158,10 +170,7 @@ def %NAME%(%ARGS%, *, block_rows: int = %DEFAULT%, buffers: int = %BUFFERS%, sub
     args = (%ARGS%,)
     out_avals = _out_avals(**dims)
     block_dims = {**dims, _ROW: block_rows}
-    in_specs = [_row_spec(x.shape, block_rows, buffers) if is_row else _whole_spec(x.shape)
-                for x, is_row in zip(args, _ROW_INPUTS, strict=True)]
-    out_specs = [_row_spec(shape, block_rows, 2) for shape, _ in out_avals]
-    outs = pl.pallas_call(
+%SPECS%    outs = pl.pallas_call(
         functools.partial(_kernel, dims=block_dims, n_in=len(args), sub_rows=sub),
         out_shape=[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals],
         grid=(pl.cdiv(rows, block_rows),),
@@ -170,7 +179,7 @@ def %NAME%(%ARGS%, *, block_rows: int = %DEFAULT%, buffers: int = %BUFFERS%, sub
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),
     )(*args)
-    return %RETURN%
+%NARROW_OUTS%    return %RETURN%
 
 
 def build(block_rows: int = %DEFAULT%, buffers: int = %BUFFERS%, sub_rows: int = %SUB_ROWS%):
@@ -218,6 +227,37 @@ def build():
 '''
 
 
+_ROW_SPECS = '''    in_specs = [_row_spec(x.shape, block_rows, buffers) if is_row else _whole_spec(x.shape)
+                for x, is_row in zip(args, _ROW_INPUTS, strict=True)]
+    out_specs = [_row_spec(shape, block_rows, 2) for shape, _ in out_avals]
+'''
+_NARROW_SPECS = '''    args = tuple(x.T if t else x for x, t in zip(args, _IN_T, strict=True))  # XLA keeps them rows-minor
+    in_specs = [_lane_spec(x.shape, block_rows) if t else
+                _row_spec(x.shape, block_rows, buffers) if is_row else _whole_spec(x.shape)
+                for x, is_row, t in zip(args, _ROW_INPUTS, _IN_T, strict=True)]
+    out_avals = [((shape[::-1], dtype) if t else (shape, dtype))
+                 for (shape, dtype), t in zip(out_avals, _OUT_T, strict=True)]
+    out_specs = [_lane_spec(shape, block_rows) if t else _row_spec(shape, block_rows, 2)
+                 for (shape, _), t in zip(out_avals, _OUT_T, strict=True)]
+'''
+_LANE_SPEC = '''def _lane_spec(shape, block_rows):
+    """A (width, rows) array: all of its width, block_rows rows along the lanes."""
+    return pl.BlockSpec((shape[0], block_rows), lambda i: (0, i))
+
+
+'''
+_NARROW_OUTS = "    outs = [out.T if t else out for out, t in zip(outs, _OUT_T, strict=True)]\n"
+
+
+def narrow_arrays(facts: TaskFacts) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Which inputs and outputs are 2-D row arrays narrower than the lanes (XLA:TPU keeps
+    such an array with its rows minor-most)."""
+    row_in = facts.detail.get("row_inputs", [])
+    ins = tuple(bool(r) and len(a.shape) == 2 and a.shape[1] < LANES
+                for a, r in zip(facts.args, row_in, strict=True))
+    return ins, tuple(len(shape) == 2 and shape[1] < LANES for shape in facts.out_shapes)
+
+
 def _out_avals_source(facts: TaskFacts) -> str:
     dims = ", ".join(f"{s}=None" for s in facts.symbols)
     items = ", ".join(f"({dims_expr(d)}, {dtype!r})" for d, dtype in facts.outs)
@@ -245,6 +285,7 @@ class RowsSpec:
     vmem_limit_bytes: int | None = None
     tune_schedule: bool = False  # buffers and sub_rows in TUNABLES too
     topk_group: int | None = None  # a top-k's tournament group (0: k rounds of max); None: the body's
+    narrow_transposed: bool = False  # 2-D row arrays narrower than the lanes as (width, rows) blocks
     levers: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -266,6 +307,8 @@ def strategy_line(spec: RowsSpec) -> str:
         parts.append("divisions by row statistics as one reciprocal and a multiply")
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    if spec.narrow_transposed:
+        parts.append("arrays narrower than the lanes in (width, rows) blocks: rows on the lanes")
     if spec.topk_group is not None:
         parts.append(f"top-k as a tournament over groups of {spec.topk_group} columns, rows along "
                      "lanes" if spec.topk_group else "top-k as k rounds of max")
@@ -275,8 +318,8 @@ def strategy_line(spec: RowsSpec) -> str:
 def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                 spec: RowsSpec | None = None) -> str:
     """A row-block candidate file for `spec` (by default `params['block_rows']` rows)."""
-    align = row_align(facts)
     spec = spec or default_spec(facts, params, None)
+    align = LANES if spec.narrow_transposed else row_align(facts)
     default = round_down(spec.block_rows, align)
     tunables = aligned_tunables(params.get("tunables") or rows_tunables(default, align),
                                 {"block_rows": align})
@@ -296,6 +339,11 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         f"SINGLE_BUFFER_WHOLE = {spec.single_buffer_whole}",
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
     ])
+    narrow = spec.narrow_transposed
+    if narrow:
+        ins, outs = narrow_arrays(facts)
+        constants += (f"\n_IN_T = {ins!r}  # inputs read as (width, rows) blocks"
+                      f"\n_OUT_T = {outs!r}  # outputs written as (width, rows) blocks")
     body = facts.body_source
     if spec.topk_group is not None:
         body = topk_source.with_group(body, spec.topk_group)
@@ -303,9 +351,13 @@ def rows_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     if spec.reciprocal_div:
         body = divisions_as(body, "_div")
         helpers += _RECIPROCAL_DIV
-    kernel = _SUB_TILE_KERNEL if spec.sub_rows > 1 or spec.tune_schedule else _WHOLE_KERNEL
+    kernel = (_NARROW_KERNEL if narrow else
+              _SUB_TILE_KERNEL if spec.sub_rows > 1 or spec.tune_schedule else _WHOLE_KERNEL)
     wrapper = (_ROW_WRAPPER.replace("%BUFFERS%", str(spec.buffers))
-               .replace("%SUB_ROWS%", str(spec.sub_rows)))
+               .replace("%SUB_ROWS%", str(spec.sub_rows))
+               .replace("%LANE_SPEC%", _LANE_SPEC if narrow else "")
+               .replace("%SPECS%", _NARROW_SPECS if narrow else _ROW_SPECS)
+               .replace("%NARROW_OUTS%", _NARROW_OUTS if narrow else ""))
     return (header(doc) + "\n" + constants + "\n" + helpers + "\n\n" + body
             + "\n\n\n" + _out_avals_source(facts) + kernel + _fill(wrapper, facts, "rows_kernel", default))
 

@@ -18,7 +18,7 @@ from agents.llm.offline.levers import (
     lever,
     not_applicable,
 )
-from agents.llm.offline.rows import RowsSpec, row_align, row_bytes
+from agents.llm.offline.rows import RowsSpec, narrow_arrays, row_align, row_bytes
 
 C = ("elementwise", "rowwise", "rows_generic")
 
@@ -32,7 +32,8 @@ def _whole_bytes(ctx: LeverContext) -> int:
 
 
 def _effective(spec: RowsSpec, ctx: LeverContext) -> int:
-    return min(spec.block_rows, _rows(ctx))
+    lanes = 128 if spec.narrow_transposed else 1  # rows on the lanes: whole 128s
+    return min(-(-spec.block_rows // lanes) * lanes, _rows(ctx))
 
 
 def _vmem(spec: RowsSpec, ctx: LeverContext) -> int:
@@ -88,6 +89,8 @@ def vmem_budget(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplic
 @lever(C, "inner_loop")
 def inner_loop(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
     br, align = _effective(spec, ctx), row_align(ctx.facts)
+    if spec.narrow_transposed:
+        return NotApplicable("rows are on the lanes of the (width, rows) blocks: no row sub-tiles")
     out = [changed(spec, sub_rows=s) for s in (2, 4) if s != spec.sub_rows and br % (s * align) == 0]
     return out or NotApplicable(f"a {br}-row block has no sub-tiles of whole {align}-row tiles")
 
@@ -106,6 +109,8 @@ def transcendentals(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotAp
 def autotune_space(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
     if spec.tune_schedule:
         return NotApplicable("buffers and sub_rows are already TUNABLES")
+    if spec.narrow_transposed:
+        return NotApplicable("the (width, rows) kernel has no row sub-tiles to tune")
     return [changed(spec, tune_schedule=True)]
 
 
@@ -125,11 +130,18 @@ def reduction_layout(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotA
 
 @lever(C, "lane_dense_layout")
 def lane_dense(spec: RowsSpec, ctx: LeverContext) -> list[RowsSpec] | NotApplicable:
-    widths = {a.shape[-1] for a in ctx.facts.args if len(a.shape) >= 2}
-    if all(w % 128 == 0 for w in widths):
-        return NotApplicable(f"the last axes ({', '.join(map(str, sorted(widths)))}) are already "
-                             "multiples of 128 lanes")
-    return NotApplicable("no code path: a narrow last axis is not yet reshaped or row-packed")
+    """Row arrays narrower than the lanes as (width, rows) blocks: their rows fill the lanes,
+    and XLA:TPU, which keeps such arrays rows-minor, hands them over as bitcasts."""
+    if spec.narrow_transposed:
+        return NotApplicable("the narrow row arrays are already (width, rows) blocks")
+    ins, outs = narrow_arrays(ctx.facts)
+    if not any(ins) and not any(outs):
+        widths = {a.shape[-1] for a in ctx.facts.args if len(a.shape) >= 2}
+        return NotApplicable(f"no 2-D row array is narrower than 128 lanes (last axes "
+                             f"{', '.join(map(str, sorted(widths))) or 'none'})")
+    out = _sized(changed(spec, narrow_transposed=True, sub_rows=1, tune_schedule=False), ctx,
+                 -(-spec.block_rows // 128) * 128)
+    return [out] if _fits(out, ctx) else NotApplicable("128-row blocks do not fit VMEM")
 
 
 _ONE_KERNEL = "the reference's whole jaxpr already runs inside the one kernel"
