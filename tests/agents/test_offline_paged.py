@@ -50,6 +50,15 @@ def test_the_kernel_equals_the_reference_at_every_block(path: Path, pages_per_st
 
 
 @pytest.mark.parametrize("path", [PAGED, RAGGED], ids=["paged", "ragged"])
+@pytest.mark.parametrize(("pages_per_step", "seqs_per_step"), [(1, 1), (3, 2)])
+def test_the_page_major_table_computes_the_reference(path: Path, pages_per_step: int,
+                                                     seqs_per_step: int) -> None:
+    """The table passed whole as (pages, batch), tails of pages and of the batch included."""
+    assert_matches_reference(path, _source(path), 0, pages_per_step=pages_per_step,
+                             seqs_per_step=seqs_per_step, page_major_table=1)
+
+
+@pytest.mark.parametrize("path", [PAGED, RAGGED], ids=["paged", "ragged"])
 def test_the_class_default_is_one_page_of_one_sequence_and_tunables_list_it_first(path: Path) -> None:
     facts = _facts(path)
     assert planner.default_params(facts, _chip()) == {"pages_per_step": 1, "seqs_per_step": 1}
@@ -58,9 +67,11 @@ def test_the_class_default_is_one_page_of_one_sequence_and_tunables_list_it_firs
         "pages_per_step": 2, "seqs_per_step": 4}
     namespace: dict[str, Any] = {}
     exec(compile(_source(path, pages_per_step=2, seqs_per_step=4), str(path), "exec"), namespace)
-    assert namespace["TUNABLES"] == {"pages_per_step": [2, 1], "seqs_per_step": [4, 2]}  # no more than there are
+    assert namespace["TUNABLES"] == {"pages_per_step": [2, 1], "seqs_per_step": [4, 2],  # no more than there are
+                                     "page_major_table": [0, 1]}
     exec(compile(_source(path), str(path), "exec"), namespace)
-    assert namespace["TUNABLES"] == {"pages_per_step": [1, 2], "seqs_per_step": [1, 2]}
+    assert namespace["TUNABLES"] == {"pages_per_step": [1, 2], "seqs_per_step": [1, 2],
+                                     "page_major_table": [0, 1]}
 
 
 def test_rendered_sources_are_lint_clean(tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ it folds nothing; the output has whole blocks of sequences and the rows past the
 cut off outside the kernel. The
 query heads are reshaped to (kv_heads, group, head_dim) outside the kernel (a layout op), so
 the block's last two dims are whole dims. The table is flattened the same way, to one SMEM
-vector.
+vector, sequence-major, by default; `page_major_table` passes it whole and transposed, a
+(pages, batch) SMEM array, which is a bitcast where XLA:TPU keeps a narrow table with its
+sequences minor-most (the flattening is a relayout there).
 
 Pages laid out (pages, page_size, kv_heads, depth) are transposed to (kv_heads, pages,
 page_size, depth) outside the kernel; query head h reads key/value head h // (heads /
@@ -144,8 +146,8 @@ def _kernel(tables_ref, lengths_ref, *refs, scale, page_size, pages, batch, page
         o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("pages_per_step", "seqs_per_step"))
-def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%):
+@functools.partial(jax.jit, static_argnames=("pages_per_step", "seqs_per_step", "page_major_table"))
+def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = 0):
     q, k_pages, v_pages, tables, lengths, starts = %Q%, %K%, %V%, %T%, %L%, %S%
     if PAGES_HEADS_THIRD:  # (pages, page_size, kv_heads, depth) -> (kv_heads, pages, ...)
         k_pages, v_pages = (jnp.transpose(x, (2, 0, 1, 3)) for x in (k_pages, v_pages))
@@ -179,7 +181,8 @@ def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%):
             b = jnp.minimum(i * seqs_per_step + seq, batch - 1)
             length = jnp.minimum(lengths_ref[b], pages * page_size)
             last_owned = jnp.maximum(length - 1, 0) // page_size
-            return (0, tables_ref[b * pages + jnp.minimum(p * pages_per_step + t, last_owned)], 0, 0)
+            page = jnp.minimum(p * pages_per_step + t, last_owned)
+            return (0, tables_ref[page, b] if page_major_table else tables_ref[b * pages + page], 0, 0)
         return index
 
     page_specs = [pl.BlockSpec((kv_heads, None, page_size, depth), page_index(seq, t))
@@ -204,15 +207,17 @@ def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%):
         out_shape=jax.ShapeDtypeStruct((steps * seqs_per_step, kv_heads, group, depth), q.dtype),
         grid_spec=spec,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-    )(tables.reshape(-1).astype(jnp.int32), lengths.astype(jnp.int32),
+    )(tables.T.astype(jnp.int32) if page_major_table else tables.reshape(-1).astype(jnp.int32),
+      lengths.astype(jnp.int32),
       *(() if starts is None else (starts.astype(jnp.int32),)),
       *[q.reshape(tokens, kv_heads, group, depth)] * seqs_per_step,
       *[k_pages] * blocks, *[v_pages] * blocks)
     return out[:batch].reshape(batch, heads, depth)  # rows past the batch: a tail's padding
 
 
-def build(*, pages_per_step: int = %PP%, seqs_per_step: int = %SS%):
-    return functools.partial(%NAME%, pages_per_step=pages_per_step, seqs_per_step=seqs_per_step)
+def build(*, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = 0):
+    return functools.partial(%NAME%, pages_per_step=pages_per_step, seqs_per_step=seqs_per_step,
+                             page_major_table=page_major_table)
 """
 
 
@@ -227,12 +232,15 @@ def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     tunables = params.get("tunables") or {  # the default first, then its neighbours
         key: list(dict.fromkeys([v, max(1, v // 2), min(v * 2, max(ext[key], v))]))
         for key, v in knobs.items()}
+    # the table as a 2-D (pages, batch) array: where XLA:TPU keeps it pages-first, a bitcast
+    tunables = {**tunables, "page_major_table": [0, 1]}
     pp, ss = knobs["pages_per_step"], knobs["seqs_per_step"]
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     doc = (f"paged decode attention kernel for {task_name}: block table and lengths "
            f"scalar-prefetched, {pp} key/value page(s) of {ss} sequence(s) per grid step "
-           "(TUNABLES pages_per_step, seqs_per_step), online softmax in VMEM.\n\n"
+           "(TUNABLES pages_per_step, seqs_per_step, and page_major_table: the table as a "
+           "2-D (pages, batch) array), online softmax in VMEM.\n\n"
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     body = (_TEMPLATE.replace("%NAME%", "paged_attention_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]])
