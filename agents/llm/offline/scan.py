@@ -8,6 +8,11 @@ already done, so each chunk is two MXU products for its own causal block,
 tril(q_c k_c^T) v_c, one for the past, q_c S, and one to update the state, S += k_c^T v_c.
 A sequence tail (length not a multiple of the chunk) is masked out of k and v before it
 can reach the state.
+
+The knob `seq_on_lanes` runs the same chunks on (head_dim, chunk) blocks, the sequence on
+the lanes (chunks of whole 128s): a narrow head_dim then pads no lanes, and XLA:TPU, which
+keeps such arrays with the sequence minor-most, hands them over as bitcasts instead of
+relayout copies.
 """
 
 from __future__ import annotations
@@ -79,8 +84,35 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, state_ref, *, seq, scale):
                                       preferred_element_type=jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("block_seq",))
-def %NAME%(%ARGS%, *, block_seq: int = %BS%):
+def _kernel_seq_on_lanes(q_ref, k_ref, v_ref, o_ref, state_ref, *, seq, scale):
+    """The same chunk on (head_dim, chunk) blocks: the sequence on the lanes, the state
+    kept transposed, (dv, depth), so every product but the scores is a plain one."""
+    c = pl.program_id(1)
+    chunk = q_ref.shape[1]
+
+    @pl.when(c == 0)
+    def _init():
+        state_ref[...] = jnp.zeros_like(state_ref)
+
+    cols = c * chunk + lax.broadcasted_iota(jnp.int32, (1, chunk), 1)
+    inside = cols < seq
+    q = q_ref[...].astype(jnp.float32) * scale
+    k = jnp.where(inside, k_ref[...].astype(jnp.float32), 0.0)
+    v = jnp.where(inside, v_ref[...].astype(jnp.float32), 0.0)
+    scores = lax.dot_general(k, q, (((0,), (0,)), ((), ())),
+                             preferred_element_type=jnp.float32)  # (key, query)
+    causal = (lax.broadcasted_iota(jnp.int32, scores.shape, 0)
+              <= lax.broadcasted_iota(jnp.int32, scores.shape, 1))
+    scores = jnp.where(causal, scores, 0.0)
+    out = jnp.dot(v, scores, preferred_element_type=jnp.float32) + jnp.dot(
+        state_ref[...], q, preferred_element_type=jnp.float32)
+    o_ref[...] = out.astype(o_ref.dtype)
+    state_ref[...] += lax.dot_general(v, k, (((1,), (1,)), ((), ())),
+                                      preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("block_seq", "seq_on_lanes"))
+def %NAME%(%ARGS%, *, block_seq: int = %BS%, seq_on_lanes: int = 0):
     q, k, v = %Q%, %K%, %V%
     if q.ndim not in (3, 4) or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not linear-attention operands")
@@ -90,6 +122,22 @@ def %NAME%(%ARGS%, *, block_seq: int = %BS%):
     groups = int(np.prod(q.shape[:-2]))
     chunk = seq if seq <= block_seq else block_seq
     q3, k3, v3 = (x.reshape(groups, seq, x.shape[-1]) for x in (q, k, v))
+    if seq_on_lanes:  # (groups, depth, seq): where XLA keeps a narrow head_dim minor-last, a bitcast
+        chunk = min(seq, pl.cdiv(chunk, LANES) * LANES)
+        out = pl.pallas_call(
+            functools.partial(_kernel_seq_on_lanes, seq=seq, scale=float(%SCALE%)),
+            out_shape=jax.ShapeDtypeStruct((groups, dv, seq), v.dtype),
+            grid=(groups, pl.cdiv(seq, chunk)),
+            in_specs=[
+                pl.BlockSpec((None, depth, chunk), lambda g, c: (g, 0, c)),
+                pl.BlockSpec((None, depth, chunk), lambda g, c: (g, 0, c)),
+                pl.BlockSpec((None, dv, chunk), lambda g, c: (g, 0, c)),
+            ],
+            out_specs=pl.BlockSpec((None, dv, chunk), lambda g, c: (g, 0, c)),
+            scratch_shapes=[pltpu.VMEM((dv, depth), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        )(*(jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3)))
+        return jnp.swapaxes(out, 1, 2).reshape(v.shape)
     out = pl.pallas_call(
         functools.partial(_kernel, seq=seq, scale=float(%SCALE%)),
         out_shape=jax.ShapeDtypeStruct((groups, seq, dv), v.dtype),
@@ -106,8 +154,8 @@ def %NAME%(%ARGS%, *, block_seq: int = %BS%):
     return out.reshape(v.shape)
 
 
-def build(block_seq: int = %BS%):
-    return functools.partial(%NAME%, block_seq=block_seq)
+def build(block_seq: int = %BS%, seq_on_lanes: int = 0):
+    return functools.partial(%NAME%, block_seq=block_seq, seq_on_lanes=seq_on_lanes)
 '''
 
 
@@ -122,6 +170,7 @@ def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     tunables = aligned_tunables(params.get("tunables") or {
         "block_seq": list(dict.fromkeys([value, max(SUBLANES, value // 2), value * 2]))},
         {"block_seq": sub})
+    tunables = {**tunables, "seq_on_lanes": [0, 1]}
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     doc = (f"chunked causal linear-attention kernel for {task_name}: intra-chunk causal block "

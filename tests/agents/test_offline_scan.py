@@ -1,0 +1,31 @@
+"""The chunked linear-attention writer: both layouts of its chunks (sequence on the rows, or
+on the lanes with `seq_on_lanes`) compute what the reference's step-by-step scan does, at
+every chunk size it lists, sequence tails included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from offline_kernels import assert_matches_reference
+
+from agents.llm.offline.author import candidate_source
+from agents.llm.offline.classify import classify_task
+
+LINEAR = Path(__file__).resolve().parents[2] / "tasks/linear_attention.py"
+
+
+def _source() -> str:
+    return candidate_source(classify_task(LINEAR), {}, LINEAR.stem)
+
+
+@pytest.mark.parametrize(("block_seq", "seq_on_lanes"), [(128, 0), (128, 1), (64, 1), (256, 1)])
+def test_both_layouts_compute_the_reference(block_seq: int, seq_on_lanes: int) -> None:
+    assert_matches_reference(LINEAR, _source(), 0, block_seq=block_seq, seq_on_lanes=seq_on_lanes)
+
+
+def test_the_layout_is_a_knob_the_tuner_reaches() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(_source(), str(LINEAR), "exec"), namespace)
+    assert namespace["TUNABLES"]["seq_on_lanes"] == [0, 1]  # as written first
