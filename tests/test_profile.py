@@ -54,3 +54,22 @@ def test_hardware_profile_from_a_measurement() -> None:
     assert p.achieved_bandwidth_fraction == pytest.approx(8.2e6 / 1e-5 / 1.64e12)
     assert p.bound == "memory"
     assert "measured (xprof)" in render(p)
+
+
+
+def test_xla_ops_around_the_kernels_are_named_first_when_they_are_a_large_share() -> None:
+    """The measurement's ops around the kernels (XLA:TPU's relayout copies, priced from its
+    program) reach the profile; from a fifth of the time on, they are the first suggestion."""
+    x = jnp.ones((1024, 128), jnp.float32)
+    text = lower(good.scale, x)
+    ex = get_executor("sim-tpu-v6e")
+    m = ex.estimate(parse_lowered(text), ex.reference_cost(lambda v: v * 2.0, (x,)))
+    for share, named in ((0.3, True), (0.1, False)):
+        outside = share * m.latency_s
+        moved = msgspec.structs.replace(m, breakdown={**m.breakdown, "outside_ops_s": outside,
+                                                      "outside_ops": ["copy", "copy.1"]})
+        p = summarize(moved, check_lowered(text, chip="v6e"))
+        assert p.outside_ops_s == pytest.approx(outside) and p.outside_ops == ["copy", "copy.1"]
+        first = p.suggestions[0] if p.suggestions else ""
+        assert ("XLA ops around the kernels (copy, copy.1)" in first) is named, p.suggestions
+        msgspec.json.encode(p)

@@ -372,6 +372,25 @@ def test_a_parents_bound_puts_the_levers_that_relieve_it_first() -> None:
     assert "memory" in lever(picks["memory"][1]).relieves
 
 
+@pytest.mark.parametrize("name", ["topk", "gqa_attention"])
+def test_xla_ops_around_the_parents_kernels_put_the_layout_lever_first(name: str) -> None:
+    """A parent whose profile spends a quarter of its time in XLA's ops around the kernel (its
+    relayout copies): the first variant an unhinted child writes reads the arrays as XLA keeps
+    them, whatever bound the kernel itself has; with the ops a small share, it is not first."""
+    root = _plan(name, "", 0)
+    parent = {"plan": "", "config": {}, "spec": root["spec"]}
+    picks = {}
+    for outside in (2.5e-6, 0.5e-6):
+        profile = {"bound": "overhead", "grid_steps": 4, "achieved_bandwidth_fraction": 0.2,
+                   "speedup": 0.9, "measured_on": "simulated", "latency_s": 10e-6,
+                   "outside_ops_s": outside}
+        plan = planner.plan_text(_facts(name), root, {"chip": _chip()}, name)
+        decision = _plan(name, "", 0, parent={**parent, "plan": plan, "profile": profile})  # variant 0
+        picks[outside] = decision["lever"]
+    assert picks[2.5e-6] == "lane_dense_layout"
+    assert picks[0.5e-6] != "lane_dense_layout"
+
+
 def test_plans_and_kernels_replay_byte_for_byte() -> None:
     from agents.llm.offline.author import candidate_source
 

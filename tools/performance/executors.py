@@ -136,6 +136,7 @@ class SimExecutor:
             "outside_ops_s": program.outside_ops_s,
             "outside_priced_from": program.outside_priced_from,
             "outside_bytes": program.outside_bytes,
+            "outside_ops": list(found.ops) if found is not None else [],
             "hbm_bytes": program.hbm_bytes,
             "flops": program.flops,
             "baseline_host": msgspec.to_builtins(baseline.host),

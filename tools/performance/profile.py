@@ -56,6 +56,12 @@ class Profile(msgspec.Struct, frozen=True):
     vmem_limit_bytes: int | None
     kernels: list[KernelProfile]
     suggestions: list[str]
+    outside_ops_s: float = 0.0  # XLA's ops around the kernels (simulated: from XLA:TPU's program)
+    outside_ops: list[str] = msgspec.field(default_factory=list)  # their names, where known
+
+
+OUTSIDE_SHARE = 0.2
+"""From this share of the time on, the ops around the kernels are named as the next step."""
 
 
 def _fraction(amount: float, rate: float, seconds: float) -> float:
@@ -113,6 +119,8 @@ def _from_model(m: Measurement, report: CompileReport | None) -> Profile:
         vmem_limit_bytes=report.vmem_limit_bytes if report else None,
         kernels=kernels,
         suggestions=[],
+        outside_ops_s=float(b.get("outside_ops_s") or 0.0),
+        outside_ops=[str(o) for o in b.get("outside_ops") or []],
     )
     return msgspec.structs.replace(profile, suggestions=suggest(profile))
 
@@ -143,6 +151,14 @@ def _from_hardware(m: Measurement, report: CompileReport | None) -> Profile:
 def suggest(p: Profile) -> list[str]:
     """Concrete next steps read off the numbers (no suggestion without a number behind it)."""
     out: list[str] = []
+    if p.latency_s > 0 and p.outside_ops_s >= OUTSIDE_SHARE * p.latency_s:
+        named = f" ({', '.join(p.outside_ops[:6])})" if p.outside_ops else ""
+        out.append(
+            f"XLA ops around the kernels{named} take {p.outside_ops_s * 1e6:.2f} us, "
+            f"{p.outside_ops_s / p.latency_s:.0%} of the time. Where they are relayout copies, "
+            "read and write those arrays in the layout XLA keeps them (a narrow last axis "
+            "transposed in the wrapper is a bitcast)."
+        )
     for k in p.kernels:
         per_step = k.latency_s / max(k.grid_steps, 1)
         if k.bound == "overhead" or (per_step < MIN_USEFUL_STEP_S and k.overhead_s > 0.3 * k.latency_s):

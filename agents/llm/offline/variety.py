@@ -46,6 +46,7 @@ from agents.llm.offline.levers import (
     variants,
 )
 from searchpolicies.levers import BOUNDS, catalogue
+from tools.performance.profile import OUTSIDE_SHARE
 
 WRITERS: dict[str, Any] = {"matmul_epilogue": matmul, "attention": attention, "elementwise": rows,
                            "rowwise": rows, "rows_generic": rows, "generic": generic}
@@ -55,6 +56,9 @@ SPEC_TYPES: dict[str, type] = {"matmul_epilogue": matmul.MatmulSpec, "attention"
 PREFERRED = {"bigger_blocks": "block_shape", "smaller_blocks": "block_shape", "full_k": "reduction_in_one_block",
              "mxu_aligned_tiles": "mxu_alignment", "whole_kv_row": "reduction_in_one_block"}
 """The profile's block-size levers -> the catalogue lever tried first after them."""
+LAYOUT_LEVERS = ("lane_dense_layout",)
+"""Levers that change how arrays cross the kernel boundary: first where XLA's ops around the
+kernels (its relayout copies) are a large share of the parent's time."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     seed = int(ctx.get("seed") or 0)
     index = seed_index(seed)
     hinted = hinted_levers(c, str(ctx.get("hint") or ""))
+    outside = outside_share((ctx.get("parent") or {}).get("profile") or {})
     if root and first_step(seed) and parent_spec not in written_elsewhere:
         return Choice(parent_spec, "", [first_default_note(hinted)])
     na: dict[str, str] = {}
@@ -167,6 +172,12 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     else:
         order = [PREFERRED[profile_lever]] if profile_lever in PREFERRED else []
         order += [i for i in all_ids if i not in order]
+        if outside:  # before the profile's block move, which leaves those ops as they are
+            layout = [i for i in LAYOUT_LEVERS if i in all_ids]
+            space += each(parent_spec, layout)
+            order = [i for i in order if i not in layout]
+            notes.append(f"XLA's ops around the parent's kernels take {outside:.0%} of its time: "
+                         "the layout levers first")
         if profile_spec is not None and profile_spec != parent_spec:
             space.append((_label(profile_spec, profile_lever), profile_lever))
         space += each(parent_spec, order)
@@ -181,7 +192,8 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
             unique.setdefault(s, lid)
     ordered = list(unique.items())
     bound = str(((ctx.get("parent") or {}).get("profile") or {}).get("bound") or "")
-    idle = [(s, lid) for s, lid in ordered if lid and not _relieves(lid, bound)]
+    idle = [(s, lid) for s, lid in ordered if lid and not _relieves(lid, bound)
+            and not (outside and set(lid.split("+")) & set(LAYOUT_LEVERS))]
     if idle and len(idle) < len(ordered):
         ordered = [o for o in ordered if o not in idle] + idle
         notes.append(f"{len(idle)} variant(s) moved later: none of their levers relieves the "
@@ -208,6 +220,14 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     notes.append(f"seed {seed} picks variant {position} of {len(ordered)} distinct specs"
                  + (f" ({lid})" if lid else " (the class default)"))
     return Choice(spec, lid, notes, na)
+
+
+def outside_share(profile: dict[str, Any]) -> float:
+    """The share of the parent's time its profile puts on XLA's ops around the kernels, when
+    at least `OUTSIDE_SHARE` (else 0): the relayout copies only the layout levers remove."""
+    latency = float(profile.get("latency_s") or 0.0)
+    share = float(profile.get("outside_ops_s") or 0.0) / latency if latency > 0 else 0.0
+    return share if share >= OUTSIDE_SHARE else 0.0
 
 
 def _relieves(lid: str, bound: str) -> bool:
