@@ -77,15 +77,9 @@ def head_packing(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] 
 
 @lever(C, "reduction_layout")
 def reduction_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
-    depth = geometry(ctx.facts)["depth"]
-    if spec.layout == "transposed":
-        return NotApplicable("scores are already (kv, q): reductions run across sublanes")
-    if has_bias(ctx.facts):
-        return NotApplicable("the score bias is read in (q, kv) blocks; (kv, q) scores would "
-                             "need it transposed in the kernel")
-    if depth % 128 == 0:
-        return NotApplicable(f"head_dim {depth} already fills the lanes; a transposed accumulator "
-                             "would only move the cross-lane work")
+    refused = _narrow_head_refusal(ctx, "(kv, q) scores", spec.layout == "transposed")
+    if refused:
+        return refused
     if spec.sub_q > 1:
         return NotApplicable("q sub-tiles slice rows; in the transposed layout q is on the lanes")
     out = _output_holds_acc(changed(spec, layout="transposed"))
@@ -94,20 +88,31 @@ def reduction_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSp
 
 @lever(C, "lane_dense_layout")
 def lane_dense_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
-    depth = geometry(ctx.facts)["depth"]
-    if spec.operands == "transposed":
-        return NotApplicable("q, k, v and the output are already (head_dim, seq) blocks")
-    if has_bias(ctx.facts):
-        return NotApplicable("the score bias is read in (q, kv) blocks beside the scores; the "
-                             "transposed operands are written for attention without one")
-    if depth % 128 == 0:
-        return NotApplicable(f"head_dim {depth} already fills the lanes of (seq, head_dim) blocks")
+    refused = _narrow_head_refusal(ctx, "(head_dim, seq) operand blocks", spec.operands == "transposed")
+    if refused:
+        return refused
     # seq on the lanes: a narrow head_dim no longer pads them, and XLA:TPU, which keeps such
     # arrays seq-minor, hands them to the kernel as a bitcast instead of a relayout copy
     base = changed(spec, operands="transposed", sub_q=1)
     out = [_output_holds_acc(changed(base, layout=layout)) for layout in ("transposed", "rows")]
     return [s for s in dict.fromkeys(out) if _fits(s, ctx)] or NotApplicable(
         "the (head_dim, seq) blocks do not fit VMEM")
+
+
+def _narrow_head_refusal(ctx: LeverContext, layout: str, already: bool) -> NotApplicable | None:
+    """Why a layout for a narrow head_dim (`layout`) has no use here: the spec has it
+    (`already`), a score bias is read in (q, kv) blocks, or head_dim already fills the lanes;
+    None when it may."""
+    depth = geometry(ctx.facts)["depth"]
+    if already:
+        return NotApplicable(f"the kernel already has {layout}")
+    if has_bias(ctx.facts):
+        return NotApplicable(f"the score bias is read in (q, kv) blocks; {layout} would need it "
+                             "transposed in the kernel")
+    if depth % 128 == 0:
+        return NotApplicable(f"head_dim {depth} already fills the lanes; {layout} would only move "
+                             "the cross-lane work")
+    return None
 
 
 def _output_holds_acc(spec: AttentionSpec) -> AttentionSpec:
