@@ -124,34 +124,25 @@ def %NAME%(%ARGS%, *, block_seq: int = %BS%, seq_on_lanes: int = 0):
     q3, k3, v3 = (x.reshape(groups, seq, x.shape[-1]) for x in (q, k, v))
     if seq_on_lanes:  # (groups, depth, seq): where XLA keeps a narrow head_dim minor-last, a bitcast
         chunk = min(seq, pl.cdiv(chunk, LANES) * LANES)
-        out = pl.pallas_call(
-            functools.partial(_kernel_seq_on_lanes, seq=seq, scale=float(%SCALE%)),
-            out_shape=jax.ShapeDtypeStruct((groups, dv, seq), v.dtype),
-            grid=(groups, pl.cdiv(seq, chunk)),
-            in_specs=[
-                pl.BlockSpec((None, depth, chunk), lambda g, c: (g, 0, c)),
-                pl.BlockSpec((None, depth, chunk), lambda g, c: (g, 0, c)),
-                pl.BlockSpec((None, dv, chunk), lambda g, c: (g, 0, c)),
-            ],
-            out_specs=pl.BlockSpec((None, dv, chunk), lambda g, c: (g, 0, c)),
-            scratch_shapes=[pltpu.VMEM((dv, depth), jnp.float32)],
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-        )(*(jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3)))
-        return jnp.swapaxes(out, 1, 2).reshape(v.shape)
+        q3, k3, v3 = (jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3))
+
+    def block(width):
+        """A chunk of a (groups, seq, width) array, or of its (groups, width, seq) transpose."""
+        if seq_on_lanes:
+            return pl.BlockSpec((None, width, chunk), lambda g, c: (g, 0, c))
+        return pl.BlockSpec((None, chunk, width), lambda g, c: (g, c, 0))
+
     out = pl.pallas_call(
-        functools.partial(_kernel, seq=seq, scale=float(%SCALE%)),
-        out_shape=jax.ShapeDtypeStruct((groups, seq, dv), v.dtype),
+        functools.partial(_kernel_seq_on_lanes if seq_on_lanes else _kernel, seq=seq,
+                          scale=float(%SCALE%)),
+        out_shape=jax.ShapeDtypeStruct((groups, dv, seq) if seq_on_lanes else (groups, seq, dv), v.dtype),
         grid=(groups, pl.cdiv(seq, chunk)),
-        in_specs=[
-            pl.BlockSpec((None, chunk, depth), lambda g, c: (g, c, 0)),
-            pl.BlockSpec((None, chunk, depth), lambda g, c: (g, c, 0)),
-            pl.BlockSpec((None, chunk, dv), lambda g, c: (g, c, 0)),
-        ],
-        out_specs=pl.BlockSpec((None, chunk, dv), lambda g, c: (g, c, 0)),
-        scratch_shapes=[pltpu.VMEM((depth, dv), jnp.float32)],
+        in_specs=[block(depth), block(depth), block(dv)],
+        out_specs=block(dv),
+        scratch_shapes=[pltpu.VMEM((dv, depth) if seq_on_lanes else (depth, dv), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(q3, k3, v3)
-    return out.reshape(v.shape)
+    return (jnp.swapaxes(out, 1, 2) if seq_on_lanes else out).reshape(v.shape)
 
 
 def build(block_seq: int = %BS%, seq_on_lanes: int = 0):
