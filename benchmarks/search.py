@@ -27,7 +27,10 @@
   kernel could take in the model (the task's flops at the bf16 MXU peak or its input and
   output bytes at full HBM bandwidth, whichever is longer, plus one launch), and `headroom`,
   that ceiling over the first valid candidate: below 1.10 no kernel can climb 1.10x there,
-  so `tasks_with_headroom` counts the tasks where a climb is possible at all. `first_written`
+  so `tasks_with_headroom` counts the tasks where a climb is possible at all. The same at the
+  MXU peak of the task's own floating inputs (`..._at_operand_precision`: a third of the bf16
+  peak for f32 inputs, whose frozen suites refuse bf16 operands at the shipped tolerances) is
+  the ceiling of a kernel that keeps the task's precision. `first_written`
   is the first kernel as written (its first passing test, at its default configuration),
   before the autotuner of its own iteration moved it: `best_over_first` starts from the
   tuned first candidate, so a knob the tuner reaches in the first iteration is no climb
@@ -203,8 +206,11 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
             sweeps = [e for e in events if isinstance(e, TuningSwept)]
             ratio = eff.best_over_first
             baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
+            simulated = baseline is not None and baseline.measured_on == "simulated"
             ceiling = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target)
-                       if baseline is not None and baseline.measured_on == "simulated" else None)
+                       if simulated else None)
+            kept = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target,
+                                     operand_precision=True) if simulated else None)
             written = next((e.speedup for e in events if isinstance(e, TestsRun)
                             and e.passed and e.speedup is not None), None)
             per_task[requested.task_name] = {
@@ -217,6 +223,9 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
                                             if written and eff.best_valid else None),
                 "roofline_ceiling": round(ceiling, 3) if ceiling else None,
                 "headroom": round(ceiling / eff.first_valid, 3) if ceiling and eff.first_valid else None,
+                "roofline_ceiling_at_operand_precision": round(kept, 3) if kept else None,
+                "headroom_at_operand_precision": (round(kept / eff.first_valid, 3)
+                                                  if kept and eff.first_valid else None),
                 **{k: eff.figures()[k] for k in ("candidates", "judged", "distinct_kernels",
                                                   "tested_twice", "candidates_to_best")},
                 "autotune": {"sweeps": len(sweeps),
@@ -234,6 +243,8 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
         "tasks_climbed": sum(1 for t in per_task.values() if t["climbed"]),
         "tasks_with_headroom": sum(1 for t in per_task.values()
                                    if (t["headroom"] or 0) >= CLIMBED),
+        "tasks_with_headroom_at_operand_precision": sum(
+            1 for t in per_task.values() if (t["headroom_at_operand_precision"] or 0) >= CLIMBED),
         "climbed_over_written": sum(1 for t in per_task.values()
                                     if (t["best_over_first_written"] or 0) >= CLIMBED),
         "climbed_with_headroom": sum(1 for t in per_task.values()
@@ -247,9 +258,14 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
     }
 
 
-def roofline_ceiling(task_name: str, baseline_s: float, target: str) -> float | None:
+def roofline_ceiling(task_name: str, baseline_s: float, target: str, *,
+                     operand_precision: bool = False) -> float | None:
     """The run's baseline over the model's least time for the task's work, for a shipped task
-    (None for another: its file is not at hand here)."""
+    (None for another: its file is not at hand here). The flops go at the bf16 MXU peak, or,
+    with `operand_precision`, at the peak for the task's own floating inputs: an f32 task's
+    suite usually refuses bf16 operands, and then a third of the bf16 peak is its ceiling."""
+    import jax.numpy as jnp
+
     from tools.api import chip_for_target
     from tools.inputs.tasks import load_task
     from tools.performance.baseline import task_work
@@ -259,9 +275,14 @@ def roofline_ceiling(task_name: str, baseline_s: float, target: str) -> float | 
     path = ROOT / "tasks" / f"{task_name}.py"
     if not path.exists():
         return None
-    work = task_work(load_task(path))
+    task = load_task(path)
+    work = task_work(task)
     chip = get_chip(chip_for_target(target))
     floor = roofline_floor_s(work.flops, float(work.min_bytes), chip) + KERNEL_LAUNCH_S
+    if operand_precision:
+        floats = [str(a.dtype) for a in task.input_specs(0) if jnp.issubdtype(a.dtype, jnp.floating)]
+        peak = min((chip.matmul_peak(d) for d in floats), default=chip.peak_bf16_flops)
+        floor = max(work.flops / peak, work.min_bytes / chip.hbm_bytes_per_s) + KERNEL_LAUNCH_S
     return baseline_s / floor
 
 
