@@ -20,12 +20,18 @@ def _source() -> str:
     return candidate_source(classify_task(LINEAR), {}, LINEAR.stem)
 
 
-@pytest.mark.parametrize(("block_seq", "seq_on_lanes"), [(128, 0), (128, 1), (64, 1), (256, 1)])
-def test_both_layouts_compute_the_reference(block_seq: int, seq_on_lanes: int) -> None:
-    assert_matches_reference(LINEAR, _source(), 0, block_seq=block_seq, seq_on_lanes=seq_on_lanes)
+@pytest.mark.parametrize(("block_seq", "seq_on_lanes", "block_groups"),
+                         [(128, 0, 1), (128, 1, 1), (64, 1, 1), (256, 1, 1), (64, 0, 4), (256, 1, 8)])
+def test_both_layouts_compute_the_reference(block_seq: int, seq_on_lanes: int,
+                                            block_groups: int) -> None:
+    """At the tuning point (8 groups) the blocks hold 1, 4 or 8 of them; the unseen shapes
+    (2 and 4 groups) take the largest whole number of groups the knob allows."""
+    assert_matches_reference(LINEAR, _source(), 0, block_seq=block_seq,
+                             seq_on_lanes=seq_on_lanes, block_groups=block_groups)
 
 
 def test_the_layout_is_a_knob_the_tuner_reaches() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(_source(), str(LINEAR), "exec"), namespace)
     assert namespace["TUNABLES"]["seq_on_lanes"] == [0, 1]  # as written first
+    assert namespace["TUNABLES"]["block_groups"] == [1, 2]

@@ -24,7 +24,7 @@ from agents.llm.offline.levers import first_step
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
     "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
-    "paged_attention": ("pages_per_step", "seqs_per_step"), "linear_attention": ("block_seq",),
+    "paged_attention": ("pages_per_step", "seqs_per_step"), "linear_attention": ("block_seq", "block_groups"),
     "grouped_matmul": ("block_m", "block_n", "groups_per_step"), "convolution": ("block_images",), "single_block": (),
     "generic": (),  # its blocks live in the spec (one per tiled axis), moved by its levers
 }
