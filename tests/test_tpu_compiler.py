@@ -181,3 +181,25 @@ def test_the_xla_baseline_is_priced_from_xla_tpus_program() -> None:
         sum(f.latency_s for f in fusions),
         sum(f.memory_s for f in found.fusions) + 1e-6 * len(fusions)))
     assert found.optimal_seconds and found.optimal_seconds > 0
+
+
+@needs_libtpu
+def test_xla_tpus_ragged_dot_kernel_is_unpriced_for_its_data_dependent_grid() -> None:
+    """XLA:TPU runs a grouped matmul as two Mosaic kernels of its own; the second's grid has a
+    bound that is an operand, known at run time only. The baseline names that as the reason
+    the op is unpriced (and says nothing to a kernel author about rewriting it)."""
+    from tools.performance.chips import get_chip
+    from tools.performance.xla_tpu import tpu_baseline
+
+    def grouped(lhs, rhs, sizes):
+        return jax.lax.ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32)
+
+    args = [jax.ShapeDtypeStruct((256, 256), jnp.float32),
+            jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+            jax.ShapeDtypeStruct((4,), jnp.int32)]
+    found = tpu_baseline(grouped, args, get_chip("v6e"))
+    reasons = {f.name: f.opcode for f in found.fusions if f.bound == "unpriced"}
+    grid = [r for r in reasons.values() if "bound read from an operand at run time" in r]
+    assert len(grid) == 1 and "grid axis 1" in grid[0], reasons
+    assert not any("bound the loop" in r or r.endswith("...") for r in reasons.values()), reasons
+    assert len(found.unpriced) == len(reasons) == 2

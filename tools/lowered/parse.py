@@ -266,6 +266,12 @@ def _read_kernel(main, funcs, kernel_name, operand_types, result_types, vmem_lim
     ir = ir_module()
     attrs = main.operation.attributes
     grid = tuple(ir.DenseI64ArrayAttr(attrs["iteration_bounds"])) if "iteration_bounds" in attrs else ()
+    dynamic = [axis for axis, bound in enumerate(grid) if bound < 0]
+    if dynamic:  # Mosaic's dynamic-grid sentinel: the bound is an operand, known at run time only
+        raise MosaicError(
+            f"kernel {kernel_name}: grid axis {', '.join(map(str, dynamic))} has a bound read "
+            "from an operand at run time (a data-dependent trip count): its work cannot be "
+            "counted")
     sems = tuple(
         re.sub(r".*<(\w+)>.*", r"\1", str(a)) for a in ir.ArrayAttr(attrs["dimension_semantics"])
     ) if "dimension_semantics" in attrs else ()

@@ -398,8 +398,11 @@ def _own_kernel(ins: Instr, types: dict[str, str], chip: Chip) -> FusionPrice:
         est = xla_kernels.price(ins.name, ins.type_text, [types.get(o, "") for o in ins.operands],
                                 ins.rest, chip)
     except xla_kernels.XlaKernelError as exc:
-        return FusionPrice(ins.name, f"custom-call: {str(exc)[:200]}", 0, None, 0.0, 0.0, 0.0,
-                           "unpriced")
+        # the model's reason, without its advice to a kernel's author (after the "; "):
+        # XLA:TPU's kernels are not ours to change
+        why = str(exc).split("; ")[0]
+        return FusionPrice(ins.name, f"custom-call: {why if len(why) <= 300 else why[:297] + '...'}",
+                           0, None, 0.0, 0.0, 0.0, "unpriced")
     return FusionPrice(ins.name, "custom-call (Mosaic kernel, priced by the kernel model)",
                        est.hbm_bytes, None, est.compute_s, est.memory_s, est.latency_s,
                        est.bound, vpu_ops=float(est.vpu_ops),
