@@ -323,6 +323,11 @@ def race_figures(db: Path) -> dict[str, Any]:
         found = [x for x in trail if x is not None]
         if policy == "parallel" and found:
             mark[(task, seed)] = max(found)
+    best: dict[str, list[float]] = {}
+    for (_task, policy, _seed), trail in sorted(trails.items()):
+        found = [x for x in trail if x is not None]
+        if found:
+            best.setdefault(policy, []).append(max(found))
     needed: dict[str, list[int | None]] = {}
     for (task, policy, seed), trail in sorted(trails.items()):
         goal = mark.get((task, seed))
@@ -338,7 +343,10 @@ def race_figures(db: Path) -> dict[str, Any]:
                        "mean_candidates": round(statistics.mean(reached), 2) if reached else None,
                        "stdev_candidates": (round(statistics.stdev(reached), 2)
                                             if len(reached) > 1 else None),
-                       "per_run": ats}
+                       "per_run": ats,
+                       "best_speedup_mean": (round(statistics.mean(best[policy]), 3)
+                                             if best.get(policy) else None),
+                       "best_speedup_per_run": [round(b, 3) for b in best.get(policy, [])]}
     base = out.get("parallel", {}).get("mean_candidates")
     halves = [p for p, f in out.items() if p != "parallel" and base and f["mean_candidates"]
               and f["reached"] == f["runs"] and f["mean_candidates"] <= base / 2]
