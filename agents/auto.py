@@ -221,7 +221,8 @@ class _AutoRun:
             plan = await self.call(self.command(
                 ProposePlan, f"it{it}/plan", it, parent=state.parent, failures=state.failures,
                 hint=self.cmd.hint, baseline_s=self.baseline_s,
-                written_plans=self.written_plans()), PlanProposed)
+                written_plans=self.written_plans(), unseen_siblings=self.unseen_siblings()),
+                PlanProposed)
             if plan.no_gain:
                 return self.finished(it, valid=False, compiled=False, plan=plan, no_gain=True,
                                      error="the planner concluded that no kernel will pay off"), True
@@ -351,6 +352,20 @@ class _AutoRun:
         written = [planned.get((e.node_id, e.iteration)) for e in self.history.of_type(KernelWritten)
                    if e.run_id == self.cmd.run_id]
         return list(dict.fromkeys(sha for sha in written if sha))[-MAX_WRITTEN_PLANS:]
+
+    def unseen_siblings(self) -> int:
+        """The run's expansions requested before this node that have neither written a kernel
+        nor ended: what they choose is not in `written_plans` yet. A sequential policy's child
+        has none, and takes the evidence's first choice that nobody wrote; the k-th of a batch
+        planned at once has k - 1, and steps past the choices they may be taking."""
+        run = self.cmd.run_id
+        requested = [e.node_id for e in self.history.of_type(ExpansionRequested) if e.run_id == run]
+        if self.cmd.node_id not in requested:
+            return 0
+        settled = {e.node_id for e in self.history.of_type(KernelWritten) if e.run_id == run}
+        settled |= {e.node_id for e in self.history.of_type(NodeEvaluated) if e.run_id == run}
+        before = requested[:requested.index(self.cmd.node_id)]
+        return sum(1 for node in dict.fromkeys(before) if node not in settled)
 
     def judged_before(self, it: int, code: str) -> IterationFinished | None:
         """The earlier iteration of this run that judged `code`, unless this iteration's own

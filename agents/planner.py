@@ -49,6 +49,8 @@ class PlannerAgent(Agent[ProposePlan]):
         context.update(parent=parent, failures=await _with_plans(ctx, cmd.failures, written),
                        hint=cmd.hint, knowledge=snippets, baseline_s=cmd.baseline_s,
                        feedback=cmd.feedback, written_plans=list(written.values()))
+        if cmd.unseen_siblings:
+            context.update(unseen_siblings=cmd.unseen_siblings)
         prompt = render_prompt(
             "plan", **fields, baseline=baseline, measured_on="simulated" if cmd.target_name.startswith(
                 "sim-") else "measured", parent=render_parent(parent),

@@ -230,10 +230,18 @@ def test_plans_are_deterministic_per_seed() -> None:
     task = TASKS / "softmax.py"
     first = _ask("plan", _ctx(task, seed=0), seed=0)
     assert first == _ask("plan", _ctx(task, seed=0), seed=0)
-    # 2001: a search's second expansion (0 and 1 are a run's first step: the class default)
-    other = _ask("plan", _ctx(task, seed=2001), seed=2001)
-    assert other == _ask("plan", _ctx(task, seed=2001), seed=2001)
+    # 2001: a search's second expansion (0 and 1 are a run's first step: the class default).
+    # It leaves out what the run wrote (the first plan), or, planning beside a sibling that
+    # has written nothing yet, steps past the choice that sibling may be taking.
+    after = _ctx(task, seed=2001, written_plans=[first])
+    other = _ask("plan", after, seed=2001)
+    assert other == _ask("plan", after, seed=2001)
     assert _plan_json(first)["params"] != _plan_json(other)["params"]
+    beside = _ask("plan", _ctx(task, seed=2001, unseen_siblings=1), seed=2001)
+    assert _plan_json(first)["params"] != _plan_json(beside)["params"]
+    # alone and with nothing written, a second expansion takes the evidence's first choice
+    assert _plan_json(_ask("plan", _ctx(task, seed=2001), seed=2001))["params"] == \
+        _plan_json(first)["params"]
 
 
 def test_a_plan_without_json_falls_back_to_defaults() -> None:

@@ -3,8 +3,10 @@
 An expansion's space is an ordered list of distinct specs, none equal to the parent's:
 with a catalogue lever in the hint, that lever's variants, then each of them combined with
 one more lever; without one, the profile's choice, then every lever's variants. The seed
-picks a position (`levers.seed_index`), so children with different seeds or hints get
-different specs until the space is exhausted, and the plan says when it is. The run's
+picks a position (`pick_index`): in a search, the first spec no node of the run wrote, past
+one for each sibling planning at the same time; in a direct call, the seed's position. So
+children with different seeds or hints get different specs until the space is exhausted,
+and the plan says when it is. The run's
 first step from the root (`levers.first_step`) writes the class default instead, whatever
 its hint and seed, unless the run already wrote it: every lever is then measured against
 it, and the hint moves the next kernel written from it. A hinted lever that does not apply
@@ -42,6 +44,7 @@ from agents.llm.offline.levers import (
     NotApplicable,
     first_step,
     seed_index,
+    seed_ordinal,
     spec_from,
     variants,
 )
@@ -131,7 +134,7 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     c = facts.kernel_class
     lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
     seed = int(ctx.get("seed") or 0)
-    index = seed_index(seed)
+    index = pick_index(seed, ctx)
     hinted = hinted_levers(c, str(ctx.get("hint") or ""))
     outside = outside_share((ctx.get("parent") or {}).get("profile") or {})
     if root and first_step(seed) and parent_spec not in written_elsewhere:
@@ -217,9 +220,21 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
                      f"this {'hint' if hinted else 'parent'} allows: the space is exhausted, so this "
                      f"child repeats variant {position}")
     spec, lid = ordered[position]
-    notes.append(f"seed {seed} picks variant {position} of {len(ordered)} distinct specs"
-                 + (f" ({lid})" if lid else " (the class default)"))
+    why = (f"{index} sibling(s) planning at once" if seed_ordinal(seed) > 0 else f"seed {seed}")
+    notes.append(f"variant {position} of {len(ordered)} distinct specs ({why})"
+                 + (f": {lid}" if lid else ": the class default"))
     return Choice(spec, lid, notes, na)
+
+
+def pick_index(seed: int, ctx: dict[str, Any]) -> int:
+    """Which position of the ordered space an expansion takes. A search's step (its seed
+    names an expansion: `levers.seed_ordinal`) takes the first, past one for each sibling
+    planning at once (`unseen_siblings`): the specs the run wrote are already left out, so
+    the first left is the evidence's best that nobody wrote, and an offset from the seed
+    would skip it. A direct call, with no run around it, takes the seed's position."""
+    if seed_ordinal(seed) > 0:
+        return int(ctx.get("unseen_siblings") or 0)
+    return seed_index(seed)
 
 
 def outside_share(profile: dict[str, Any]) -> float:
