@@ -360,11 +360,11 @@ class _AutoRun:
         planned at once has k - 1, and steps past the choices they may be taking."""
         run = self.cmd.run_id
         requested = [e.node_id for e in self.history.of_type(ExpansionRequested) if e.run_id == run]
-        if self.cmd.node_id not in requested:
+        if self.node_id not in requested:
             return 0
         settled = {e.node_id for e in self.history.of_type(KernelWritten) if e.run_id == run}
         settled |= {e.node_id for e in self.history.of_type(NodeEvaluated) if e.run_id == run}
-        before = requested[:requested.index(self.cmd.node_id)]
+        before = requested[:requested.index(self.node_id)]
         return sum(1 for node in dict.fromkeys(before) if node not in settled)
 
     def judged_before(self, it: int, code: str) -> IterationFinished | None:
