@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from agents import judged, knowledge
+from agents import judged, knowledge, runplans
 from agents.base import Agent, AgentContext
 from agents.calls import CommandFailed, RunHistory, step_id
 from agents.commands import (
@@ -74,9 +74,6 @@ log = logging.getLogger("kernelgraph.agents")
 
 K = TypeVar("K", bound=Command)
 E = TypeVar("E", bound=Event)
-
-MAX_WRITTEN_PLANS = 64
-"""How many of the run's written plans a planner is told about (the newest)."""
 
 FATAL_ERRORS = ("ProviderError", "UnknownProvider", "TargetUnavailable", "UnknownTarget")
 """Failures no other iteration can avoid: the run ends instead of planning again."""
@@ -221,8 +218,9 @@ class _AutoRun:
             plan = await self.call(self.command(
                 ProposePlan, f"it{it}/plan", it, parent=state.parent, failures=state.failures,
                 hint=self.cmd.hint, baseline_s=self.baseline_s,
-                written_plans=self.written_plans(), unseen_siblings=self.unseen_siblings()),
-                PlanProposed)
+                written_plans=runplans.written_plans(self.history.of_type, self.cmd.run_id),
+                unseen_siblings=runplans.unseen_siblings(self.history.of_type, self.cmd.run_id,
+                                                         self.node_id)), PlanProposed)
             if plan.no_gain:
                 return self.finished(it, valid=False, compiled=False, plan=plan, no_gain=True,
                                      error="the planner concluded that no kernel will pay off"), True
@@ -342,30 +340,6 @@ class _AutoRun:
         state.failures.append(failure)
         return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
                              failed_phase=phase, error=error[:2000], **fields)
-
-    def written_plans(self) -> list[str]:
-        """The plans this run wrote kernels from, oldest first (what a planner avoids
-        repeating), this node's earlier iterations too: one priced not faster never becomes
-        the next iteration's parent, so without it the next would write the same kernel."""
-        planned = {(e.node_id, e.iteration): e.plan_sha256 for e in self.history.of_type(PlanProposed)
-                   if e.run_id == self.cmd.run_id and not e.no_gain}
-        written = [planned.get((e.node_id, e.iteration)) for e in self.history.of_type(KernelWritten)
-                   if e.run_id == self.cmd.run_id]
-        return list(dict.fromkeys(sha for sha in written if sha))[-MAX_WRITTEN_PLANS:]
-
-    def unseen_siblings(self) -> int:
-        """The run's expansions requested before this node that have neither written a kernel
-        nor ended: what they choose is not in `written_plans` yet. A sequential policy's child
-        has none, and takes the evidence's first choice that nobody wrote; the k-th of a batch
-        planned at once has k - 1, and steps past the choices they may be taking."""
-        run = self.cmd.run_id
-        requested = [e.node_id for e in self.history.of_type(ExpansionRequested) if e.run_id == run]
-        if self.node_id not in requested:
-            return 0
-        settled = {e.node_id for e in self.history.of_type(KernelWritten) if e.run_id == run}
-        settled |= {e.node_id for e in self.history.of_type(NodeEvaluated) if e.run_id == run}
-        before = requested[:requested.index(self.node_id)]
-        return sum(1 for node in dict.fromkeys(before) if node not in settled)
 
     def judged_before(self, it: int, code: str) -> IterationFinished | None:
         """The earlier iteration of this run that judged `code`, unless this iteration's own

@@ -4,10 +4,9 @@ plans it reads yet)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-from agents.auto import _AutoRun
+from agents.runplans import unseen_siblings
 from eventstore.events import ExpansionRequested, KernelWritten, NodeEvaluated
 
 RUN = "run-1"
@@ -19,10 +18,7 @@ def _requested(node: str) -> ExpansionRequested:
 
 
 def _unseen(node: str, events: list[Any]) -> int:
-    run = SimpleNamespace(cmd=SimpleNamespace(run_id=RUN), node_id=node,
-                          history=SimpleNamespace(of_type=lambda *types: [
-                              e for e in events if isinstance(e, types)]))
-    return _AutoRun.unseen_siblings(run)  # type: ignore[arg-type]
+    return unseen_siblings(lambda *types: [e for e in events if isinstance(e, types)], RUN, node)
 
 
 def test_siblings_requested_at_once_are_unseen_until_they_write_or_end() -> None:
