@@ -120,9 +120,9 @@ class ProposePlan(_LlmCommand, frozen=True, kw_only=True, tag="ProposePlan"):
     """The plan sha256s of the kernels other nodes of the run wrote before this plan: an author
     that can tell its choices apart avoids writing one of them again."""
     unseen_siblings: int = 0
-    """Expansions of the run requested before this node that have written no kernel and not
-    ended: their choices are not in `written_plans` yet (a parallel search's siblings plan at
-    once), so an author steps past as many of its best choices as they may be taking."""
+    """Expansions of the run requested before this node that have not ended: their next
+    choices are not in `written_plans` yet (a parallel search's siblings plan at once), so an
+    author steps past as many of its best choices as they may be taking."""
 
 
 class WriteKernel(_LlmCommand, frozen=True, kw_only=True, tag="WriteKernel"):

@@ -27,14 +27,14 @@ def written_plans(of_type: OfType, run_id: str) -> list[str]:
 
 
 def unseen_siblings(of_type: OfType, run_id: str, node_id: str) -> int:
-    """The run's expansions requested before `node_id` that have neither written a kernel
-    nor ended: what they choose is not in `written_plans` yet. A sequential policy's child
-    has none, and takes the evidence's first choice that nobody wrote; the k-th of a batch
-    planned at once has k - 1, and steps past the choices they may be taking."""
+    """The run's expansions requested before `node_id` that have not ended: what they choose
+    next is not in `written_plans` yet, even where they wrote a kernel already (two siblings
+    in their second iterations plan at once). A sequential policy's child has none, and takes
+    the evidence's first choice that nobody wrote; the k-th of a batch running at once has
+    k - 1, and steps past the choices they may be taking."""
     requested = [e.node_id for e in of_type(ExpansionRequested) if e.run_id == run_id]
     if node_id not in requested:
         return 0
-    settled = {e.node_id for e in of_type(KernelWritten) if e.run_id == run_id}
-    settled |= {e.node_id for e in of_type(NodeEvaluated) if e.run_id == run_id}
+    ended = {e.node_id for e in of_type(NodeEvaluated) if e.run_id == run_id}
     before = requested[:requested.index(node_id)]
-    return sum(1 for node in dict.fromkeys(before) if node not in settled)
+    return sum(1 for node in dict.fromkeys(before) if node not in ended)
