@@ -206,11 +206,10 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
             sweeps = [e for e in events if isinstance(e, TuningSwept)]
             ratio = eff.best_over_first
             baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
-            simulated = baseline is not None and baseline.measured_on == "simulated"
-            ceiling = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target)
-                       if simulated else None)
-            kept = (roofline_ceiling(requested.task_name, baseline.latency_s, baseline.target,
-                                     operand_precision=True) if simulated else None)
+            ceiling, kept = (roofline_ceilings(requested.task_name, baseline.latency_s,
+                                               baseline.target)
+                             if baseline is not None and baseline.measured_on == "simulated"
+                             else (None, None))
             written = next((e.speedup for e in events if isinstance(e, TestsRun)
                             and e.passed and e.speedup is not None), None)
             per_task[requested.task_name] = {
@@ -258,12 +257,12 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
     }
 
 
-def roofline_ceiling(task_name: str, baseline_s: float, target: str, *,
-                     operand_precision: bool = False) -> float | None:
+def roofline_ceilings(task_name: str, baseline_s: float,
+                      target: str) -> tuple[float | None, float | None]:
     """The run's baseline over the model's least time for the task's work, for a shipped task
-    (None for another: its file is not at hand here). The flops go at the bf16 MXU peak, or,
-    with `operand_precision`, at the peak for the task's own floating inputs: an f32 task's
-    suite usually refuses bf16 operands, and then a third of the bf16 peak is its ceiling."""
+    (None for another: its file is not at hand here): with the flops at the bf16 MXU peak,
+    and at the peak for the task's own floating inputs (an f32 task's suite usually refuses
+    bf16 operands, and then a third of the bf16 peak is its ceiling)."""
     import jax.numpy as jnp
 
     from tools.api import chip_for_target
@@ -274,16 +273,15 @@ def roofline_ceiling(task_name: str, baseline_s: float, target: str, *,
 
     path = ROOT / "tasks" / f"{task_name}.py"
     if not path.exists():
-        return None
+        return None, None
     task = load_task(path)
     work = task_work(task)
     chip = get_chip(chip_for_target(target))
     floor = roofline_floor_s(work.flops, float(work.min_bytes), chip) + KERNEL_LAUNCH_S
-    if operand_precision:
-        floats = [str(a.dtype) for a in task.input_specs(0) if jnp.issubdtype(a.dtype, jnp.floating)]
-        peak = min((chip.matmul_peak(d) for d in floats), default=chip.peak_bf16_flops)
-        floor = max(work.flops / peak, work.min_bytes / chip.hbm_bytes_per_s) + KERNEL_LAUNCH_S
-    return baseline_s / floor
+    floats = [str(a.dtype) for a in task.input_specs(0) if jnp.issubdtype(a.dtype, jnp.floating)]
+    peak = min((chip.matmul_peak(d) for d in floats), default=chip.peak_bf16_flops)
+    kept = max(work.flops / peak, work.min_bytes / chip.hbm_bytes_per_s) + KERNEL_LAUNCH_S
+    return baseline_s / floor, baseline_s / kept
 
 
 RACE_POLICIES = "parallel,beam,greedy,adaptive,evolutionary"
@@ -318,16 +316,12 @@ def race_figures(db: Path) -> dict[str, Any]:
                 continue
             trails[(requested.task_name, requested.policy, requested.seed)] = [
                 e.speedup if e.valid else None for e in events if isinstance(e, IterationFinished)]
-    mark: dict[tuple[str, int], float] = {}
-    for (task, policy, seed), trail in trails.items():
-        found = [x for x in trail if x is not None]
-        if policy == "parallel" and found:
-            mark[(task, seed)] = max(found)
+    reached = {key: max(found) for key, trail in sorted(trails.items())
+               if (found := [x for x in trail if x is not None])}
+    mark = {(task, seed): b for (task, policy, seed), b in reached.items() if policy == "parallel"}
     best: dict[str, list[float]] = {}
-    for (_task, policy, _seed), trail in sorted(trails.items()):
-        found = [x for x in trail if x is not None]
-        if found:
-            best.setdefault(policy, []).append(max(found))
+    for (_task, policy, _seed), b in reached.items():
+        best.setdefault(policy, []).append(b)
     needed: dict[str, list[int | None]] = {}
     for (task, policy, seed), trail in sorted(trails.items()):
         goal = mark.get((task, seed))
