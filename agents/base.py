@@ -120,6 +120,13 @@ class _SuiteCache:
             self._suites.move_to_end(recipe_sha)
             return suite
 
+    async def keep(self, recipe_sha: str, suite: api.FrozenSuite) -> None:
+        """The suite this process froze itself: an executor beside it need not rebuild it."""
+        async with self._locks.setdefault(recipe_sha, asyncio.Lock()):
+            self._suites[recipe_sha] = suite
+            while len(self._suites) > self.size:
+                self._suites.popitem(last=False)
+
 
 _SUITES = _SuiteCache()
 
@@ -171,6 +178,9 @@ class AgentContext(Generic[C]):
                                      type=api.SuiteRecipe)
         task = await self.task_path()
         return await _SUITES.get(recipe_sha256, lambda: api.suite_from_recipe(task, recipe))
+
+    async def keep_suite(self, recipe_sha256: str, suite: api.FrozenSuite) -> None:
+        await _SUITES.keep(recipe_sha256, suite)
 
     # --- language models ------------------------------------------------------------------
 

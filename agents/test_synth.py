@@ -93,6 +93,7 @@ class TestSynthAgent(Agent[FreezeSuite]):
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         recipe = api.recipe_of(suite)
         recipe_sha = await ctx.put_text(msgspec.json.encode(recipe).decode(), "suite-recipe")
+        await ctx.keep_suite(recipe_sha, suite)
         yield self.event(
             TestSuiteFrozen, cmd, suite_sha256=suite.sha256, n_cases=len(suite.cases),
             seeds=list(recipe.seeds), shapes=[dict(c) for c in recipe.cases],

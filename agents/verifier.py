@@ -1,7 +1,8 @@
 """`verifier`: re-checks a claimed winner from scratch, in a process that did not author it.
 
-It rebuilds the run's frozen suite from the recipe (proving the hash), runs the whole
-evaluator in a fresh sandboxed child, and publishes the self-hashed receipt as an artifact.
+It takes the run's frozen suite (rebuilt from the recipe, proving the hash, unless this
+process froze or rebuilt it already), runs the whole evaluator in a fresh sandboxed child,
+and publishes the self-hashed receipt as an artifact.
 """
 
 from __future__ import annotations
