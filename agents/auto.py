@@ -234,7 +234,7 @@ class _AutoRun:
             if problem:
                 return self.failed(state, it, "compile", problem, plan=plan, code=code), False
             compiled = True
-            cited = self.judged_before(it, code)
+            cited = await self.judged_before(it, code)
             if cited is not None:
                 return self.cite(state, it, plan, cited)
             parent = judged.parent_speedup(
@@ -341,12 +341,17 @@ class _AutoRun:
         return self.finished(it, valid=False, compiled=compiled, plan=plan, code=code,
                              failed_phase=phase, error=error[:2000], **fields)
 
-    def judged_before(self, it: int, code: str) -> IterationFinished | None:
-        """The earlier iteration of this run that judged `code`, unless this iteration's own
-        test was already sent (a restarted run keeps the path it took)."""
+    async def judged_before(self, it: int, code: str) -> IterationFinished | None:
+        """The earlier iteration of this run that judged `code`, once a sibling judging it
+        now has ended, unless this iteration's own test was already sent (a restarted run
+        keeps the path it took)."""
         test_id = self.command(RunTests, f"it{it}/test", it, code_sha256=code).command_id
         if self.history.caused_by(test_id):
             return None
+        run_id, events = self.cmd.run_id, self.history.events
+        owner = judged.judging_beside(events, run_id, code, node_id=self.node_id, iteration=it)
+        if owner is not None:
+            await self.history.wait_until(lambda: judged.ended(events, run_id, owner))
         return judged.earlier_judgment(self.history.events, self.cmd.run_id, code,
                                        node_id=self.node_id, iteration=it)
 

@@ -10,6 +10,10 @@ judgment. So:
 - a kernel an earlier iteration judged (it passed, or failed its tests) is not tested,
   tuned or profiled again: the iteration cites that earlier `IterationFinished`
   (`earlier_judgment`) and repeats its outcome;
+- a kernel another node of the run is judging right now (its compile check passed first, and
+  its iteration has not ended: two siblings of a batch wrote the same code) is waited for,
+  then cited (`judging_beside`, `ended`). The iteration that compiled it first never waits at
+  this step, so two iterations never wait on each other;
 - on a simulated target, a compiled kernel whose compile check priced it no faster than its
   node's parent by the run's margin is recorded as not faster (`failed_phase` "price") and
   never run in interpret mode (`price_problem`). Real targets keep testing first: their
@@ -21,7 +25,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eventstore.events import CompileChecked, Event, IterationFinished, ProfileCaptured
+from eventstore.events import (
+    CompileChecked,
+    Event,
+    IterationFinished,
+    NodeEvaluated,
+    ProfileCaptured,
+    RunFinished,
+)
+
+Iteration = tuple[str | None, int]
+"""(node_id, iteration): one iteration of a run."""
 
 JUDGED_PHASES = frozenset({"test"})
 """Failures that are a verdict on the kernel itself (a wrong answer); an agent that gave up
@@ -50,6 +64,35 @@ def earlier_judgment(events: Iterable[Event], run_id: str, code_sha256: str, *,
                 and (event.node_id, event.iteration) != (node_id, iteration)):
             return event
     return None
+
+
+def judging_beside(events: Iterable[Event], run_id: str, code_sha256: str, *,
+                   node_id: str | None, iteration: int) -> Iteration | None:
+    """The other iteration of the run whose compile check of this code passed first, while
+    it has not ended (it is testing, tuning or profiling the code now); else None."""
+    events = list(events)
+    owner: Iteration | None = next(
+        ((e.node_id, e.iteration) for e in events
+         if isinstance(e, CompileChecked) and e.run_id == run_id
+         and e.code_sha256 == code_sha256 and e.ok), None)
+    if owner is None or owner == (node_id, iteration) or ended(events, run_id, owner):
+        return None
+    return owner
+
+
+def ended(events: Iterable[Event], run_id: str, owner: Iteration) -> bool:
+    """Has this iteration finished, or its node or the run ended without it?"""
+    node_id = owner[0]
+    for event in events:
+        if event.run_id != run_id:
+            continue
+        if isinstance(event, IterationFinished) and (event.node_id, event.iteration) == owner:
+            return True
+        if isinstance(event, NodeEvaluated) and event.node_id == node_id:
+            return True
+        if isinstance(event, RunFinished):
+            return True
+    return False
 
 
 def profile_of(events: Iterable[Event], cited: IterationFinished) -> ProfileCaptured | None:

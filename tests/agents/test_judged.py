@@ -9,10 +9,19 @@ from agents.judged import (
     citation_fields,
     earlier_compile,
     earlier_judgment,
+    ended,
+    judging_beside,
     parent_speedup,
     price_problem,
 )
-from eventstore.events import CompileChecked, Event, IterationFinished, new_event_id
+from eventstore.events import (
+    CompileChecked,
+    Event,
+    IterationFinished,
+    NodeEvaluated,
+    RunFinished,
+    new_event_id,
+)
 
 
 def emit(cls: type[Event], node: str = "n1", run: str = "r", **payload: Any) -> Any:
@@ -53,3 +62,27 @@ def test_a_priced_kernel_is_refused_only_when_it_cannot_beat_its_parent() -> Non
     assert price_problem(unpriced, 2.0, 0.0, "sim-tpu-v6e") is None
     assert parent_speedup({"speedup": 1.5}) == 1.5 and parent_speedup(None) is None
     assert parent_speedup({"speedup": None}) is None
+
+
+def test_a_kernel_a_sibling_is_judging_is_waited_for_until_that_iteration_ends() -> None:
+    first = emit(CompileChecked, "n1", iteration=1, code_sha256="A", ok=True)
+    failed = emit(CompileChecked, "n3", iteration=1, code_sha256="B", ok=False)
+    events: list[Event] = [failed, first]
+    # n2 wrote A too and read n1's check back: n1 is judging it
+    assert judging_beside(events, "r", "A", node_id="n2", iteration=1) == ("n1", 1)
+    # the iteration that compiled it first never waits; a failed check is nobody's judgment
+    assert judging_beside(events, "r", "A", node_id="n1", iteration=1) is None
+    assert judging_beside(events, "r", "B", node_id="n2", iteration=1) is None
+    assert judging_beside(events, "other", "A", node_id="n2", iteration=1) is None
+    assert not ended(events, "r", ("n1", 1))
+    # another iteration of n1 ending does not end this one; its own end, its node's or the run's does
+    assert not ended([*events, emit(IterationFinished, "n1", iteration=2, valid=False,
+                                    compiled=False)], "r", ("n1", 1))
+    assert not ended([*events, emit(NodeEvaluated, "n1", run="other", valid=True,
+                                    compiled=True)], "r", ("n1", 1))
+    for end in (emit(IterationFinished, "n1", iteration=1, valid=True, compiled=True,
+                     code_sha256="A", speedup=1.2),
+                emit(NodeEvaluated, "n1", valid=False, compiled=True),
+                emit(RunFinished, None, status="completed")):
+        assert ended([*events, end], "r", ("n1", 1))
+        assert judging_beside([*events, end], "r", "A", node_id="n2", iteration=1) is None

@@ -22,6 +22,7 @@ from eventstore.events import (
     IterationFinished,
     NodeEvaluated,
     PlanProposed,
+    ProfileCaptured,
     RunFinished,
     RunRequested,
     TestsRun,
@@ -46,14 +47,18 @@ async def run(db: Path, request: KernelRequest) -> str:
     return submitted.run_id
 
 
-def scripted_search(tmp: Path, script: str, tune_budget: int) -> list:
-    """A greedy search of two nodes, two iterations each, by the scripted provider; its events."""
+def scripted_search(tmp: Path, script: str, tune_budget: int, *, policy: str = "greedy",
+                    iterations: int = 2, concurrency: int = 1) -> list:
+    """A search of two nodes (greedy: one after the other, two iterations each) by the
+    scripted provider; its events."""
     db = tmp / "runs.duckdb"
-    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=2, fix_rounds=1,
-                            tune_budget=tune_budget, policy="greedy",
-                            policy_params={"iterations": "2"},
+    params = {"iterations": str(iterations)}
+    if policy == "parallel":
+        params["trajectories"] = "2"
+    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=iterations, fix_rounds=1,
+                            tune_budget=tune_budget, policy=policy, policy_params=params,
                             provider_options={"script": script},
-                            limits=SearchLimits(max_nodes=2, concurrency=1))
+                            limits=SearchLimits(max_nodes=2, concurrency=concurrency))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KG_WORKSPACE", str(tmp / "work"))
         env.setenv("KG_KNOWLEDGE_PATH", str(tmp / "knowledge"))
@@ -170,3 +175,29 @@ def test_a_child_priced_slow_at_its_default_is_tested_at_a_configuration_that_be
     assert not any(isinstance(e, TestsRun) and e.code_sha256 == won.code_sha256 for e in events)
     measured = [e for e in events if isinstance(e, ConfigMeasured) and e.code_sha256 == won.code_sha256]
     assert [m.config for m in measured] == [{"block_rows": 256}] and measured[0].passed
+
+
+@pytest.fixture(scope="module")
+def siblings(tmp_path_factory: pytest.TempPathFactory) -> list:
+    """Two trajectories from the root at once, each writing the same kernel."""
+    return scripted_search(tmp_path_factory.mktemp("siblings"), "good", 1, policy="parallel",
+                           iterations=1, concurrency=2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_kernel_two_siblings_write_at_once_is_tested_once_and_cited(siblings: list) -> None:
+    """The sibling whose compile check came second waits for the first to judge the kernel,
+    then cites it: one test, one sweep, one profile."""
+    events = siblings
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
+    assert finished.status == "completed", finished.reason
+    iterations = [e for e in events if isinstance(e, IterationFinished)]
+    assert len({i.node_id for i in iterations}) == 2 and all(i.valid for i in iterations)
+    assert len({i.code_sha256 for i in iterations}) == 1
+    (judged,) = [i for i in iterations if i.cites_event_id is None]
+    (citing,) = [i for i in iterations if i.cites_event_id is not None]
+    assert citing.cites_event_id == judged.event_id and citing.speedup == judged.speedup
+    assert len([e for e in events if isinstance(e, TestsRun)]) == 1
+    assert len([e for e in events if isinstance(e, TuningSwept)]) == 1
+    assert len([e for e in events if isinstance(e, ProfileCaptured)]) == 1
