@@ -143,13 +143,15 @@ def compile_check(
     suite: FrozenSuite,
     limits: Limits | None = None,
 ) -> Verdict:
-    """Lower, compile-check and audit on the tuning case alone; read `compiled(verdict)`.
+    """Build, lower, compile-check and audit at the tuning point, and on a simulated target
+    price it; read `compiled(verdict)` and `verdict.measurement`.
 
-    The verdict's correctness is about one case only and is not a test result.
+    No case runs (interpret mode is the tests' work): the verdict is a "fail" that says so,
+    never a test result, so a candidate priced no faster than its parent is never run.
     """
     first = msgspec.structs.replace(suite, cases=suite.cases[:1], sha256="")
     return _evaluate(task, candidate, config=config, target=target, suite=_rehash(first),
-                     limits=limits)
+                     limits=limits, run_cases=False)
 
 
 def _rehash(suite: FrozenSuite) -> FrozenSuite:

@@ -105,14 +105,15 @@ def wait_for_programs(worker: PendingChild, max_bytes: int) -> dict[int, bytes] 
 
 
 def deliver_programs(runner: PendingChild, request: wire.EvalRequest,
-                     programs: dict[int, bytes]) -> str:
+                     programs: dict[int, bytes], *, run_cases: bool = True) -> str:
     """Hand the runner its programs; why not, in words ("" when delivered). Nothing to run
-    ends it."""
+    ends it. ``run_cases`` off: it lowers them only (the compile check)."""
     if not programs:
         runner.cancel()
         return ""
     run = wire.RunRequest(request=msgspec.structs.replace(
-        request, candidate_file="", send_programs=False, run_cases=True), programs=programs)
+        request, candidate_file="", send_programs=False, run_cases=run_cases),
+        programs=programs)
     try:
         runner.deliver(wire.encode(run))
     except Exception as exc:  # it never started, or died before taking the request
@@ -136,14 +137,16 @@ def worker_programs(worker: wire.EvalResponse) -> dict[int, bytes]:
 
 
 def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
-                 runner: PendingChild, run: WorkerRun | None = None) -> RunnerOutcome:
+                 runner: PendingChild, run: WorkerRun | None = None, *,
+                 run_cases: bool = True) -> RunnerOutcome:
     """Run the worker's programs in the runner (``run``: the worker's sandbox, with the
     programs already delivered when it published them) and merge: only the worker's errors
-    and diagnostics, never its lowered text or outputs, survive into the judged groups."""
+    and diagnostics, never its lowered text or outputs, survive into the judged groups.
+    ``run_cases`` off: the runner lowers them and runs no case."""
     sent, problem = (run.sent, run.problem) if run is not None else (None, "")
     if sent is None:
         sent = worker_programs(worker)
-        problem = deliver_programs(runner, request, sent)
+        problem = deliver_programs(runner, request, sent, run_cases=run_cases)
     box = None
     ran: dict[int, wire.GroupResult] = {}
     check_seconds = dict(worker.check_seconds)
@@ -190,9 +193,10 @@ def run_programs(worker: wire.EvalResponse, request: wire.EvalRequest,
 
 
 def worker_request(suite: FrozenSuite, config: dict[str, Any], order_seed: int, chip: str,
-                   deadlines: PhaseLimits) -> wire.EvalRequest:
+                   deadlines: PhaseLimits, *, run_cases: bool = True) -> wire.EvalRequest:
     """The worker's request: the cases' inputs (never their expected outputs) by shape, the
-    phase limits; it traces and sends programs, the runner runs the cases."""
+    phase limits; it traces and sends programs, the runner runs the cases (``run_cases``
+    off: nobody runs them, and the worker does not call the built callable directly)."""
     rng = random.Random(order_seed)
     by_shape: dict[int, list[wire.CaseRequest]] = {}
     for case in suite.cases:
@@ -203,10 +207,11 @@ def worker_request(suite: FrozenSuite, config: dict[str, Any], order_seed: int, 
                         cases=tuple(cases), statics=suite.statics_at(index))
         for index, cases in sorted(by_shape.items())
     )
-    return wire.EvalRequest(
+    request = wire.EvalRequest(
         candidate_file=CANDIDATE_FILE, config=config, groups=groups, order_seed=order_seed,
         chip=chip, build_limit_s=deadlines.build_s, trace_limit_s=deadlines.trace_s,
         case_limit_s=deadlines.case_s, send_programs=True, run_cases=False)
+    return request if run_cases else msgspec.structs.replace(request, eager_cases=0)
 
 
 @dataclass
@@ -222,16 +227,17 @@ class Children:
 
     worker: PendingChild
     runner: PendingChild
+    run_cases: bool = True  # False: the runner lowers the programs and runs no case
 
     @classmethod
-    def start(cls, candidate: bytes, limits: Limits) -> Children:
+    def start(cls, candidate: bytes, limits: Limits, *, run_cases: bool = True) -> Children:
         runner = start_runner(limits)
         try:
             worker = start_worker(candidate, limits)
         except BaseException:
             runner.kill()
             raise
-        return cls(worker, runner)
+        return cls(worker, runner, run_cases)
 
     def kill(self) -> None:
         """End both (an error in the parent) and clean up."""
@@ -243,7 +249,8 @@ class Children:
         published, and wait for the worker to end."""
         self.worker.deliver(wire.encode(request))
         sent = wait_for_programs(self.worker, max_bytes)
-        problem = "" if sent is None else deliver_programs(self.runner, request, sent)
+        problem = "" if sent is None else deliver_programs(self.runner, request, sent,
+                                                           run_cases=self.run_cases)
         box = self.worker.result.result()
         self.worker.pool.shutdown(wait=False)
         return WorkerRun(box, sent, problem)

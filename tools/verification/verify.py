@@ -46,6 +46,9 @@ from tools.verification.runner import Children, run_programs, worker_request
 from tools.verification.verdict import Verdict
 
 DEFAULT_LIMITS = Limits(wall_s=300.0, memory_bytes=4 << 30)
+LOWERED_ONLY = ("compile check only: the candidate was built, lowered, compiled and audited "
+                "(and priced on a simulated target); no case ran, so nothing about its "
+                "answers is known")
 _MAX_CASE_REASONS = 6
 
 
@@ -59,12 +62,17 @@ def evaluate(
     limits: Limits | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
     order_seed: int | None = None,
+    run_cases: bool = True,
 ) -> Verdict:
     """Verify ``candidate_path`` against ``task_path`` on ``target``.
 
     Raises ``TaskError`` for an unusable task, ``ValueError`` for a bad config or target,
     ``TargetUnavailable`` when a real target's device is absent. Everything wrong with the
     candidate itself is a "fail" verdict with reasons.
+
+    ``run_cases`` off (the compile check): the candidate is built, traced, lowered, compiled
+    and audited and, on a simulated target, priced, but no case runs; the verdict is a
+    "fail" that says so (`LOWERED_ONLY`), never a pass, and `api.compiled` reads it.
     """
     from tools.performance.executors import chip_for_target, get_executor
 
@@ -85,7 +93,8 @@ def evaluate(
         raise ValueError(f"the suite was frozen for another version of {task.path} "
                          f"(task sha256 {suite.task_sha256[:12]} != {task.source_sha256[:12]})")
     # Both children start now: their start-up overlaps the suite being built.
-    children = Children.start(source.text.encode(), limits) if source else None
+    children = (Children.start(source.text.encode(), limits, run_cases=run_cases)
+                if source else None)
     try:
         t = time.perf_counter()
         suite = suite if suite is not None else build_suite(task, seeds=seeds)
@@ -96,7 +105,8 @@ def evaluate(
         raise
     order_seed = order_seed if order_seed is not None else random.SystemRandom().getrandbits(31)
     chip = chip_for_target(target)
-    context = _Context(task, suite, target, chip, full_config, order_seed, limits)
+    context = _Context(task, suite, target, chip, full_config, order_seed, limits,
+                       run_cases=run_cases)
     if task.alignment_note:  # loudly: tails are not exercised for this task
         context.diagnostics.append(wire.Diagnostic(message=task.alignment_note, phase="suite"))
     if task.nonfinite_opt_out:  # as loudly: no NaN or inf (or one of them) is fed
@@ -112,7 +122,8 @@ def evaluate(
         t = time.perf_counter()
         context.deadlines = suite_limits(task, suite, limits.wall_s)
         timings["deadlines_s"] = time.perf_counter() - t
-        request = worker_request(suite, full_config, order_seed, chip, context.deadlines)
+        request = worker_request(suite, full_config, order_seed, chip, context.deadlines,
+                                 run_cases=run_cases)
         t = time.perf_counter()
         worker = children.run_worker(request, limits.file_bytes)
         timings["sandbox_s"] = time.perf_counter() - t
@@ -125,7 +136,7 @@ def evaluate(
     if response is not None and not response.load_error and not response.limit_hit:
         # The worker imported the candidate: of its report only the programs are run, by
         # a runner that never imports it (the lowered text and outputs come from there).
-        ran = run_programs(response, request, children.runner, worker)
+        ran = run_programs(response, request, children.runner, worker, run_cases=run_cases)
         timings["runner_s"] = time.perf_counter() - t  # after the worker: what the split adds
         timings.update(ran.cpu_s)  # each child's own CPU seconds
         response = context.response = ran.response
@@ -143,10 +154,12 @@ def evaluate(
             context.consistency.append(problem)
             context.fail(problem)
     timings["judge_s"] = time.perf_counter() - t
-    if context.all_correct():
+    if context.all_correct() if run_cases else context.lowered_cleanly():
         t = time.perf_counter()
         context.measure(executor)
         timings["measure_s"] = time.perf_counter() - t
+    if not run_cases:
+        context.fail(LOWERED_ONLY)
     return context.finish(source.path, source, timings, started)
 
 
@@ -154,9 +167,11 @@ class _Context:
     """Accumulates the facts of one evaluation and turns them into a verdict."""
 
     def __init__(self, task: Task, suite: FrozenSuite, target: str, chip: str,
-                 config: dict[str, Any], order_seed: int, limits: Limits) -> None:
+                 config: dict[str, Any], order_seed: int, limits: Limits, *,
+                 run_cases: bool = True) -> None:
         self.task, self.suite, self.target, self.chip = task, suite, target, chip
         self.config, self.order_seed, self.limits = config, order_seed, limits
+        self.run_cases = run_cases
         self.reasons: list[str] = []
         self.diagnostics: list[wire.Diagnostic] = []
         self.cases: dict[str, CaseCheck] = {}
@@ -215,6 +230,14 @@ class _Context:
         self.candidate_loaded = True
         groups = {g.shape_index: g for g in response.groups}
         self.compiled = tpu_compiler.Compiled([g.stablehlo for g in response.groups], self.chip)
+        if not self.run_cases:  # lowered, compiled and audited; nothing ran to judge
+            for group in response.groups:
+                self._judge_group_once(group)
+                if group.trace_error:
+                    self.fail(f"shape {group.shape_index}: {group.trace_error}")
+            for problem in self.consistency:
+                self.fail(problem)
+            return
         for case in self.suite.cases:
             group = groups.get(case.shape_index)
             if group is None:
@@ -373,6 +396,12 @@ class _Context:
 
     def all_correct(self) -> bool:
         return derive_verdict(self.checks()) == "pass"
+
+    def lowered_cleanly(self) -> bool:
+        """Built, lowered, compiled and audited with nothing wrong found (no case ran)."""
+        checks = self.checks()
+        return (checks.candidate_loaded and checks.sandbox_ok and checks.compile_ok
+                and checks.audit_ok and not checks.tampering and not self.reasons)
 
     # ------------------------------------------------------------------------- timing
     def measure(self, executor: Any) -> None:
