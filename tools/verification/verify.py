@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from tools.correctness.compare import FLOOR_FACTOR, CaseCheck, compare_case, failed_case
 from tools.correctness.testsuite import DEFAULT_SEEDS, FrozenSuite, SuiteCase, build_suite
@@ -39,6 +38,7 @@ from tools.lowered.audit import AuditReport, audit_text
 from tools.lowered.mosaic import parse_lowered
 from tools.sandbox import wire
 from tools.sandbox.launcher import Limits, SandboxResult
+from tools.verification import acrosscalls
 from tools.verification.deadlines import PhaseLimits, suite_limits
 from tools.verification.provenance import child_timings, environment
 from tools.verification.receipts import RECEIPT_KIND, RECEIPT_VERSION, Checks, derive_verdict, seal
@@ -330,58 +330,11 @@ class _Context:
         return check
 
     def _judge_eager(self, results: Sequence[wire.CaseResult]) -> None:
-        """The built callable called directly on different inputs must answer like the
-        traced program: Python state kept across calls is a wrong kernel in use. Where the
-        traced program already failed a case, its failure is the reason, not kept state."""
-        for result in results:
-            try:
-                case = self.suite.case(result.case_id)
-            except KeyError:
-                self.consistency.append(f"called directly (outside a trace), the candidate "
-                                        f"failed: {result.error or 'no such case'}")
-                continue
-            traced = self.cases.get(case.case_id)
-            if traced is not None and not traced.passed:
-                continue  # the traced program is wrong here too: that failure says why
-            check = (failed_case(case, result.error) if result.error else compare_case(
-                case, [a.numpy() for a in result.outputs], self.suite.tolerance))
-            if not check.passed:
-                details = [check.error] if check.error else []
-                details += [*check.problems, *(p for o in check.outputs for p in o.problems)]
-                self.consistency.append(
-                    f"called directly (outside a trace) on {case.case_id}, the built callable "
-                    f"answers differently from its traced program ({'; '.join(details)[:300]}):"
-                    " Python state kept across calls, e.g. results cached by shape")
+        self.consistency.extend(acrosscalls.eager_problems(self.suite, self.cases, results))
 
     def _cross_case(self) -> None:
-        responses = {c.case_id: c for g in (self.response.groups if self.response else ())
-                     for c in g.cases}
-        by_shape: dict[int, list[SuiteCase]] = {}
-        for case in self.suite.cases:
-            by_shape.setdefault(case.shape_index, []).append(case)
-        for cases in by_shape.values():
-            for i, a in enumerate(cases):
-                for b in cases[i + 1:]:
-                    ra, rb = responses.get(a.case_id), responses.get(b.case_id)
-                    if not (ra and rb and ra.outputs and rb.outputs):
-                        continue
-                    if a.inputs_sha256 == b.inputs_sha256 or _same(a.oracle, b.oracle):
-                        continue
-                    if _same(ra.outputs, rb.outputs):
-                        self.consistency.append(
-                            f"results memoised across calls: {a.case_id} and {b.case_id} have "
-                            "different inputs (and different expected outputs) but returned "
-                            "identical outputs")
-        tuning = [c for c in self.cases.values() if c.shape_index == 0]
-        unseen = [c for c in self.cases.values() if c.kind == "unseen"]
-        if tuning and unseen and all(c.passed for c in tuning) and not any(
-            c.passed for c in unseen
-        ):
-            shapes = ", ".join(self.task.describe_shape(c.shape_index) for c in unseen)
-            self.consistency.append(
-                f"shapes hard-coded to the tuning point: correct at "
-                f"{self.task.describe_shape(0)} but wrong or failing at every unseen shape "
-                f"({shapes})")
+        self.consistency.extend(acrosscalls.memoised(self.suite, self.response))
+        self.consistency.extend(acrosscalls.hard_coded_shapes(self.task, self.cases))
         for problem in self.consistency:
             self.fail(problem)
 
@@ -516,8 +469,3 @@ class _Context:
             diagnostics=self.diagnostics, timings=timings, receipt=receipt,
         )
 
-
-def _same(a: Sequence[wire.WireArray], b: Sequence[wire.WireArray]) -> bool:
-    return len(a) == len(b) and all(
-        x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x.numpy(), y.numpy())
-        for x, y in zip(a, b, strict=True))
