@@ -114,18 +114,20 @@ class _SuiteCache:
             suite = self._suites.get(recipe_sha)
             if suite is None:
                 suite = await asyncio.to_thread(build)
-                self._suites[recipe_sha] = suite
-                while len(self._suites) > self.size:
-                    self._suites.popitem(last=False)
-            self._suites.move_to_end(recipe_sha)
+            self._put(recipe_sha, suite)
             return suite
 
     async def keep(self, recipe_sha: str, suite: api.FrozenSuite) -> None:
         """The suite this process froze itself: an executor beside it need not rebuild it."""
         async with self._locks.setdefault(recipe_sha, asyncio.Lock()):
-            self._suites[recipe_sha] = suite
-            while len(self._suites) > self.size:
-                self._suites.popitem(last=False)
+            self._put(recipe_sha, suite)
+
+    def _put(self, recipe_sha: str, suite: api.FrozenSuite) -> None:
+        """Kept as the newest; the oldest beyond `size` are dropped."""
+        self._suites[recipe_sha] = suite
+        self._suites.move_to_end(recipe_sha)
+        while len(self._suites) > self.size:
+            self._suites.popitem(last=False)
 
 
 _SUITES = _SuiteCache()
