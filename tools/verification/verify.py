@@ -154,12 +154,10 @@ def evaluate(
             context.consistency.append(problem)
             context.fail(problem)
     timings["judge_s"] = time.perf_counter() - t
-    if context.all_correct() if run_cases else context.lowered_cleanly():
+    if context.worth_pricing():
         t = time.perf_counter()
         context.measure(executor)
         timings["measure_s"] = time.perf_counter() - t
-    if not run_cases and not context.reasons:  # clean: say why it is still no pass
-        context.fail(LOWERED_ONLY)
     return context.finish(source.path, source, timings, started)
 
 
@@ -235,8 +233,6 @@ class _Context:
                 self._judge_group_once(group)
                 if group.trace_error:
                     self.fail(f"shape {group.shape_index}: {group.trace_error}")
-            for problem in self.consistency:
-                self.fail(problem)
             return
         for case in self.suite.cases:
             group = groups.get(case.shape_index)
@@ -350,8 +346,11 @@ class _Context:
     def all_correct(self) -> bool:
         return derive_verdict(self.checks()) == "pass"
 
-    def lowered_cleanly(self) -> bool:
-        """Built, lowered, compiled and audited with nothing wrong found (no case ran)."""
+    def worth_pricing(self) -> bool:
+        """Every case passed; with no case run, built, lowered, compiled and audited with
+        nothing wrong found."""
+        if self.run_cases:
+            return self.all_correct()
         checks = self.checks()
         return (checks.candidate_loaded and checks.sandbox_ok and checks.compile_ok
                 and checks.audit_ok and not checks.tampering and not self.reasons)
@@ -423,7 +422,8 @@ class _Context:
         checks = self.checks()
         verdict = derive_verdict(checks)
         if verdict == "fail" and not self.reasons:
-            self.fail("no case passed" if not checks.cases else "a check failed")
+            self.fail(LOWERED_ONLY if not self.run_cases  # clean: why it is still no pass
+                      else "no case passed" if not checks.cases else "a check failed")
         timings["total_s"] = time.perf_counter() - started
         if self.response is not None:
             timings.update(child_timings(self.response, self.suite, self.task.derived_shapes))
