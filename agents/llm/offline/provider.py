@@ -19,6 +19,7 @@ from agents.llm.offline.author import candidate_source, plan_spec, safer_ladder
 from agents.llm.offline.check import checked_source
 from agents.llm.offline.classify import CLASSES, classify_task
 from agents.llm.offline.inputs import inputs_source
+from agents.llm.offline.vmemfix import is_compiler_limit_fix, with_compiler_limit
 
 MODEL = "offline-author-1"
 
@@ -104,9 +105,15 @@ class OfflineProvider(Provider):
         history = list(ctx.get("history") or [])
         message = next((str(d.get("message", "")) for d in diagnostics if isinstance(d, dict)
                         and d.get("message")), "the candidate failed without a diagnostic")
+        first_line = message.strip().splitlines()[0][:300] if message.strip() else message
+        sized = with_compiler_limit(current, message, ctx.get("chip"))
+        if sized is not None:  # the compiler's own count fits the chip: keep the blocks
+            return _fixed(*sized, first_line, message)
         params = planner.default_params(facts, ctx.get("chip"))
         ladder = safer_ladder(facts, params, ctx.get("chip"))
-        level = max(len(history), int(ctx.get("round") or 1) - 1)
+        sized_rounds = sum(1 for h in history if isinstance(h, dict)
+                           and is_compiler_limit_fix(h.get("fix")))
+        level = max(len(history), int(ctx.get("round") or 1) - 1) - sized_rounds
         task_name = str(ctx.get("task_name") or "task")
         for kernel_class, step_params, step_change in ladder[level:] + ladder[:level]:
             code = candidate_source(facts, step_params, task_name, ctx.get("chip"), kernel_class)
@@ -116,13 +123,15 @@ class OfflineProvider(Provider):
         else:
             code = candidate_source(facts, params, task_name, ctx.get("chip"))
             change = "regenerated the default kernel of its class"
-        first_line = message.strip().splitlines()[0][:300] if message.strip() else message
-        summary = "\n".join([f"Error: {first_line}", f"Cause: {_cause(message)}",
-                             f"Fix: {change}."])
-        return _code_answer(checked_source(code, "a fixed kernel"), summary)
+        return _fixed(code, change, first_line, message)
 
     def _inputs(self, ctx: dict[str, Any]) -> str:
         return _code_answer(checked_source(inputs_source(ctx.get("signature") or {}), "make_inputs"))
+
+
+def _fixed(code: str, change: str, first_line: str, message: str) -> str:
+    summary = "\n".join([f"Error: {first_line}", f"Cause: {_cause(message)}", f"Fix: {change}."])
+    return _code_answer(checked_source(code, "a fixed kernel"), summary)
 
 
 def _digest(code: str) -> str:
