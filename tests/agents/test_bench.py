@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from instant_search import search
 
-from kernelgraph.bench import RunOutcome, candidates_to_best, find_tasks, suite_summary, summarise
+from kernelgraph.bench import (
+    RunOutcome,
+    candidates_to_best,
+    find_tasks,
+    first_line,
+    suite_summary,
+    summarise,
+)
 from projections.metrics import geomean_floored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +63,13 @@ async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> Non
                           "test_synth: VacuousSuite: const.py: reference output 0 is constant")
     line = suite_summary(3, [*outcomes, constant], by_run)
     assert line["vacuous"] == ["const"] and line["loaded"] == 2 and line["verified"] == 1
+
+
+def test_a_refusal_keeps_its_last_words() -> None:
+    """The end of a refusal says what to do (JAXBench 7p's: the --scale that fits, past the
+    300th character); one too long for a line is shortened at a word, never mid-word."""
+    refusal = ("TaskError: " + "the tuning point does not hold: index can't contain negative "
+               "values; " * 5 + "the smallest factor that keeps it is 0.84375 (--scale 0.84375)")
+    assert len(refusal) > 300 and first_line(ValueError(refusal + "\nTraceback ...")) == refusal
+    long = first_line(ValueError("word " * 400))
+    assert len(long) <= 1000 and long.endswith("word ...")
