@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from agents.llm.offline.levers import raised_vmem_limit
+from kernelgraph import pyast
 
 MARGIN = 1.125  # over the compiler's count: another configuration of the sweep may need a little more
 FIX_PREFIX = "raised vmem_limit_bytes to"  # how the fix reads in the fix history
@@ -65,7 +66,7 @@ def with_compiler_limit(code: str, message: str, chip: dict[str, Any] | None
 def _noted(code: str, note: str) -> str:
     """`code` with `note` as the last paragraph of its module docstring (unchanged without
     one), so the file says why its limit is what it is."""
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     first = tree.body[0] if tree.body else None
     if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
             and isinstance(first.value.value, str) and first.end_lineno is not None):
