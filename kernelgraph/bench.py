@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,6 @@ from eventstore.events import (
     RunRequested,
 )
 from kernelgraph.client import KernelRequest, RequestError, check_request, submit, wait
-from kernelgraph.errors import first_line
 from projections.metrics import FAST_P, Metrics, efficiency_of, fast_p, geomean_floored
 
 VACUOUS_MARK = "VacuousSuite: "  # how the test synthesiser names a vacuous suite
@@ -126,14 +126,21 @@ def check_tasks(plan: BenchPlan) -> list[Skipped]:
                 task = BenchTask(path=api.scaled_task(task.path, plan.scale), name=task.name)
             check_request(replace(plan.request, task=task.path, policy=plan.policies[0]))
         except RequestError as exc:
-            skipped.append(Skipped(task.path, first_line(str(exc))))
+            skipped.append(Skipped(task.path, first_line(exc)))
         except Exception as exc:  # a task whose module fails to load or validate
-            skipped.append(Skipped(task.path, f"{type(exc).__name__}: {first_line(str(exc))}"
+            skipped.append(Skipped(task.path, f"{type(exc).__name__}: {first_line(exc)}"
                                    if str(exc) else type(exc).__name__))
         else:
             kept.append(task)
     plan.tasks = kept
     return skipped
+
+
+def first_line(exc: BaseException, width: int = 1000) -> str:
+    """A refusal's first line for a person: whole up to `width`, else shortened at a word (the
+    end of a refusal often says what to do, such as the --scale that fits)."""
+    text = str(exc).strip().splitlines()
+    return textwrap.shorten(text[0], width, placeholder=" ...") if text else ""
 
 
 async def run_bench(nc: NATS, plan: BenchPlan, *,
@@ -150,7 +157,7 @@ async def run_bench(nc: NATS, plan: BenchPlan, *,
                 run = await submit(nc, request)
                 result = await wait(nc, run.run_id)
             except RequestError as exc:
-                outcome = RunOutcome(task.name, policy, seed, None, "refused", first_line(str(exc)))
+                outcome = RunOutcome(task.name, policy, seed, None, "refused", first_line(exc))
             else:
                 outcome = RunOutcome(task.name, policy, seed, run.run_id, result.status,
                                      result.reason[:2000], result.speedup, result.verified,

@@ -23,7 +23,6 @@ from kernelgraph.cli.runcmds import (
     TuneOpt,
 )
 from kernelgraph.cli.scaleopt import ScaleOpt
-from kernelgraph.errors import first_line
 from kernelgraph.userterms import given_name, in_user_terms, label_of, remember
 
 
@@ -123,7 +122,7 @@ def bench(
         if quiet:
             return
         result = f"{outcome.speedup:.2f}x verified" if outcome.verified and outcome.speedup else (
-            first_line(outcome.reason) or outcome.status)
+            outcome.reason.strip().splitlines()[0][:1000] if outcome.reason.strip() else outcome.status)
         err_console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] \\[{done}/{total}] "
                           f"{outcome.task} / {outcome.policy} (seed {outcome.seed}): {escape(result)}",
                           highlight=False, soft_wrap=True)

@@ -12,10 +12,10 @@ from kernelgraph.bench import (
     RunOutcome,
     candidates_to_best,
     find_tasks,
+    first_line,
     suite_summary,
     summarise,
 )
-from kernelgraph.errors import first_line
 from projections.metrics import geomean_floored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +70,6 @@ def test_a_refusal_keeps_its_last_words() -> None:
     300th character); one too long for a line is shortened at a word, never mid-word."""
     refusal = ("TaskError: " + "the tuning point does not hold: index can't contain negative "
                "values; " * 5 + "the smallest factor that keeps it is 0.84375 (--scale 0.84375)")
-    assert len(refusal) > 300 and first_line(refusal + "\nTraceback ...") == refusal
-    long = first_line("word " * 400)
+    assert len(refusal) > 300 and first_line(ValueError(refusal + "\nTraceback ...")) == refusal
+    long = first_line(ValueError("word " * 400))
     assert len(long) <= 1000 and long.endswith("word ...")

@@ -32,6 +32,7 @@ import hashlib
 import math
 import os
 import tempfile
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from kernelgraph.errors import first_line
 
 if TYPE_CHECKING:
     from tools.inputs.tasks import Task
@@ -286,8 +285,10 @@ def _first_line(exc: BaseException) -> str:
     from tools.inputs.files import FileProblem
 
     if isinstance(exc, FileProblem):  # already says what is wrong; the file is named once
-        return first_line(exc.problem, 300)
-    return f"{type(exc).__name__}: {first_line(str(exc), 240)}"
+        return textwrap.shorten(exc.problem.splitlines()[0], 300, placeholder=" ...")
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: " + (textwrap.shorten(text[0], 240, placeholder=" ...")
+                                        if text else "")
 
 
 def parse_scales(text: str | Sequence[str] | Sequence[float] | None) -> tuple[float, ...] | None:
