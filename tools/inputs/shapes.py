@@ -109,6 +109,14 @@ def _proposals(base: Sequence[tuple[str, Any]]) -> list[tuple[dict[str, Any], st
     return found
 
 
+def _unshrunk(proposals: Sequence[tuple[dict[str, Any], str]],
+              base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each proposal's sizes with the sizes it shrank kept at the base's (its moved sizes
+    still off the tile): the fallback when shrinking breaks the reference."""
+    return [{n: s if s != shrunk(base[n]) or s == base[n] else base[n]
+             for n, s in sizes.items()} for sizes, _ in proposals]
+
+
 def _derive_kernelgraph(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
     declared = getattr(task.module, "SHAPES", None)
     if not isinstance(declared, list | tuple) or not all(
@@ -146,7 +154,7 @@ def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern]) -> tupl
     if not proposals:
         return task, f"no size in CONFIG is {_MIN_SIZE} or more"
     why = ""
-    for sizes, what in proposals:
+    for (sizes, what), whole in zip(proposals, _unshrunk(proposals, smallest), strict=True):
         config = {**smallest, **sizes}
         scale = "unaligned" if what.startswith("every") else f"unaligned {what.split()[1]}"
         shape = {"scale": scale, **{k: v for k, v in config.items() if v != smallest[k]}}
@@ -158,12 +166,52 @@ def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern]) -> tupl
 
             index = len(found.shapes) - 1
             problem = config_problem(found, index) or ""
-            if problem:
+            if not problem and whole != sizes and _degenerate(found, index):
+                problem = "the reference's output is degenerate with the other sizes shrunk"
+                whole_config = {**smallest, **whole}
+                retry = dataclasses.replace(
+                    task, shapes=(*task.shapes, {"scale": scale, **{
+                        k: v for k, v in whole_config.items() if v != smallest[k]}}),
+                    _configs=(*(task._configs or ()), whole_config))
                 seen.discard(tile_pattern(found.input_specs(index)))
                 _forget(found, index)
+                found, _ = _accepted(retry, what, seen, lambda: None)
+                if found is not None and (config_problem(found, index)
+                                          or _degenerate(found, index)):
+                    seen.discard(tile_pattern(found.input_specs(index)))
+                    _forget(found, index)
+                    found = None
+                if found is not None:
+                    problem = ""
+            if problem:
+                if found is not None:
+                    seen.discard(tile_pattern(found.input_specs(index)))
+                    _forget(found, index)
                 found = None
         task, why = (found, why) if found is not None else (task, why or problem)
     return task, why
+
+
+def _degenerate(task: Task, index: int) -> bool:
+    """Whether the reference's output at a derived shape is all zero or constant (what the
+    suite would refuse as vacuous), run on the first seed's inputs: a shape derived with the
+    other sizes shrunk can break a relation the reference fixes in Python (a group count
+    that leaves one feature per group normalises every value to zero). A failure to run is
+    the task's own checks' to report."""
+    import jax
+    import numpy as np
+
+    try:
+        outputs = jax.tree.leaves(jax.jit(task.reference_at(index))(*task.make_inputs(0, index)))
+    except Exception:  # the suite runs it again and says why
+        return False
+    for output in map(np.asarray, outputs):
+        if output.size == 0 or not np.any(output):
+            return True
+        finite = output[np.isfinite(output)] if output.dtype.kind in "fc" else output.ravel()
+        if output.size > 1 and finite.size and np.all(finite == finite.flat[0]):
+            return True
+    return False
 
 
 def _accepted(candidate: Task, what: str, seen: set[Pattern],
