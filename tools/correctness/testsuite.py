@@ -27,7 +27,9 @@ types and the hash are in :mod:`tools.correctness.suitedata`.
 
 A suite that cannot tell a right answer from a wrong one is refused, as each case is built:
 constant or all-zero reference output, identical output for different seeds at one shape,
-or output that does not change when an input is perturbed.
+or output that does not change when an input is perturbed. A derived unaligned shape is the
+loader's, not the task's: one whose output is degenerate is dropped with a note instead,
+while another case still leaves the tile.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from tools.correctness.suitedata import (
     VacuousSuite,
     suite_hash,
 )
+from tools.inputs.shapes import tile_pattern
 from tools.inputs.tasks import Task, check_reference_output
 from tools.sandbox.wire import StaticArg, WireArray, hash_arrays
 
@@ -121,15 +124,25 @@ def build_suite(
     builder = _Builder(task, _storage(spill_bytes, directory))
     for seed in seeds if again == 0 else seeds[:1]:
         builder.add(f"shape0-seed{seed}", 0, seed, "seed", task.make_inputs(seed, 0))
+    dropped: dict[int, VacuousSuite] = {}  # derived shapes whose output is degenerate
     if unseen:
         for index in task.unseen_shape_indices:
-            case = builder.add(f"shape{index}-seed{seeds[0]}", index, seeds[0], "unseen",
-                               task.make_inputs(seeds[0], index))
+            try:
+                case = builder.add(f"shape{index}-seed{seeds[0]}", index, seeds[0], "unseen",
+                                   task.make_inputs(seeds[0], index))
+            except VacuousSuite as exc:
+                if index not in task.derived_shapes:
+                    raise
+                dropped[index] = exc
+                builder.drop_derived(index, f"shape{index}-seed{seeds[0]}", exc)
+                continue
             if index in task.derived_shapes and case is not None:
                 what = task.derived_what[task.derived_shapes.index(index)]
                 builder.notes.append(f"{case.case_id}: shape {task.shapes[index]!r} derived "
                                      f"off the (8, 128) tile from the task's aligned ones "
                                      f"({what}), so tails are exercised")
+    if dropped:
+        nonfinite_at = _after_dropped(builder, dropped, again, nonfinite_at)
     if len(task.shapes) - len(task.derived_shapes) == 1:
         builder.notes.append("the task declares no unseen shapes (SHAPES has one entry)")
     if again:
@@ -214,13 +227,30 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.3g} MiB"
 
 
-def nonfinite_shape(task: Task) -> int:
+def nonfinite_shape(task: Task, skip: frozenset[int] = frozenset()) -> int:
     """Where the non-finite case runs: the shape with the fewest input elements, an unseen
-    one before the tuning point (whose cases the timing checks read)."""
+    one (not in ``skip``) before the tuning point (whose cases the timing checks read)."""
     def elements(index: int) -> int:
         return sum(int(np.prod(s.shape, dtype=np.int64)) for s in task.input_specs(index))
 
-    return min((*task.unseen_shape_indices, 0), key=elements)
+    return min((*(i for i in task.unseen_shape_indices if i not in skip), 0), key=elements)
+
+
+def _after_dropped(builder: _Builder, dropped: dict[int, VacuousSuite], again: int,
+                   nonfinite_at: int | None) -> int | None:
+    """Where the non-finite case runs once derived shapes were dropped for a degenerate
+    output; the first drop's refusal when what is left cannot stand in for them: no case
+    off the (8, 128) tile is left (tails would go untested), or the repeat shape is gone."""
+    task = builder.task
+    first = next(iter(dropped.values()))
+    if again in dropped:
+        raise first
+    if not any(tile_pattern(task.input_specs(c.shape_index)) for c in builder.cases):
+        raise VacuousSuite(f"{first}; no other shape of the suite leaves the (8, 128) tile, "
+                           "so tails would go untested") from first
+    if nonfinite_at in dropped:
+        return nonfinite_shape(task, frozenset(dropped))
+    return nonfinite_at
 
 
 def _add_nonfinite(builder: _Builder, index: int, seed: int, kinds: Sequence[str],
@@ -302,11 +332,13 @@ class _Builder:
         self._noted: set[int] = set()  # shapes whose weaker oracle has its note
         # per shape, the last seed (or first-seed unseen) case: (case, inputs, outputs sha256)
         self._last_seed: dict[int, tuple[str, str, str]] = {}
+        self._notes_before = 0  # the notes before the case being added (drop_derived)
 
     def add(self, case_id: str, shape_index: int, seed: int, kind: str,
             inputs: Sequence[Any]) -> SuiteCase | None:
         """Build one case (None: a probe dropped, with a note), check it, keep it."""
         task, notes, tolerance = self.task, self.notes, self.tolerance
+        self._notes_before = len(notes)
         host = [np.asarray(x) for x in inputs]
         ref = [np.asarray(o) for o in check_reference_output(
             task, self.references[shape_index](*inputs))]
@@ -376,6 +408,20 @@ class _Builder:
         )
         self.cases.append(case)
         return case
+
+    def drop_derived(self, shape_index: int, case_id: str, refusal: VacuousSuite) -> None:
+        """Forget a derived shape whose first case was refused as vacuous, and say why. The
+        loader made that shape (:mod:`tools.inputs.shapes`) by moving one size off the tile
+        and shrinking the others, which can break a relation the reference fixes in Python
+        (a group count that leaves one feature per group normalises to zero); the task's
+        own shapes are not at fault, so the shape is dropped rather than the task refused."""
+        del self.notes[self._notes_before:]
+        for kept in (self.oracles, self.written, self._last_seed):
+            kept.pop(shape_index, None)
+        why = str(refusal).removeprefix(f"{self.task.path}: ")
+        self.notes.append(
+            f"{case_id} dropped: shape {self.task.describe_shape(shape_index)} was derived "
+            f"by the loader, not declared by the task, and there {why}")
 
     def _as_written(self, shape_index: int,
                     inputs: Sequence[Any]) -> Callable[..., list[Any]] | None:
