@@ -3,9 +3,10 @@
 The loader derives shapes off the (8, 128) tile by moving one size and shrinking the others
 (:mod:`tools.inputs.shapes`). A reference that fixes a count in Python (JAXBench 45k's
 group norm over 256 groups) can then normalise one feature per group: every output zero, and
-the whole task was refused as vacuous. The loader keeps the other sizes whole there; and a
-derived shape the suite still finds degenerate is dropped, not the task refused, while
-another case leaves the tile.
+the whole task was refused as vacuous. Where a scaled task is written, the loader finds
+that once and records it (``DERIVED_WHOLE``): the other sizes stay whole there. A derived
+shape the suite still finds degenerate is dropped, not the task refused, while another case
+leaves the tile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tools.api import scaled_task
 from tools.correctness.testsuite import VacuousSuite, build_suite
 from tools.inputs import shapes
 from tools.inputs.tasks import load_task
@@ -48,24 +50,30 @@ def _task(tmp_path: Path) -> Path:
 
 
 def test_a_derived_shape_keeps_the_sizes_whose_shrinking_zeroes_the_output(
-        tmp_path: Path) -> None:
-    task = load_task(_task(tmp_path))
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found once, where the scaled file is written; every later load reads it from there."""
+    path = scaled_task(_task(tmp_path), [1.0, 0.5])
+    assert "DERIVED_WHOLE = ['batch']" in path.read_text()
+
+    def run(task: object, index: int) -> bool:
+        raise AssertionError("a load of the scaled file ran the reference")
+
+    monkeypatch.setattr(shapes, "_degenerate", run)
+    task = load_task(path)
     (derived,) = task.derived_shapes
     (x,) = task.make_inputs(0, derived)
     smallest = min(task.make_inputs(0, i)[0].shape[1] for i in range(derived))
-    assert x.shape[0] % 8 and x.shape[1] == smallest > 256, x.shape  # not shrunk to 256
+    assert x.shape[0] % 8 and x.shape[1] == smallest > 256, x.shape  # not cut to 256
     assert np.any(np.asarray(task.reference_at(derived)(x)))
     suite = build_suite(task, seeds=(0,), probes=False)
     assert derived in {c.shape_index for c in suite.cases}
 
 
-def test_without_the_check_the_shrunk_shape_is_vacuous(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the loader's check prevents: the shrunk shape, the only one off the tile."""
-    monkeypatch.setattr(shapes, "_degenerate", lambda task, index: False)
-    task = load_task(_task(tmp_path))
+def test_with_the_sizes_cut_the_only_shape_off_the_tile_is_vacuous(tmp_path: Path) -> None:
+    """What the check prevents: loaded without it, the derived shape is cut to 256."""
+    task = load_task(_task(tmp_path), scales=[1.0, 0.5])
     (derived,) = task.derived_shapes
-    assert task.make_inputs(0, derived)[0].shape[1] == 256
+    assert task.make_inputs(0, derived)[0].shape[1] == 256 and not task.derived_whole
     with pytest.raises(VacuousSuite, match=r"all zero.*no other shape of the suite leaves"):
         build_suite(task, seeds=(0,), probes=False)
 

@@ -291,21 +291,34 @@ def scaled_task(task: str | Path, scales: Sequence[float] | Sequence[str] | str 
                         "are its SHAPES (edit them, or make_inputs)")
     path = write_scaled_task(task, factors)
     try:  # factors that hold as asked need no search
-        if not any(" dropped: " in note for note in load_task(path).notes):
-            return path
+        loaded = load_task(path, check_derived=True)
+        if not any(" dropped: " in note for note in loaded.notes):
+            return _derived_whole(task, path, loaded, factors)
     except TaskError:  # the tuning factor does not hold: look for one that does
         pass
     fitted = fit_scales(task, factors)
     if fitted.notes:
         path = write_scaled_task(task, fitted.scales, fitted.keep, fitted.notes)
-    try:
-        load_task(path)  # the scaled task must hold: refuse here, with the reason
+    try:  # the scaled task must hold: refuse here, with the reason
+        loaded = load_task(path, check_derived=True)
     except TaskError as exc:
         if fitted.scales[0] != factors[0] or fitted.keep:
             raise
         raise TaskError(task, f"{exc.problem}; no factor near {factors[0]:g} keeps the task's "
                         f"structure either{_smallest_holding(fitted.smallest)}") from None
-    return path
+    return _derived_whole(task, path, loaded, fitted.scales, fitted.keep, fitted.notes)
+
+
+def _derived_whole(task: str | Path, path: Path, loaded: Task, scales: Sequence[float],
+                   keep: Sequence[str] = (), notes: Sequence[str] = ()) -> Path:
+    """The scaled file again with ``DERIVED_WHOLE`` where loading it found a derived shape
+    that needs the other sizes whole (`tools.inputs.shapes`): every later load of it then
+    derives the same shapes without running the reference."""
+    from tools.inputs.scaling import write_scaled_task
+
+    if not loaded.derived_whole:
+        return path
+    return write_scaled_task(task, scales, keep, notes, whole=loaded.derived_whole)
 
 
 def _smallest_holding(factor: float | None) -> str:

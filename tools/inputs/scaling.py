@@ -315,11 +315,13 @@ def parse_scales(text: str | Sequence[str] | Sequence[float] | None) -> tuple[fl
 
 
 def write_scaled_task(path: str | Path, scales: Sequence[float], keep: Sequence[str] = (),
-                      notes: Sequence[str] = ()) -> Path:
+                      notes: Sequence[str] = (), *, whole: Sequence[str] = ()) -> Path:
     """A task file that is ``path`` with ``SCALES = [...]`` appended (and ``SCALE_KEEP``, the
     entries kept at full size, and ``SCALE_NOTES``, why, when a scale had to be fitted:
-    :mod:`tools.inputs.scalefit`), written once where every process can read it (named by
-    its content; JAXBench's ``<task>/baseline.py`` layout kept, so the task keeps its name)."""
+    :mod:`tools.inputs.scalefit`; ``DERIVED_WHOLE``, the entries whose derived unaligned shape
+    keeps the other sizes whole: :mod:`tools.inputs.shapes`), written once where every
+    process can read it (named by its content; JAXBench's ``<task>/baseline.py`` layout
+    kept, so the task keeps its name)."""
     from tools.inputs.files import read_python_source
     from tools.inputs.tasks import TaskError
 
@@ -332,6 +334,8 @@ def write_scaled_task(path: str | Path, scales: Sequence[float], keep: Sequence[
         text += f"SCALE_KEEP = {[str(k) for k in keep]!r}\n"
     if notes:
         text += f"SCALE_NOTES = {[str(n) for n in notes]!r}\n"
+    if whole:
+        text += f"DERIVED_WHOLE = {[str(n) for n in whole]!r}\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     root = Path(tempfile.gettempdir()) / f"kernelgraph-scaled-{os.getuid()}" / digest
     folder = root / source.parent.name if source.stem == "baseline" else root

@@ -70,7 +70,7 @@ def shrunk(size: Any) -> Any:
     return SHRINK_TO
 
 
-def with_unaligned_shapes(task: Task) -> Task:
+def with_unaligned_shapes(task: Task, *, check_derived: bool = False) -> Task:
     """``task`` with the derived unaligned shapes it lacks appended (module doc), or with
     :attr:`Task.alignment_note` saying why none could be made when no shape leaves the tile.
     Never raises for the derivation itself: a task whose shapes cannot be varied is still a
@@ -84,7 +84,7 @@ def with_unaligned_shapes(task: Task) -> Task:
     aligned = [i for i, p in enumerate(patterns) if not p]
     if not aligned:
         return task  # every declared shape already leaves the tile somewhere
-    derived, why = _derive(task, aligned, set(patterns))
+    derived, why = _derive(task, aligned, set(patterns), check_derived)
     if derived.derived_shapes or len(aligned) < len(patterns):
         return derived
     return dataclasses.replace(task, alignment_note=(
@@ -93,10 +93,11 @@ def with_unaligned_shapes(task: Task) -> Task:
         "exercised; add an unaligned entry to SHAPES"))
 
 
-def _derive(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
+def _derive(task: Task, aligned: list[int], seen: set[Pattern],
+            check: bool) -> tuple[Task, str]:
     if task.format == "kernelgraph":
         return _derive_kernelgraph(task, aligned, seen)
-    return _derive_jaxbench(task, aligned, seen)
+    return _derive_jaxbench(task, aligned, seen, check)
 
 
 def _proposals(base: Sequence[tuple[str, Any]]) -> list[tuple[dict[str, Any], str]]:
@@ -143,7 +144,13 @@ def _derive_kernelgraph(task: Task, aligned: list[int], seen: set[Pattern]) -> t
     return task, why
 
 
-def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
+def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern],
+                     check: bool) -> tuple[Task, str]:
+    """The JAXBench derivation. A one-size shape keeps the other sizes whole (not cut to
+    ``SHRINK_TO``) for the entries the file names in ``DERIVED_WHOLE``; with ``check``, also
+    where the reference's output is degenerate with them cut (:func:`_degenerate`, one run
+    per such shape), and the task says which (:attr:`Task.derived_whole`) so that
+    :func:`tools.api.scaled_task` writes them into the scaled file: later loads run nothing."""
     configs = task._configs or ()
     if not configs:
         return task, "the task has no CONFIG"
@@ -154,42 +161,49 @@ def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern]) -> tupl
     if not proposals:
         return task, f"no size in CONFIG is {_MIN_SIZE} or more"
     why = ""
+    named = set(getattr(task.module, "DERIVED_WHOLE", ()))
+    kept_whole: list[str] = []
     for (sizes, what), whole in zip(proposals, _unshrunk(proposals, smallest), strict=True):
-        config = {**smallest, **sizes}
-        scale = "unaligned" if what.startswith("every") else f"unaligned {what.split()[1]}"
-        shape = {"scale": scale, **{k: v for k, v in config.items() if v != smallest[k]}}
-        candidate = dataclasses.replace(task, shapes=(*task.shapes, shape),
-                                        _configs=(*(task._configs or ()), config))
-        found, problem = _accepted(candidate, what, seen, lambda: None)
-        if found is not None and task.config_sizes:
-            from tools.inputs.scaling import config_problem
-
+        moved = what.split()[1]
+        kept = moved in named and whole != sizes  # the file says: do not cut here
+        found, problem = _jaxbench_shape(task, smallest, whole if kept else sizes, what, seen)
+        if (found is not None and check and not kept and whole != sizes
+                and _degenerate(found, len(found.shapes) - 1)):
             index = len(found.shapes) - 1
-            problem = config_problem(found, index) or ""
-            if not problem and whole != sizes and _degenerate(found, index):
-                problem = "the reference's output is degenerate with the other sizes shrunk"
-                whole_config = {**smallest, **whole}
-                retry = dataclasses.replace(
-                    task, shapes=(*task.shapes, {"scale": scale, **{
-                        k: v for k, v in whole_config.items() if v != smallest[k]}}),
-                    _configs=(*(task._configs or ()), whole_config))
+            seen.discard(tile_pattern(found.input_specs(index)))
+            _forget(found, index)
+            found, problem = _jaxbench_shape(task, smallest, whole, what, seen)
+            if found is not None and _degenerate(found, index):
                 seen.discard(tile_pattern(found.input_specs(index)))
                 _forget(found, index)
-                found, _ = _accepted(retry, what, seen, lambda: None)
-                if found is not None and (config_problem(found, index)
-                                          or _degenerate(found, index)):
-                    seen.discard(tile_pattern(found.input_specs(index)))
-                    _forget(found, index)
-                    found = None
-                if found is not None:
-                    problem = ""
-            if problem:
-                if found is not None:
-                    seen.discard(tile_pattern(found.input_specs(index)))
-                    _forget(found, index)
-                found = None
+                found, problem = None, "the reference's output is degenerate there"
+            kept = found is not None
+        if found is not None and kept:
+            kept_whole.append(moved)
         task, why = (found, why) if found is not None else (task, why or problem)
-    return task, why
+    return dataclasses.replace(task, derived_whole=tuple(kept_whole)), why
+
+
+def _jaxbench_shape(task: Task, smallest: dict[str, Any], sizes: dict[str, Any], what: str,
+                    seen: set[Pattern]) -> tuple[Task | None, str]:
+    """``task`` with the config ``smallest`` updated by ``sizes`` appended as a derived shape,
+    when the reference accepts it and it keeps the task's structure; else None and why."""
+    config = {**smallest, **sizes}
+    scale = "unaligned" if what.startswith("every") else f"unaligned {what.split()[1]}"
+    shape = {"scale": scale, **{k: v for k, v in config.items() if v != smallest[k]}}
+    candidate = dataclasses.replace(task, shapes=(*task.shapes, shape),
+                                    _configs=(*(task._configs or ()), config))
+    found, problem = _accepted(candidate, what, seen, lambda: None)
+    if found is not None and task.config_sizes:
+        from tools.inputs.scaling import config_problem
+
+        index = len(found.shapes) - 1
+        problem = config_problem(found, index) or ""
+        if problem:
+            seen.discard(tile_pattern(found.input_specs(index)))
+            _forget(found, index)
+            found = None
+    return found, problem
 
 
 def _degenerate(task: Task, index: int) -> bool:

@@ -73,6 +73,8 @@ class Task:
     declared_tolerance: dict[str, float] | None = None  # TOLERANCE as the file states it
     derived_shapes: tuple[int, ...] = ()  # unaligned shapes added by tools.inputs.shapes
     derived_what: tuple[str, ...] = ()  # per derived shape, which sizes leave the tile
+    # JAXBench: the entries whose derived shape keeps the other sizes whole (DERIVED_WHOLE)
+    derived_whole: tuple[str, ...] = ()
     alignment_note: str = ""  # why tails are not exercised, when they are not
     # NO_NONFINITE_INPUTS: "nan" / "inf" / an input position -> why none is fed there
     nonfinite_opt_out: dict[str | int, str] = field(default_factory=dict, compare=False)
@@ -236,13 +238,17 @@ class Task:
 
 
 def load_task(
-    path: str | Path, *, scales: Sequence[float] | None = None, validate: bool = True
+    path: str | Path, *, scales: Sequence[float] | None = None, validate: bool = True,
+    check_derived: bool = False,
 ) -> Task:
     """Import and check a task file; ``scales`` overrides a JAXBench file's shape scales.
 
     With ``validate`` the task is checked without running its workload
     (:mod:`tools.inputs.abstract`): the input maker is traced twice (the traces must agree)
-    and the reference is evaluated abstractly on the traced shapes.
+    and the reference is evaluated abstractly on the traced shapes. ``check_derived`` runs
+    the reference at the derived shapes whose other sizes were cut
+    (:func:`tools.inputs.shapes.with_unaligned_shapes`): done once, where a scaled task is
+    written, which records the outcome for every later load.
     """
     path = Path(path)
     if path.is_file() and path.suffix != ".py":
@@ -260,7 +266,7 @@ def load_task(
         validate_task(task)
     from tools.inputs.shapes import with_unaligned_shapes
 
-    return with_unaligned_shapes(task)
+    return with_unaligned_shapes(task, check_derived=check_derived)
 
 
 def validate_task(task: Task) -> None:
