@@ -26,9 +26,12 @@ the suite records the reason as a note.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tools.inputs.tasks import Task
 
 SEED = 20261202
 KINDS = ("nan", "inf")  # what a task may opt out of, one or both
@@ -171,3 +174,12 @@ def unplanted(oracle: Callable[[Sequence[np.ndarray]], list[np.ndarray]],
                 found[k][tuple(index)] = value  # finite, or an infinity where it was NaN
     return [found[k] if k in found and not np.isnan(found[k]).all()
             else np.zeros((0,), np.float64) for k in range(len(outputs))]
+
+
+def nonfinite_shape(task: Task, skip: frozenset[int] = frozenset()) -> int:
+    """Where the non-finite case runs: the shape with the fewest input elements, an unseen
+    one (not in ``skip``) before the tuning point (whose cases the timing checks read)."""
+    def elements(index: int) -> int:
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in task.input_specs(index))
+
+    return min((*(i for i in task.unseen_shape_indices if i not in skip), 0), key=elements)

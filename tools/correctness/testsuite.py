@@ -48,6 +48,7 @@ from tools.correctness.footprint import fit_problem
 from tools.correctness.nonfinite import (
     KINDS,
     first_float,
+    nonfinite_shape,
     opt_out_note,
     plant,
     specials_differ,
@@ -66,6 +67,7 @@ from tools.correctness.suitedata import (
     VacuousSuite,
     suite_hash,
 )
+from tools.correctness.vacuity import CONSEQUENCE, degenerate, is_float, refuse_insensitive
 from tools.inputs.shapes import tile_pattern
 from tools.inputs.tasks import Task, check_reference_output
 from tools.sandbox.wire import StaticArg, WireArray, hash_arrays
@@ -76,7 +78,6 @@ DEFAULT_PROBE_SCALES: dict[str, float] = {"large": 1e3, "small": 1e-3}
 # Above this many bytes of inputs the tuning point runs once; its repeats move to a smaller
 # shape (the shipped GEMM tasks' tuning points are above it; the others are not).
 REPEAT_LIMIT_BYTES = 8 << 20
-_PERTURB_SEED = 20240917
 _NAMES = {"nan": "NaN", "inf": "+inf/-inf"}
 
 __all__ = ["DEFAULT_PROBE_SCALES", "DEFAULT_SEEDS", "FORMAT_VERSION", "REPEAT_LIMIT_BYTES",
@@ -225,15 +226,6 @@ def _add_repeats(builder: _Builder, index: int, seeds: Sequence[int], probes: bo
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.3g} MiB"
-
-
-def nonfinite_shape(task: Task, skip: frozenset[int] = frozenset()) -> int:
-    """Where the non-finite case runs: the shape with the fewest input elements, an unseen
-    one (not in ``skip``) before the tuning point (whose cases the timing checks read)."""
-    def elements(index: int) -> int:
-        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in task.input_specs(index))
-
-    return min((*(i for i in task.unseen_shape_indices if i not in skip), 0), key=elements)
 
 
 def _after_dropped(builder: _Builder, dropped: dict[int, VacuousSuite], again: int,
@@ -444,18 +436,9 @@ class _Builder:
         not change when an input is perturbed."""
         where = f"{self.task.path}"
         for k, out in enumerate(oracle):
-            if out.size == 0:
-                raise VacuousSuite(f"{where}: reference output {k} is empty in {case_id}")
-            if not np.any(out):
-                raise VacuousSuite(
-                    f"{where}: reference output {k} is all zero in {case_id}; a suite "
-                    "built on it cannot tell a right kernel from one that writes nothing")
-            finite = out[np.isfinite(out)] if _is_float(out) else out
-            if out.size > 1 and finite.size and np.all(finite == finite.flat[0]):
-                raise VacuousSuite(
-                    f"{where}: reference output {k} is constant ({finite.flat[0]!r}) in "
-                    f"{case_id}; it does not depend on the inputs")
-            del finite
+            if (why := degenerate(out)) is not None:
+                raise VacuousSuite(f"{where}: reference output {k} is {why} in {case_id}"
+                                   f"{CONSEQUENCE[why.split(' (')[0]]}")
         if kind not in ("seed", "unseen"):
             return
         first = kind == "seed" and not any(c.kind == "seed" for c in self.cases)
@@ -463,7 +446,7 @@ class _Builder:
         last = self._last_seed.get(shape_index)
         self._last_seed[shape_index] = (case_id, inputs_sha256, outputs_sha256)
         if first:
-            _refuse_insensitive(where, self.references[shape_index], inputs)
+            refuse_insensitive(where, self.references[shape_index], inputs)
         elif kind == "seed" and last is not None and (
                 last[1] != inputs_sha256 and last[2] == outputs_sha256):
             raise VacuousSuite(
@@ -490,7 +473,7 @@ def _magnitudes(oracle_fn: Oracle, host: Sequence[np.ndarray],
     reference in the oracle's precision on the absolute values of its floating inputs (for
     a matmul exactly sum |a||b|), never less than |oracle|. Where that run fails or is not
     finite, |oracle| alone."""
-    absolute = [np.abs(x) if _is_float(x) else x for x in host]
+    absolute = [np.abs(x) if is_float(x) else x for x in host]
     try:
         summed = oracle_fn(absolute)
     except Exception:  # a reference that rejects these inputs: fall back to |oracle|
@@ -499,42 +482,15 @@ def _magnitudes(oracle_fn: Oracle, host: Sequence[np.ndarray],
     return term_magnitudes(summed, oracle)
 
 
-def _refuse_insensitive(where: str, reference: Any, tuning_inputs: Sequence[Any]) -> None:
-    import jax
-
-    base = [np.asarray(o) for o in jax.tree.leaves(reference(*tuning_inputs))]
-    rng = np.random.default_rng(_PERTURB_SEED)
-    for i, x in enumerate(tuning_inputs):
-        host = np.asarray(x)
-        if not _is_float(host) or host.size == 0:
-            continue
-        wide = host.astype(np.float64)
-        spread = float(np.std(wide)) or 1.0
-        noisy = (wide + 0.5 * spread * rng.standard_normal(wide.shape)).astype(host.dtype)
-        del wide
-        changed = list(tuning_inputs)
-        changed[i] = noisy
-        outs = [np.asarray(o) for o in jax.tree.leaves(reference(*changed))]
-        del changed, noisy
-        if all(np.array_equal(p, q, equal_nan=True) for p, q in zip(base, outs, strict=True)):
-            raise VacuousSuite(
-                f"{where}: reference output does not change when input {i} is perturbed; "
-                "a suite cannot check that a kernel uses it")
-
-
 def _scale_floats(inputs: Sequence[Any] | None, factor: float) -> list[Any] | None:
     if inputs is None:
         return None
     scaled, any_float = [], False
     for x in inputs:
         host = np.asarray(x)
-        if _is_float(host):
+        if is_float(host):
             any_float = True
             scaled.append((host.astype(np.float64) * factor).astype(host.dtype))
         else:
             scaled.append(host)
     return scaled if any_float else None
-
-
-def _is_float(x: np.ndarray) -> bool:
-    return np.issubdtype(x.dtype, np.floating) or x.dtype.name.startswith(("bfloat", "float"))
