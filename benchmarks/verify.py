@@ -188,13 +188,13 @@ def _without_new_checks() -> Iterator[None]:
 
     saved = (shapes.with_unaligned_shapes, testsuite._magnitudes, verify.worker_request,
              verify.suite_limits, testsuite.nonfinite_shape)
-    shapes.with_unaligned_shapes = lambda task: task
-    testsuite.nonfinite_shape = lambda task: None  # type: ignore[assignment,return-value]
+    shapes.with_unaligned_shapes = lambda task, **_: task
+    testsuite.nonfinite_shape = lambda task, *_: None  # type: ignore[assignment,return-value]
     testsuite._magnitudes = lambda fn, host, oracle: [np.abs(o.astype(np.float64))
                                                       for o in oracle]
-    verify.worker_request = lambda *a: msgspec.structs.replace(  # type: ignore[assignment]
-        saved[2](*a), second_poison="", eager_cases=0)
-    verify.suite_limits = lambda *a: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
+    verify.worker_request = lambda *a, **k: msgspec.structs.replace(  # type: ignore[assignment]
+        saved[2](*a, **k), second_poison="", eager_cases=0)
+    verify.suite_limits = lambda *a, **_: PhaseLimits(0.0, 0.0, 0.0, 0.0, 0.0)
     try:
         yield
     finally:

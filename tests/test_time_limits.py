@@ -16,6 +16,7 @@ from tools.verification.deadlines import (
     CASE_FLOOR_S,
     TRACE_FLOOR_S,
     phase_limits,
+    suite_limits,
 )
 from tools.verification.receipts import check_receipt
 from tools.verification.verify import evaluate
@@ -41,6 +42,30 @@ def test_limits_have_floors_scale_with_the_reference_and_stay_under_the_wall() -
 
     assert phase_limits(slow, [x], WALL_S).trace_s >= 50 * 0.05
     assert phase_limits(lambda a: a, [x], 10.0).case_s == 10.0
+
+
+def test_a_suite_reference_is_timed_once_per_process_and_per_wall_limit() -> None:
+    """An executor judges many candidates on one suite: the second asks for its limits
+    without running the reference again; another suite or wall limit times it anew."""
+    from types import SimpleNamespace
+
+    from tools.sandbox.wire import WireArray
+
+    calls: list[int] = []
+
+    def reference_at(shape_index: int):
+        calls.append(shape_index)  # what is timed is asked for once per timing
+        return lambda a: a * 2
+
+    case = SimpleNamespace(inputs=(WireArray.of(np.ones((8, 128), np.float32)),),
+                           shape_index=0)
+    task = SimpleNamespace(source_sha256="t" * 64, reference_at=reference_at)
+    suite = SimpleNamespace(sha256="s" * 64, cases=[case])
+    first = suite_limits(task, suite, WALL_S)
+    assert suite_limits(task, suite, WALL_S) == first and len(calls) == 1
+    suite_limits(task, SimpleNamespace(sha256="u" * 64, cases=[case]), WALL_S)
+    assert len(calls) == 2
+    assert suite_limits(task, suite, 10.0).case_s == 10.0 and len(calls) == 3
 
 
 @pytest.mark.slow

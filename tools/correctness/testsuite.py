@@ -385,7 +385,8 @@ class _Builder:
         del magnitudes
         inputs_sha256 = hash_arrays(host)
         if kind != "nonfinite":  # what it must tell apart is where the specials go
-            self._refuse_vacuous(case_id, kind, shape_index, inputs_sha256, oracle, inputs)
+            self._refuse_vacuous(case_id, kind, shape_index, inputs_sha256, oracle, inputs,
+                                 ref)
         case = SuiteCase(
             case_id=case_id, shape_index=shape_index, seed=seed, kind=kind,
             inputs=self.store(host), inputs_sha256=inputs_sha256,
@@ -429,7 +430,8 @@ class _Builder:
         return self.written[shape_index]
 
     def _refuse_vacuous(self, case_id: str, kind: str, shape_index: int, inputs_sha256: str,
-                        oracle: Sequence[np.ndarray], inputs: Sequence[Any]) -> None:
+                        oracle: Sequence[np.ndarray], inputs: Sequence[Any],
+                        ref: Sequence[np.ndarray]) -> None:
         """Refuse a suite that cannot tell right from wrong, from the case in hand: empty,
         all-zero or constant outputs; for seeds, outputs that do not change with the seed
         (against the last seed at the same shape); for the first seed case, outputs that do
@@ -446,7 +448,7 @@ class _Builder:
         last = self._last_seed.get(shape_index)
         self._last_seed[shape_index] = (case_id, inputs_sha256, outputs_sha256)
         if first:
-            refuse_insensitive(where, self.references[shape_index], inputs)
+            refuse_insensitive(where, self.references[shape_index], inputs, base=ref)
         elif kind == "seed" and last is not None and (
                 last[1] != inputs_sha256 and last[2] == outputs_sha256):
             raise VacuousSuite(
