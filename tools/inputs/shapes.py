@@ -100,22 +100,18 @@ def _derive(task: Task, aligned: list[int], seen: set[Pattern],
     return _derive_jaxbench(task, aligned, seen, check)
 
 
-def _proposals(base: Sequence[tuple[str, Any]]) -> list[tuple[dict[str, Any], str]]:
-    """(name -> size, what it shows) per movable size alone, then every size at once."""
+def _proposals(base: Sequence[tuple[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
+    """Per movable size alone, then every size at once: (name -> size, the same with the
+    other sizes kept whole rather than cut to ``SHRINK_TO``, what it shows). The whole
+    sizes are the fallback where cutting breaks the reference."""
     movable = [name for name, size in base if _movable(size)]
     found = [({n: off_tile(s) if n == name else shrunk(s) for n, s in base},
+              {n: off_tile(s) if n == name else s for n, s in base},
               f"only {name} off the tile") for name in movable]
     if movable:
-        found.append(({n: off_tile(s) for n, s in base}, "every size off the tile"))
+        every = {n: off_tile(s) for n, s in base}
+        found.append((every, every, "every size off the tile"))
     return found
-
-
-def _unshrunk(proposals: Sequence[tuple[dict[str, Any], str]],
-              base: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each proposal's sizes with the sizes it shrank kept at the base's (its moved sizes
-    still off the tile): the fallback when shrinking breaks the reference."""
-    return [{n: s if s != shrunk(base[n]) or s == base[n] else base[n]
-             for n, s in sizes.items()} for sizes, _ in proposals]
 
 
 def _derive_kernelgraph(task: Task, aligned: list[int], seen: set[Pattern]) -> tuple[Task, str]:
@@ -130,7 +126,7 @@ def _derive_kernelgraph(task: Task, aligned: list[int], seen: set[Pattern]) -> t
     if not proposals:
         return task, f"every size of {base} is below {_MIN_SIZE}"
     why, module = "", task.module
-    for sizes, what in proposals:
+    for sizes, _, what in proposals:
         shape = tuple(sizes.values())
         saved = module.SHAPES
         module.SHAPES = [*saved, shape]
@@ -163,19 +159,17 @@ def _derive_jaxbench(task: Task, aligned: list[int], seen: set[Pattern],
     why = ""
     named = set(getattr(task.module, "DERIVED_WHOLE", ()))
     kept_whole: list[str] = []
-    for (sizes, what), whole in zip(proposals, _unshrunk(proposals, smallest), strict=True):
+    for sizes, whole, what in proposals:
         moved = what.split()[1]
         kept = moved in named and whole != sizes  # the file says: do not cut here
         found, problem = _jaxbench_shape(task, smallest, whole if kept else sizes, what, seen)
         if (found is not None and check and not kept and whole != sizes
                 and _degenerate(found, len(found.shapes) - 1)):
             index = len(found.shapes) - 1
-            seen.discard(tile_pattern(found.input_specs(index)))
-            _forget(found, index)
+            _give_up(found, index, seen)
             found, problem = _jaxbench_shape(task, smallest, whole, what, seen)
             if found is not None and _degenerate(found, index):
-                seen.discard(tile_pattern(found.input_specs(index)))
-                _forget(found, index)
+                _give_up(found, index, seen)
                 found, problem = None, "the reference's output is degenerate there"
             kept = found is not None
         if found is not None and kept:
@@ -200,8 +194,7 @@ def _jaxbench_shape(task: Task, smallest: dict[str, Any], sizes: dict[str, Any],
         index = len(found.shapes) - 1
         problem = config_problem(found, index) or ""
         if problem:
-            seen.discard(tile_pattern(found.input_specs(index)))
-            _forget(found, index)
+            _give_up(found, index, seen)
             found = None
     return found, problem
 
@@ -250,6 +243,12 @@ def _accepted(candidate: Task, what: str, seen: set[Pattern],
     undo()
     _forget(candidate, index)
     return None, problem
+
+
+def _give_up(task: Task, index: int, seen: set[Pattern]) -> None:
+    """Give up a derived shape that was accepted: its tile pattern may be proposed again."""
+    seen.discard(tile_pattern(task.input_specs(index)))
+    _forget(task, index)
 
 
 def _forget(task: Task, index: int) -> None:
