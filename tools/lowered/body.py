@@ -55,10 +55,10 @@ _REDUCTIONS = frozenset({"vector.multi_reduction", "vector.reduction", "tpu.all_
 _FREE = frozenset({
     "arith.constant", "vector.load", "vector.store", "tpu.vector_store", "tpu.load", "tpu.store",
     "vector.broadcast", "vector.shape_cast", "vector.extract", "vector.extract_strided_slice",
-    "vector.insert", "vector.insert_strided_slice", "vector.transpose", "tpu.transpose",
+    "vector.insert", "vector.insert_strided_slice",
     "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
-    "memref.load", "memref.store", "tpu.iota", "tpu.concatenate", "tpu.repeat", "tpu.roll",
-    "tpu.dynamic_rotate", "tpu.rotate", "tpu.sem_signal",
+    "memref.load", "memref.store", "tpu.iota", "tpu.concatenate", "tpu.repeat",
+    "tpu.sem_signal",
     "tpu.sem_wait", "tpu.sem_read", "tpu.sem_barrier", "tpu.trace_start", "tpu.trace_stop",
     "func.return", "scf.yield", "scf.condition", "arith.index_cast", "arith.index_castui",
     "vector.splat", "vector.step", "tpu.broadcast_in_sublanes", "tpu.gather", "tpu.dynamic_gather",
@@ -70,6 +70,9 @@ _FREE = frozenset({
     "tpu.unpack_subelements", "tpu.relayout", "tpu.fptosi", "tpu.sitofp",
     "memref.alloca",  # scratch of a `pl.run_scoped` region: an allocation, no work
 })
+# Data movement on the cross-lane unit (assumption 4 of tools.performance.roofline).
+_TRANSPOSES = frozenset({"vector.transpose", "tpu.transpose"})
+_ROTATES = frozenset({"tpu.roll", "tpu.dynamic_rotate", "tpu.rotate"})
 # Views of a ref: a DMA's source, destination or semaphore is its root through these.
 _VIEWS = frozenset({
     "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
@@ -246,10 +249,49 @@ class BodyReader:
             size = nbytes(ref[1], ref[2]) if not ref[2].startswith("!") else 0
             return BodyOp(name, (), "", dma_wait=True, dma_key=self._dma_key(op, name),
                           wait_bytes=size)
+        if name in _TRANSPOSES or name in _ROTATES:
+            return self._cross_lane(op, name, shape, etype)
         if name in _FREE:
             return None
         self.unmodelled.add(name)
         return None
+
+    def _cross_lane(self, op: Any, name: str, shape: tuple[int, ...],
+                    etype: str) -> BodyOp | None:
+        """A transpose or rotation: cross-lane unit work where it moves data between lanes
+        or sublanes, else a renaming of vregs (free, like a copy). An axis or width the
+        compiler's figures do not cover leaves the op unpriced (the estimate unsound)."""
+        source = split_shaped(str(op.operation.operands[0].type))
+        rank = len(source[1])
+        if name in _TRANSPOSES:
+            text = attr_str(op, "permutation") or ""  # array<i64: 1, 0>
+            perm = [int(p) for p in re.findall(r"-?\d+", text.partition(":")[2])]
+            if len(perm) != rank:
+                self.unmodelled.add(f"{name} (permutation unread)")
+                return None
+            kind = ("transpose" if perm[-1] != rank - 1
+                    else "shuffle" if rank >= 2 and perm[-2] != rank - 2 else "")
+        else:
+            axis = self._const_of_attr(op, "dimension")
+            if axis is None:
+                self.unmodelled.add(f"{name} (axis unread)")
+                return None
+            kind = "rotate" if axis % max(rank, 1) == rank - 1 else ""
+        if not kind:
+            return None
+        bits = dtype_bits(etype) if etype else 0
+        if bits not in (16, 32):
+            self.unmodelled.add(f"{name} of {bits}-bit elements")
+            return None
+        vregs = max(tile_padded_bytes(source[1], source[2]),
+                    tile_padded_bytes(shape, etype)) / VREG_BYTES
+        return BodyOp(name, shape, etype, xlu=(kind, bits, vregs))
+
+    @staticmethod
+    def _const_of_attr(op: Any, attribute: str) -> int | None:
+        text = attr_str(op, attribute)
+        found = re.match(r"\s*(-?\d+)", text or "")
+        return int(found.group(1)) if found else None
 
     def _dma_key(self, op: Any, name: str) -> DmaKey | None:
         """(semaphore, source, destination) of a start or a `wait_dma2`; None when the op

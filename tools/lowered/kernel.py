@@ -84,6 +84,9 @@ class BodyOp:
     smem_loads: int = 0  # scalar loads (`memref.load`: SMEM)
     smem_stores: int = 0  # scalar stores (`memref.store`)
     lane_extracts: int = 0  # vector -> scalar moves (`vector.extract` of one element)
+    # Cross-lane unit work: (kind, element bits, vregs) of a transpose that moves the lane or
+    # sublane axis, or a rotation along lanes (priced by tools.performance.chips)
+    xlu: tuple[str, int, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,16 @@ What JAX does not publish is an assumption, stated here once:
   lane to the scalar unit: the value goes through a slow cross-unit path, about a vector
   pipeline's depth); each `scf.for`/`scf.while` trip 8 cycles (induction variable update,
   compare, and the taken branch's bubble in the bundle pipeline).
+- the cross-lane unit (XLU): a transpose that moves a vector's last (lane) axis, one that
+  keeps the lanes but moves the sublane axis ("shuffle": sublanes between vregs), and a
+  rotation along lanes (`pltpu.roll` on the last axis) cost cycles per vreg of the larger
+  of operand and result (tile-padded, so a narrow axis pays its padding), as the TPU
+  compiler schedules them (`XLU_CYCLES_PER_VREG`: a step of a 1024 x 1024 block that only
+  does this, divided by the block's vregs, from the bundle schedule of the real compiler
+  ahead of time, libtpu with jax 0.10.2, rounded up; `benchmarks/xlu.py` measures them
+  again). Packed 16-bit vregs take longer per vreg. Transposes of leading axes only and
+  rotations along sublanes rename or copy vregs (the compiler's step is a copy's), which
+  the model counts free like loads and stores.
 """
 
 from __future__ import annotations
@@ -73,6 +83,15 @@ class Chip(msgspec.Struct, frozen=True):
                   + loop_trips * LOOP_TRIP_CYCLES)
         return cycles / self.clock_hz
 
+    def xlu_cycles(self, op: str, bits: int) -> float:
+        """Cycles per vreg the cross-lane unit spends on ``op`` ("transpose", "shuffle" or
+        "rotate") of ``bits``-wide elements (module doc); 16 and 32 bits were measured, and
+        any other width is a KeyError (the body reader leaves such an op unpriced)."""
+        return XLU_CYCLES_PER_VREG[self.name][op][bits]
+
+    def xlu_seconds(self, op: str, bits: int, vregs: float) -> float:
+        return vregs * self.xlu_cycles(op, bits) / self.clock_hz
+
     def matmul_peak(self, dtype: str) -> float:
         """Peak MXU flops/s for operands of `dtype` (f32 emulated in three bf16 passes)."""
         return self.peak_f32_flops if dtype in {"float32", "float64"} else self.peak_bf16_flops
@@ -109,6 +128,16 @@ SMEM_LOAD_CYCLES = 4
 SMEM_STORE_CYCLES = 1
 LANE_EXTRACT_CYCLES = 64
 LOOP_TRIP_CYCLES = 8
+# Cross-lane unit, per chip and op: cycles per vreg by element width (module doc; measured
+# with benchmarks/xlu.py, rounded up to the next 0.05).
+XLU_CYCLES_PER_VREG: dict[str, dict[str, dict[int, float]]] = {
+    "v5e": {"transpose": {32: 1.80, 16: 2.70}, "shuffle": {32: 2.55, 16: 2.65},
+            "rotate": {32: 2.65, 16: 2.95}},
+    "v6e": {"transpose": {32: 1.15, 16: 1.90}, "shuffle": {32: 1.70, 16: 2.00},
+            "rotate": {32: 2.15, 16: 2.55}},
+    "v7": {"transpose": {32: 1.15, 16: 1.90}, "shuffle": {32: 1.70, 16: 2.00},
+           "rotate": {32: 2.15, 16: 2.50}},
+}
 
 
 class UnknownChip(KernelgraphError, ValueError):

@@ -16,7 +16,14 @@ per element of the HLO shape:
   VPU op per result element (`math.exp` and friends).
 - a reduction: one VPU op per input element, each reduced input (`vector.multi_reduction`);
   a `reduce-window` (pooling) one per element of each output window, each reduced input.
-- data movement inside the fusion (broadcast, reshape, transpose, slice, concatenate, pad,
+- a `transpose`, or a `copy` that changes the layout, that moves data between lanes or
+  sublanes in the physical layouts XLA:TPU gave its operand and result (the minor axis,
+  or the second minor, comes from another axis; unit axes ignored): the cross-lane unit's
+  cycles per vreg of the larger of the two, tile-padded, as a kernel's transpose
+  (:mod:`tools.performance.chips`); one that only reorders leading axes, or is a bitcast in
+  those layouts, is free. A width the compiler's figures do not cover (not 16 or 32 bits)
+  has no rule.
+- other data movement inside the fusion (broadcast, reshape, slice, concatenate, pad,
   iota, copy, constants): free, as moves inside VMEM are in a kernel (a copy that changes
   the element type is a convert). An op whose operands
   are all constants (a broadcast constant converted) is folded: free.
@@ -49,7 +56,9 @@ import re
 
 import msgspec
 
+from tools.lowered.types import VREG_BYTES, tile_padded_bytes
 from tools.performance.baseline import _hlo_bytes
+from tools.performance.chips import Chip
 
 # (VPU ops, EUP ops) per result element, mirroring the Mosaic ops Pallas lowers each to.
 _ONE_VPU = (
@@ -69,7 +78,7 @@ RULES: dict[str, tuple[int, int]] = {
     "clamp": (2, 0), "sign": (7, 0), "logistic": (4, 1), "is-finite": (2, 0),
 }
 FREE = frozenset({
-    "parameter", "constant", "broadcast", "reshape", "bitcast", "transpose", "copy", "slice",
+    "parameter", "constant", "broadcast", "reshape", "bitcast", "copy", "slice",
     "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "reverse", "iota", "tuple",
     "get-tuple-element", "after-all", "partition-id", "replica-id",
 })
@@ -85,10 +94,15 @@ class Work(msgspec.Struct, frozen=True):
     transcendentals: float = 0.0
     dots: int = 0  # dot and convolution ops held (their MXU time is priced by the caller)
     unpriced: tuple[str, ...] = ()  # ops with no rule, named
+    xlu: tuple[tuple[str, int, float], ...] = ()  # (kind, bits, vregs) of each relayout
 
     def __add__(self, other: Work) -> Work:
         return Work(self.vpu_ops + other.vpu_ops, self.transcendentals + other.transcendentals,
-                    self.dots + other.dots, self.unpriced + other.unpriced)
+                    self.dots + other.dots, self.unpriced + other.unpriced,
+                    self.xlu + other.xlu)
+
+    def xlu_seconds(self, chip: Chip) -> float:
+        return sum(chip.xlu_seconds(kind, bits, vregs) for kind, bits, vregs in self.xlu)
 
 
 class Instr(msgspec.Struct, frozen=True):
@@ -221,6 +235,55 @@ def _ordering_ops(ins: Instr, types: dict[str, str]) -> int | None:
     return top_k_ops(math.prod(dims[:-1]), dims[-1], out[-1])
 
 
+_LAYOUT = re.compile(r"(\w+)\[([\d,]*)\](?:\{([\d,]*))?")
+_BITS = {"f32": 32, "s32": 32, "u32": 32, "bf16": 16, "f16": 16, "s16": 16, "u16": 16}
+_TYPE_NAMES = {32: "float32", 16: "bfloat16"}  # for the tile padding: only the width counts
+
+
+def _physical(type_text: str) -> tuple[str, list[int], list[int]] | None:
+    """(element type, logical dims, logical axes from major to minor) of an HLO array type;
+    no layout written means row-major."""
+    m = _LAYOUT.search(type_text)
+    if m is None:
+        return None
+    dims = [int(d) for d in m.group(2).split(",") if d]
+    minor_to_major = [int(a) for a in (m.group(3) or "").split(",") if a]
+    if sorted(minor_to_major) != list(range(len(dims))):
+        minor_to_major = list(range(len(dims)))[::-1]
+    return m.group(1), dims, minor_to_major[::-1]
+
+
+def cross_lane(ins: Instr, types: dict[str, str]) -> Work:
+    """A transpose's or a same-type copy's work on the cross-lane unit (module doc)."""
+    source = _physical(types.get(ins.operands[0], "")) if ins.operands else None
+    result = _physical(ins.type_text)
+    if source is None or result is None:
+        return Work(unpriced=(f"{ins.opcode} {ins.name} (its layouts are not in the program)",))
+    perm = list(range(len(result[1])))
+    if ins.opcode == "transpose":
+        m = re.search(r"dimensions=\{([\d,]*)\}", ins.rest)
+        perm = [int(a) for a in m.group(1).split(",") if a] if m else []
+        if sorted(perm) != list(range(len(source[1]))) or len(perm) != len(result[1]):
+            return Work(unpriced=(f"transpose {ins.name} (its permutation is unreadable)",))
+    # the operand's axes in physical order, major to minor, and the same for the result
+    # named by the operand axis each comes from; unit axes move nothing
+    held = [a for a in source[2] if source[1][a] > 1]
+    made = [perm[a] for a in result[2] if result[1][a] > 1]
+    if held == made or len(held) != len(made):
+        return Work()
+    kind = ("transpose" if held[-1] != made[-1]
+            else "shuffle" if len(held) >= 2 and held[-2] != made[-2] else "")
+    if not kind:
+        return Work()
+    bits = _BITS.get(source[0])
+    if bits is None:
+        return Work(unpriced=(f"{ins.opcode} {ins.name} of {source[0]} (the cross-lane unit's "
+                              "figures cover 16- and 32-bit elements)",))
+    padded = max(tile_padded_bytes([source[1][a] for a in source[2]], _TYPE_NAMES[bits]),
+                 tile_padded_bytes([result[1][a] for a in result[2]], _TYPE_NAMES[bits]))
+    return Work(xlu=((kind, bits, padded / VREG_BYTES),))
+
+
 def _called(rest: str) -> str | None:
     m = re.search(r"calls=%?([\w.\-]+)", rest)
     return m.group(1) if m else None
@@ -245,6 +308,8 @@ class Module:
         if ins.opcode == "copy" and _dtype(ins.type_text) != _dtype(types.get(
                 ins.operands[0] if ins.operands else "", ins.type_text)):
             return Work(float(elements(ins.type_text)))  # a copy that converts: a convert
+        if ins.opcode in ("transpose", "copy"):
+            return cross_lane(ins, types)
         if ins.opcode in FREE:
             return Work()
         if ins.opcode in DOTS:

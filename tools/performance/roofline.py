@@ -37,9 +37,11 @@ Kernel (per `pallas_call`, read from the lowered Mosaic module by `tools.lowered
 4. Compute per step: MXU time (2*M*N*K per `tpu.matmul`, with M padded to 8 rows and N, K to
    the MXU size, 128 on v5e and 256 on v6e/v7, at the peak for the operand dtype: f32 at a
    third of bf16), VPU time (one op per element of each elementwise vector op, reductions one
-   op per input element), EUP time (transcendentals) and scalar-unit time (4b); the units
-   overlap, so the step's compute is the largest of the four. Data movement ops inside
-   VMEM (loads, stores, broadcasts, reshapes, transposes) are free.
+   op per input element), EUP time (transcendentals), scalar-unit time (4b) and cross-lane
+   unit time (transposes that move the lane or sublane axis, rotations along lanes: cycles
+   per vreg the TPU compiler schedules, :mod:`tools.performance.chips`); the units overlap,
+   so the step's compute is the largest of the five. Other data movement inside VMEM
+   (loads, stores, broadcasts, reshapes, transposes of leading axes) is free.
 4b. The scalar unit: scalar ALU ops (integer and float arithmetic on scalars, index casts,
    compares, selects) issue two per cycle; an SMEM load costs its load-use latency, a
    store one cycle; a vector -> scalar extract (one element of a vreg) goes through a slow
@@ -127,6 +129,7 @@ class KernelEstimate(msgspec.Struct, frozen=True):
     # both were evaluated (this condition and every enclosing one and loop known), else 0].
     branch_runs: list[list[int]] = []
     scalar_s: float = 0.0  # scalar-unit seconds over all steps (assumption 4b)
+    xlu_s: float = 0.0  # cross-lane unit seconds over all steps (assumption 4)
 
 
 class ProgramEstimate(msgspec.Struct, frozen=True):
@@ -166,6 +169,7 @@ class _StepWork:
     serial_s: np.ndarray  # exposed time of manual DMAs the kernel waits for in place
     dma_starts: np.ndarray  # manual DMAs started
     scalar_s: np.ndarray  # scalar-unit time: scalar ALU, SMEM, extracts, loop trips
+    xlu_s: np.ndarray  # cross-lane unit time: transposes, shuffles, lane rotations
     branches: list[list[Any]] = field(default_factory=list)  # see KernelEstimate.branch_runs
 
 
@@ -176,7 +180,8 @@ def _op_seconds(op: BodyOp, chip: Chip) -> float:
         b, m, n, k = op.matmul
         mxu = padded_matmul_flops(b, m, n, k, chip.mxu_dim) / chip.matmul_peak(op.matmul_dtype)
     return max(mxu, op.vpu_ops / chip.vpu_ops_per_s,
-               op.transcendentals / chip.transcendentals_per_s, _scalar_seconds(op, chip))
+               op.transcendentals / chip.transcendentals_per_s, _scalar_seconds(op, chip),
+               _xlu_seconds(op, chip))
 
 
 def _accumulate(
@@ -222,6 +227,13 @@ def _scalar_seconds(op: BodyOp, chip: Chip) -> float:
     return chip.scalar_seconds(op.scalar_ops, op.smem_loads, op.smem_stores, op.lane_extracts)
 
 
+def _xlu_seconds(op: BodyOp, chip: Chip) -> float:
+    if op.xlu is None:
+        return 0.0
+    kind, bits, vregs = op.xlu
+    return chip.xlu_seconds(kind, bits, vregs)
+
+
 def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None:
     if op.matmul is not None:
         b, m, n, k = op.matmul
@@ -234,6 +246,7 @@ def _add_op(op: BodyOp, weight: np.ndarray, work: _StepWork, chip: Chip) -> None
     work.trans += weight * op.transcendentals
     work.dma_bytes += weight * op.dma_bytes
     work.scalar_s += weight * _scalar_seconds(op, chip)
+    work.xlu_s += weight * _xlu_seconds(op, chip)
     if op.name == "tpu.enqueue_dma":
         work.dma_starts += weight
     work.dma += weight * op.dma_bytes  # overlapped, unless its wait is in place (dmapair)
@@ -365,6 +378,7 @@ def estimate_kernel(kernel: MosaicKernel, chip: Chip,
         dma_starts=round(float(work.dma_starts.sum())),
         branch_runs=[[round(t), round(e), k] for t, e, k in work.branches],
         scalar_s=float(work.scalar_s.sum()),
+        xlu_s=float(work.xlu_s.sum()),
     )
 
 
@@ -406,7 +420,7 @@ def _kernel_steps(kernel: MosaicKernel, chip: Chip,
             out_pipe += bytes_per
     prefetch_bytes = sum(s.nbytes for s in kernel.scalar_prefetch)
 
-    work = _StepWork(*(np.zeros(n) for _ in range(11)))
+    work = _StepWork(*(np.zeros(n) for _ in range(12)))
     env = kernel.scalar_env(steps, memory_values)
     _accumulate(kernel.body, np.ones(n), env, work, chip, caveats, unsound)
     waits = price_dma_waits(kernel, steps, env, kernel.prefetch_memory(memory_values), chip,
@@ -420,7 +434,7 @@ def _kernel_steps(kernel: MosaicKernel, chip: Chip,
 
     compute = np.maximum.reduce([
         work.mxu_s, work.vpu / chip.vpu_ops_per_s, work.trans / chip.transcendentals_per_s,
-        work.scalar_s,
+        work.scalar_s, work.xlu_s,
     ])
     return _Steps(n, work, compute, in_pipe, out_pipe, sync_in, sync_out, manual,
                   prefetch_bytes, fetches, caveats, unsound)

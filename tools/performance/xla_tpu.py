@@ -79,7 +79,7 @@ class FusionPrice(msgspec.Struct, frozen=True):
     opcode: str
     hbm_bytes: int  # operands + result held in HBM (no memory-space annotation)
     cycles: int | None  # the compiler's estimated_cycles, where it gives one (beside)
-    compute_s: float  # by the kernel model's rules: max(MXU, VPU, EUP)
+    compute_s: float  # by the kernel model's rules: max(MXU, VPU, EUP, cross-lane unit)
     memory_s: float
     latency_s: float  # max(compute_s, memory_s) + launch
     bound: str  # "compute" | "memory" | "overhead" | "unpriced"
@@ -91,6 +91,7 @@ class FusionPrice(msgspec.Struct, frozen=True):
     compiler_compute_s: float | None = None
     compiler_latency_s: float | None = None
     trips: int = 1  # times the op runs (inside while loops); the figures are summed over them
+    xlu_s: float = 0.0  # cross-lane unit: relayouts inside the op (hlo_compute)
 
 
 class ProgramPrice(msgspec.Struct, frozen=True):
@@ -194,8 +195,9 @@ def _price_module(module: Module, chip: Chip, dots: Sequence[DotShape],
             priced.append(FusionPrice(name, ins.opcode, hbm, cycles, 0.0, memory, 0.0,
                                       "unpriced"))
             continue
+        xlu_s = work.xlu_seconds(chip)
         compute = max(mxu_s, work.vpu_ops / chip.vpu_ops_per_s,
-                      work.transcendentals / chip.transcendentals_per_s)
+                      work.transcendentals / chip.transcendentals_per_s, xlu_s)
         by_compiler = cycles / chip.clock_hz if cycles is not None else compute
         launch = KERNEL_LAUNCH_S
         bound = max((("compute", compute), ("memory", memory), ("overhead", launch)),
@@ -203,7 +205,7 @@ def _price_module(module: Module, chip: Chip, dots: Sequence[DotShape],
         priced.append(_times(FusionPrice(
             name, ins.opcode, hbm, cycles, compute, memory, max(compute, memory) + launch,
             bound, vpu_ops=work.vpu_ops, transcendentals=work.transcendentals, mxu_s=mxu_s,
-            compiler_compute_s=by_compiler,
+            xlu_s=xlu_s, compiler_compute_s=by_compiler,
             compiler_latency_s=max(by_compiler, memory) + launch), trips))
     for kernel in found.kernels:
         if kernel.bound == "unpriced":
@@ -328,7 +330,7 @@ def _times(price: FusionPrice, trips: int, name: str | None = None) -> FusionPri
         hbm_bytes=price.hbm_bytes * trips, cycles=cycles, compute_s=price.compute_s * trips,
         memory_s=price.memory_s * trips, latency_s=price.latency_s * trips,
         vpu_ops=price.vpu_ops * trips, transcendentals=price.transcendentals * trips,
-        mxu_s=price.mxu_s * trips,
+        mxu_s=price.mxu_s * trips, xlu_s=price.xlu_s * trips,
         compiler_compute_s=None if price.compiler_compute_s is None
         else price.compiler_compute_s * trips,
         compiler_latency_s=None if price.compiler_latency_s is None
