@@ -7,8 +7,9 @@ serves every block size. The grid has one `parallel` axis per tiled axis; inputs
 tiled axis are one whole block fetched once. Blocks are sized so the double-buffered blocks
 plus every intermediate of the body fit the scoped VMEM, with the limit raised when even the
 smallest blocks need more. Slower than a specific class perhaps, but correct: a root the
-search climbs from. Its levers (`block_shape`, `vmem_budget`) are spec transformations
-registered here.
+search climbs from. Its levers (`block_shape`, `vmem_budget`, `lane_dense_layout`) are spec
+transformations registered here; the layout of arrays narrower than the lanes is also a knob
+the tuner reaches (`narrow_lanes`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class GenericSpec:
     block_2: int = 0
     block_3: int = 0
     vmem_limit_bytes: int | None = None
+    narrow_lanes: bool = False  # the default of the `narrow_lanes` knob (`narrow_swaps`)
     levers: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -77,6 +79,29 @@ def _arrays(facts: TaskFacts) -> list[tuple[tuple[int, ...], int, tuple[int | No
     return ins + outs
 
 
+def narrow_swaps(facts: TaskFacts) -> tuple[list[bool], list[bool]]:
+    """Per input and per output: an array narrower than the lanes (last axis under 128) over
+    a second-to-last axis of 128 or more, both whole in every block. XLA:TPU keeps such an
+    array with that wider axis minor, so a kernel that reads it row-major gets a relayout
+    copy before it; read and written as (..., width, rows) blocks (the wrapper's swap of the
+    last two axes is then a bitcast) and transposed in VMEM, it needs none."""
+    t = _tiling(facts)
+
+    def narrow(shape: tuple[int, ...], axes: tuple[int | None, ...]) -> bool:
+        return (len(shape) >= 2 and shape[-1] < LANES and shape[-2] >= LANES
+                and axes[-1] is None and axes[-2] is None)
+
+    return ([narrow(tuple(a.shape), tuple(x)) for a, x in zip(facts.args, t["in_axes"], strict=True)],
+            [narrow(tuple(s), tuple(x)) for s, x in zip(facts.out_shapes, t["out_axes"], strict=True)])
+
+
+def lanes_knob(facts: TaskFacts) -> bool:
+    """Whether the kernel gets the `narrow_lanes` knob: some array can swap, and the tiling
+    is not summed (the summing kernel has no code path for swapped blocks)."""
+    ins, outs = narrow_swaps(facts)
+    return (any(ins) or any(outs)) and not reduced(facts)
+
+
 def aligns(facts: TaskFacts) -> list[int]:
     """Per tiled axis, the multiple its block must be (or the whole axis): 128 where it is some
     array's last axis, the dtype's sublane tile where it is a second-to-last, else 1."""
@@ -97,13 +122,22 @@ def _block_shape(shape: tuple[int, ...], axes: tuple[int | None, ...], blocks: l
     return tuple(s if g is None else min(blocks[g], s) for s, g in zip(shape, axes, strict=True))
 
 
-def block_vmem(facts: TaskFacts, blocks: list[int]) -> int:
+def block_vmem(facts: TaskFacts, blocks: list[int], narrow_lanes: bool = False) -> int:
     """Two buffers of every input and output block (one of an input that never moves) plus
     the most bytes of the body's values
     live at once (each from the equation that makes it to the last that reads it), at those
-    blocks, with lane and sublane padding."""
-    io = sum((1 if all(a is None for a in axes) else 2) * tiled_bytes(_block_shape(s, axes, blocks), size)
-             for s, size, axes in _arrays(facts))
+    blocks, with lane and sublane padding. With `narrow_lanes`, a swapped array's block is
+    held transposed, and its value in the body's orientation besides."""
+    swapped = [*narrow_swaps(facts)[0], *narrow_swaps(facts)[1]] if narrow_lanes else []
+    io = 0
+    for i, (s, size, axes) in enumerate(_arrays(facts)):
+        block = _block_shape(s, axes, blocks)
+        buffers = 1 if all(a is None for a in axes) else 2
+        if swapped and swapped[i]:
+            io += buffers * tiled_bytes((*block[:-2], block[-1], block[-2]), size)
+            io += tiled_bytes(block, size)
+        else:
+            io += buffers * tiled_bytes(block, size)
     values = _tiling(facts)["values"]
     steps = 1 + max((v[4] for v in values), default=0)
     live = [0] * steps
@@ -115,7 +149,7 @@ def block_vmem(facts: TaskFacts, blocks: list[int]) -> int:
 
 
 def spec_vmem(facts: TaskFacts, spec: GenericSpec) -> int:
-    return block_vmem(facts, _blocks(facts, spec))
+    return block_vmem(facts, _blocks(facts, spec), spec.narrow_lanes)
 
 
 def reduced(facts: TaskFacts) -> bool:
@@ -229,6 +263,10 @@ def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
                       "VMEM scratch, and the rest of the body runs once on the sums")
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
+    if lanes_knob(facts):
+        parts.append("the arrays narrower than the lanes go as (..., width, rows) blocks, "
+                     "transposed in VMEM" if spec.narrow_lanes else
+                     "the arrays narrower than the lanes go as laid out (`narrow_lanes` swaps them)")
     return "; ".join(parts)
 
 
@@ -298,9 +336,10 @@ def build(%KNOBS%):
 '''
 
 
-def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
+def _tunables(facts: TaskFacts, blocks: list[int], narrow_lanes: bool = False) -> dict[str, list[int]]:
     """Each block, then half and twice it where legal: a summed axis's blocks divide it (a
-    block that does not would lower to the same kernel as the divisor below it)."""
+    block that does not would lower to the same kernel as the divisor below it); last, both
+    layouts of the narrow arrays where they can swap (the spec's first)."""
     out = {}
     last = len(sizes(facts)) - 1
     for g, (b, size, align, unit) in enumerate(zip(blocks, sizes(facts), aligns(facts), units(facts),
@@ -315,6 +354,8 @@ def _tunables(facts: TaskFacts, blocks: list[int]) -> dict[str, list[int]]:
             if v >= max(align, 1) and (v % align == 0 or v == size) and v not in values:
                 values.append(v)
         out[f"block_{g}"] = values
+    if lanes_knob(facts):
+        out["narrow_lanes"] = [int(narrow_lanes), 1 - int(narrow_lanes)]
     return out
 
 
@@ -325,9 +366,12 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
 
     t = _tiling(facts)
     blocks = _blocks(facts, spec)
+    lanes = lanes_knob(facts)
     knob_names = [f"block_{g}" for g, unit in enumerate(units(facts)) if not unit]
+    knob_names += ["narrow_lanes"] if lanes else []
     block_args = ", ".join("1" if unit else f"block_{g}" for g, unit in enumerate(units(facts)))
-    tunables = {k: v for k, v in (tunables or {}).items() if k in knob_names} or _tunables(facts, blocks)
+    tunables = ({k: v for k, v in (tunables or {}).items() if k in knob_names}
+                or _tunables(facts, blocks, spec.narrow_lanes))
     names = [a.name for a in facts.args]
     ret = "outs[0]" if len(facts.outs) == 1 else "tuple(outs)"
     tiled_doc = "; ".join(("one position per step of" if units(facts)[g] else f"block_{g} tiles")
@@ -350,6 +394,8 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
         f"_IN_AXES = {tuple(tuple(a) for a in t['in_axes'])!r}",
         f"_OUT_AXES = {tuple(tuple(a) for a in t['out_axes'])!r}",
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+        *([f"_SWAP_IN = {tuple(narrow_swaps(facts)[0])!r}  # (..., width, rows) with narrow_lanes",
+           f"_SWAP_OUT = {tuple(narrow_swaps(facts)[1])!r}"] if lanes else []),
     ])
     symbols = [*facts.symbols, *t["symbols"]]
     dims = ", ".join(f"{s}=None" for s in symbols)
@@ -358,7 +404,8 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
     if summing:
         sums = ", ".join(f"({dims_expr(tuple(d))}, {dtype!r})" for d, dtype in t["partials"])
         out_avals += f"\n\n\ndef _partial_avals(*, {dims}):\n    return [{sums}]"
-    knobs = ", ".join(f"block_{g}: int = {b}" for g, b in enumerate(blocks) if not units(facts)[g])
+    knobs = ", ".join([f"block_{g}: int = {b}" for g, b in enumerate(blocks) if not units(facts)[g]]
+                      + ([f"narrow_lanes: int = {int(spec.narrow_lanes)}"] if lanes else []))
     wrapper = (_WRAPPER.replace("%STATIC%", repr(tuple(knob_names))).replace("%ARGS%", ", ".join(names))
                .replace("%SIGNATURE%", ", ".join(names) + (f", *, {knobs}" if knobs else ""))
                .replace("%KNOBS%", knobs).replace("%KNOB_NAMES%", block_args)
@@ -372,7 +419,46 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
                         "functools.partial(_kernel, dims=block_dims, n_in=len(args))")
                .replace("%SCRATCH%", "\n        scratch_shapes=[pltpu.VMEM(shape, jnp.float32) "
                         "for shape, _ in _partial_avals(**block_dims)]," if summing else ""))
+    if lanes:
+        wrapper = _with_lanes(wrapper)
     return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
+
+
+_LANES_KERNEL = '''
+
+def _kernel(*refs, dims, n_in, swap_in, swap_out):
+    """One block of every tiled axis: the reference's ops on it in VMEM. An array marked in
+    `swap_in` or `swap_out` arrives or leaves as a (..., width, rows) block, transposed here."""
+    values = [jnp.swapaxes(ref[...], -1, -2) if swap else ref[...]
+              for ref, swap in zip(refs[:n_in], swap_in, strict=True)]
+    outs = _body(*values, **dims)
+    for ref, value, swap in zip(refs[n_in:], outs, swap_out, strict=True):
+        value = value.astype(ref.dtype)
+        ref[...] = jnp.swapaxes(value, -1, -2) if swap else value
+'''
+
+
+def _with_lanes(wrapper: str) -> str:
+    """The wrapper with the `narrow_lanes` knob: the marked arrays swap their last two axes
+    around the call (bitcasts in the layouts XLA:TPU keeps them in) and in VMEM."""
+    steps = [
+        (_KERNEL, _LANES_KERNEL),
+        ("    args = (", "    swap_in = _SWAP_IN if narrow_lanes else (False,) * len(_SWAP_IN)\n"
+                       "    swap_out = _SWAP_OUT if narrow_lanes else (False,) * len(_SWAP_OUT)\n"
+                       "    args = tuple(jnp.swapaxes(x, -1, -2) if swap else x for x, swap in zip(("),
+        (",)\n    out_avals = _out_avals(**dims)\n",
+         ",), swap_in, strict=True))\n"
+         "    out_avals = [((*shape[:-2], shape[-1], shape[-2]), dtype) if swap else (shape, dtype)\n"
+         "                 for (shape, dtype), swap in zip(_out_avals(**dims), swap_out, strict=True)]\n"),
+        ("n_in=len(args))", "n_in=len(args),\n                          swap_in=swap_in, swap_out=swap_out)"),
+        ("    )(*args)\n", "    )(*args)\n    outs = [jnp.swapaxes(o, -1, -2) if swap else o\n"
+                         "            for o, swap in zip(outs, swap_out, strict=True)]\n"),
+    ]
+    for old, new in steps:
+        if wrapper.count(old) != 1:
+            raise AssertionError(f"the generic wrapper changed: {old!r} is not there once")
+        wrapper = wrapper.replace(old, new)
+    return wrapper
 
 
 def safer_steps(facts: TaskFacts, chip: dict[str, Any] | None) -> list[tuple[dict[str, Any], str]]:
@@ -413,7 +499,7 @@ def block_shape(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | Not
             moved[g] = int(blocks[g] * factor)
             candidate = changed(spec, **{KNOBS[g]: moved[g]})
             legal = _blocks(facts, candidate)
-            if legal != blocks and block_vmem(facts, legal) <= limit:
+            if legal != blocks and block_vmem(facts, legal, spec.narrow_lanes) <= limit:
                 out.append(changed(spec, **{KNOBS[g]: legal[g]}))
     return out or NotApplicable("no other block of a tiled axis is legal and fits VMEM")
 
@@ -428,9 +514,25 @@ def vmem_budget(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | Not
     grown = changed(spec, vmem_limit_bytes=raised, **dict(zip(KNOBS, bigger, strict=False)))
     if _blocks(ctx.facts, grown) == blocks:
         return NotApplicable("every tiled axis is already one block")
-    if block_vmem(ctx.facts, _blocks(ctx.facts, grown)) > raised:
+    if block_vmem(ctx.facts, _blocks(ctx.facts, grown), spec.narrow_lanes) > raised:
         return NotApplicable("blocks twice as large do not fit even the raised limit")
     return [grown]
+
+
+@lever(C, "lane_dense_layout")
+def lane_dense_layout(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | NotApplicable:
+    """Arrays narrower than the lanes as (..., width, rows) blocks: their rows fill the lanes,
+    and XLA:TPU hands them over as bitcasts instead of relayout copies (`narrow_swaps`)."""
+    if spec.narrow_lanes:
+        return NotApplicable("the narrow arrays already go as (..., width, rows) blocks")
+    if reduced(ctx.facts):
+        return NotApplicable("no code path: the summing kernel reads every block as the reference lays it out")
+    if not lanes_knob(ctx.facts):
+        return NotApplicable("no array is narrower than the lanes over a whole axis of 128 or more")
+    out = changed(spec, narrow_lanes=True)
+    limit = spec.vmem_limit_bytes or scoped_vmem(ctx.chip)
+    return [out] if spec_vmem(ctx.facts, out) <= limit else NotApplicable(
+        "the transposed blocks and their values in VMEM do not fit")
 
 
 not_applicable(C, "dimension_semantics", "every grid axis is a tiled independent axis, already parallel")
