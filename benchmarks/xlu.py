@@ -10,7 +10,10 @@ bf16, 16 grid steps), with the real TPU compiler ahead of time (libtpu, the
 schedule (:mod:`tools.performance.llo_cycles`). It prints each step's cycles divided by the
 vregs the block fills: the figures `tools/performance/chips.py` copies as
 ``XLU_CYCLES_PER_VREG`` (the copy is shown for comparison: loads and stores, which the
-model still counts free, overlap the unit's work). Prints one JSON object with --json.
+model still counts free, overlap the unit's work). It also compiles `x @ w` and `x @ w.T`
+with a resident weight (`transpose_into_matmul`): the compiler folds a transpose that only
+feeds a matmul into the MXU's operand, so the model prices that one free.
+Prints one JSON object with --json.
 """
 
 from __future__ import annotations
@@ -53,6 +56,54 @@ def _kernel(op: str, rows: int) -> Any:
             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
     return call
+
+
+def _matmul(transposed: bool) -> Any:
+    """(16, 1024) rows times a resident (1024, 1024) weight, or its transpose."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, w_ref, o_ref):
+        w = w_ref[...]
+        o_ref[...] = jnp.dot(x_ref[...], w.T if transposed else w,
+                             preferred_element_type=jnp.float32)
+
+    def call(x: Any, w: Any) -> Any:
+        return pl.pallas_call(
+            body, grid=(STEPS,),
+            in_specs=[pl.BlockSpec((16, BLOCK), lambda i: (i, 0)),
+                      pl.BlockSpec((BLOCK, BLOCK), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((16, BLOCK), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((16 * STEPS, BLOCK), jnp.float32))(x, w)
+
+    return call
+
+
+def folded(chip: str) -> dict[str, Any]:
+    """A transpose that feeds a matmul: the compiler folds it into the MXU's operand."""
+    import jax
+    import jax.numpy as jnp
+
+    from tools.lowered import tpu_compiler
+    from tools.lowered.compile_check import lower_for_tpu
+
+    out: dict[str, Any] = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        bits = jnp.dtype(dtype).itemsize * 8
+        x = jax.ShapeDtypeStruct((16 * STEPS, BLOCK), dtype)
+        w = jax.ShapeDtypeStruct((BLOCK, BLOCK), dtype)
+        steps = {}
+        for name, transposed in (("x @ w", False), ("x @ w.T", True)):
+            text = lower_for_tpu(jax.jit(_matmul(transposed)).trace(x, w), chip=chip)
+            (compiled,) = tpu_compiler.compile_all([text], chip, cycles=True)
+            steps[name] = compiled.kernel_cycles[0].step_cycles if compiled.kernel_cycles else None
+        a, b = steps["x @ w"], steps["x @ w.T"]
+        vregs = BLOCK * BLOCK * (bits // 8) / 4096
+        out[f"{bits}bit"] = {
+            "step_cycles": steps,
+            "extra_cycles_per_weight_vreg": round((b - a) / vregs, 3) if a and b else None}
+    return out
 
 
 def measure(chip: str) -> dict[str, Any]:
@@ -104,12 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         measured = measure(chip)
         model = get_chip(chip)
         for key, row in measured.items():
+            if "_" not in key or not key.endswith("bit"):
+                continue
             op, bits = key.split("_")[0], int(key.split("_")[1].removesuffix("bit"))
             if op != "copy" and "cycles_per_vreg" in row:
                 try:
                     row["model_cycles_per_vreg"] = model.xlu_cycles(op, bits)
                 except KeyError:
                     row["model_cycles_per_vreg"] = None  # not in the model's table
+        measured["transpose_into_matmul"] = folded(chip)
         result["chips"][chip] = measured
     if args.json:
         print(json.dumps(result))

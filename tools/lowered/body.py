@@ -73,6 +73,17 @@ _FREE = frozenset({
 # Data movement on the cross-lane unit (assumption 4 of tools.performance.roofline).
 _TRANSPOSES = frozenset({"vector.transpose", "tpu.transpose"})
 _ROTATES = frozenset({"tpu.roll", "tpu.dynamic_rotate", "tpu.rotate"})
+_MATMULS = frozenset({"tpu.matmul", "vector.contract"})
+
+
+def _feeds_only_matmuls(op: Any) -> bool:
+    """A transpose whose every reader is a matmul: the compiler folds it into the MXU's
+    operand, at the per-chip cost `x @ w.T` has over `x @ w` (`benchmarks/xlu.py`)."""
+    uses = list(op.operation.results[0].uses)
+    return bool(uses) and all(
+        hasattr(use.owner, "name") and op_name(use.owner) in _MATMULS for use in uses)
+
+
 # Views of a ref: a DMA's source, destination or semaphore is its root through these.
 _VIEWS = frozenset({
     "tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast",
@@ -271,6 +282,8 @@ class BodyReader:
                 return None
             kind = ("transpose" if perm[-1] != rank - 1
                     else "shuffle" if rank >= 2 and perm[-2] != rank - 2 else "")
+            if kind and _feeds_only_matmuls(op):
+                kind = "into_matmul"
         else:
             axis = self._const_of_attr(op, "dimension")
             if axis is None:

@@ -40,7 +40,10 @@ What JAX does not publish is an assumption, stated here once:
   ahead of time, libtpu with jax 0.10.2, rounded up; `benchmarks/xlu.py` measures them
   again). Packed 16-bit vregs take longer per vreg. Transposes of leading axes only and
   rotations along sublanes rename or copy vregs (the compiler's step is a copy's), which
-  the model counts free like loads and stores.
+  the model counts free like loads and stores. A transpose whose only readers are matmuls
+  is folded into the MXU's operand by the compiler: it costs what `x @ w.T` takes over
+  `x @ w` per vreg of the transposed operand ("into_matmul": nothing on v5e and about
+  nothing on v6e, a third to a half of a cycle on v7).
 """
 
 from __future__ import annotations
@@ -84,8 +87,8 @@ class Chip(msgspec.Struct, frozen=True):
         return cycles / self.clock_hz
 
     def xlu_cycles(self, op: str, bits: int) -> float:
-        """Cycles per vreg the cross-lane unit spends on ``op`` ("transpose", "shuffle" or
-        "rotate") of ``bits``-wide elements (module doc); 16 and 32 bits were measured, and
+        """Cycles per vreg the cross-lane unit spends on ``op`` ("transpose", "shuffle",
+        "rotate" or "into_matmul") of ``bits``-wide elements (module doc); 16 and 32 bits were measured, and
         any other width is a KeyError (the body reader leaves such an op unpriced)."""
         return XLU_CYCLES_PER_VREG[self.name][op][bits]
 
@@ -132,11 +135,11 @@ LOOP_TRIP_CYCLES = 8
 # with benchmarks/xlu.py, rounded up to the next 0.05).
 XLU_CYCLES_PER_VREG: dict[str, dict[str, dict[int, float]]] = {
     "v5e": {"transpose": {32: 1.80, 16: 2.70}, "shuffle": {32: 2.55, 16: 2.65},
-            "rotate": {32: 2.65, 16: 2.95}},
+            "rotate": {32: 2.65, 16: 2.95}, "into_matmul": {32: 0.0, 16: 0.0}},
     "v6e": {"transpose": {32: 1.15, 16: 1.90}, "shuffle": {32: 1.70, 16: 2.00},
-            "rotate": {32: 2.15, 16: 2.55}},
+            "rotate": {32: 2.15, 16: 2.55}, "into_matmul": {32: 0.05, 16: 0.0}},
     "v7": {"transpose": {32: 1.15, 16: 1.90}, "shuffle": {32: 1.70, 16: 2.00},
-           "rotate": {32: 2.15, 16: 2.50}},
+           "rotate": {32: 2.15, 16: 2.50}, "into_matmul": {32: 0.35, 16: 0.55}},
 }
 
 

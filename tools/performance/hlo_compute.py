@@ -21,8 +21,9 @@ per element of the HLO shape:
   or the second minor, comes from another axis; unit axes ignored): the cross-lane unit's
   cycles per vreg of the larger of the two, tile-padded, as a kernel's transpose
   (:mod:`tools.performance.chips`); one that only reorders leading axes, or is a bitcast in
-  those layouts, is free. A width the compiler's figures do not cover (not 16 or 32 bits)
-  has no rule.
+  those layouts, is free; one read only by dots costs what the compiler takes to fold it
+  into the MXU's operand ("into_matmul"). A width the compiler's figures do not cover (not
+  16 or 32 bits) has no rule.
 - other data movement inside the fusion (broadcast, reshape, slice, concatenate, pad,
   iota, copy, constants): free, as moves inside VMEM are in a kernel (a copy that changes
   the element type is a convert). An op whose operands
@@ -253,8 +254,9 @@ def _physical(type_text: str) -> tuple[str, list[int], list[int]] | None:
     return m.group(1), dims, minor_to_major[::-1]
 
 
-def cross_lane(ins: Instr, types: dict[str, str]) -> Work:
-    """A transpose's or a same-type copy's work on the cross-lane unit (module doc)."""
+def cross_lane(ins: Instr, types: dict[str, str], readers: frozenset[str] = frozenset()) -> Work:
+    """A transpose's or a same-type copy's work on the cross-lane unit (module doc);
+    ``readers``: the opcodes that read its result in its computation."""
     source = _physical(types.get(ins.operands[0], "")) if ins.operands else None
     result = _physical(ins.type_text)
     if source is None or result is None:
@@ -275,6 +277,8 @@ def cross_lane(ins: Instr, types: dict[str, str]) -> Work:
             else "shuffle" if len(held) >= 2 and held[-2] != made[-2] else "")
     if not kind:
         return Work()
+    if readers and readers <= DOTS:
+        kind = "into_matmul"
     bits = _BITS.get(source[0])
     if bits is None:
         return Work(unpriced=(f"{ins.opcode} {ins.name} of {source[0]} (the cross-lane unit's "
@@ -297,7 +301,8 @@ class Module:
         self.entry = entry_name(hlo)
         self._memo: dict[str, Work] = {}
 
-    def instr_work(self, ins: Instr, types: dict[str, str]) -> Work:
+    def instr_work(self, ins: Instr, types: dict[str, str],
+                   readers: frozenset[str] = frozenset()) -> Work:
         """One op's work: by its rule, or its fused computation's summed (module text)."""
         if ins.opcode == "fusion":
             called = _called(ins.rest)
@@ -309,7 +314,7 @@ class Module:
                 ins.operands[0] if ins.operands else "", ins.type_text)):
             return Work(float(elements(ins.type_text)))  # a copy that converts: a convert
         if ins.opcode in ("transpose", "copy"):
-            return cross_lane(ins, types)
+            return cross_lane(ins, types, readers)
         if ins.opcode in FREE:
             return Work()
         if ins.opcode in DOTS:
@@ -367,6 +372,10 @@ class Module:
         types: dict[str, str] = {}
         folded: set[str] = set()
         total = Work()
+        readers: dict[str, set[str]] = {}
+        for ins in self.computations.get(name, []):
+            for operand in ins.operands:
+                readers.setdefault(operand, set()).add(ins.opcode)
         for ins in self.computations.get(name, []):
             types[ins.name] = ins.type_text
             if ins.opcode == "constant" or (
@@ -374,7 +383,7 @@ class Module:
                     and all(o in folded for o in ins.operands)):
                 folded.add(ins.name)
                 continue
-            total = total + self.instr_work(ins, types)
+            total = total + self.instr_work(ins, types, frozenset(readers.get(ins.name, ())))
         self._memo[name] = total
         return total
 
