@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools.lowered.kernel import BodyOp, Branch, DmaKey, Loop, VectorValue
-from tools.lowered.ops import Slots, attr_str, constant_value, instr, op_name
+from tools.lowered.ops import Slots, attr_str, constant_value, instr, int_attr, op_name
 from tools.lowered.scalar import INDEX_MAP_OPS, UNKNOWN, Instr
 from tools.lowered.types import (
     VREG_BYTES,
+    XLU_BITS,
     MosaicError,
+    cross_lane_kind,
+    cross_lane_vregs,
     dtype_bits,
     nbytes,
     split_shaped,
@@ -280,12 +283,15 @@ class BodyReader:
             if len(perm) != rank:
                 self.unmodelled.add(f"{name} (permutation unread)")
                 return None
-            kind = ("transpose" if perm[-1] != rank - 1
-                    else "shuffle" if rank >= 2 and perm[-2] != rank - 2 else "")
+            kind = cross_lane_kind(range(rank), perm)
             if kind and _feeds_only_matmuls(op):
                 kind = "into_matmul"
         else:
-            axis = self._const_of_attr(op, "dimension")
+            text = attr_str(op, "dimension")
+            try:
+                axis = None if text is None else int_attr(text)
+            except MosaicError:
+                axis = None
             if axis is None:
                 self.unmodelled.add(f"{name} (axis unread)")
                 return None
@@ -293,18 +299,11 @@ class BodyReader:
         if not kind:
             return None
         bits = dtype_bits(etype) if etype else 0
-        if bits not in (16, 32):
+        if bits not in XLU_BITS:
             self.unmodelled.add(f"{name} of {bits}-bit elements")
             return None
-        vregs = max(tile_padded_bytes(source[1], source[2]),
-                    tile_padded_bytes(shape, etype)) / VREG_BYTES
-        return BodyOp(name, shape, etype, xlu=(kind, bits, vregs))
-
-    @staticmethod
-    def _const_of_attr(op: Any, attribute: str) -> int | None:
-        text = attr_str(op, attribute)
-        found = re.match(r"\s*(-?\d+)", text or "")
-        return int(found.group(1)) if found else None
+        return BodyOp(name, shape, etype,
+                      xlu=(kind, bits, cross_lane_vregs(source[1], shape, etype)))
 
     def _dma_key(self, op: Any, name: str) -> DmaKey | None:
         """(semaphore, source, destination) of a start or a `wait_dma2`; None when the op

@@ -50,6 +50,28 @@ def nbytes(shape: Sequence[int], dtype: str) -> int:
 VREG_BYTES = 8 * 128 * 4  # one vector register: (8 sublanes, 128 lanes) of 32 bits
 
 
+XLU_BITS = (16, 32)  # the element widths the cross-lane unit's figures cover
+
+
+def cross_lane_kind(held: Sequence[int], made: Sequence[int]) -> str:
+    """What a relayout asks of the cross-lane unit, from the axes in physical order (major to
+    minor) of its operand (``held``) and of its result, each named by the operand axis it
+    comes from (``made``): "transpose" where the minor (lane) axis changes, "shuffle" where
+    only the second minor (sublane) one does, "" where only leading axes move (a renaming)."""
+    if not held or len(held) != len(made):
+        return ""
+    if held[-1] != made[-1]:
+        return "transpose"
+    if len(held) >= 2 and held[-2] != made[-2]:
+        return "shuffle"
+    return ""
+
+
+def cross_lane_vregs(source: Sequence[int], result: Sequence[int], dtype: str) -> float:
+    """Vregs a relayout moves: the larger of operand and result, tile-padded."""
+    return max(tile_padded_bytes(source, dtype), tile_padded_bytes(result, dtype)) / VREG_BYTES
+
+
 def tile_padded_bytes(shape: Sequence[int], dtype: str) -> int:
     """Bytes an array occupies in VMEM with the last two dims padded to Mosaic's
     (8 x packing, 128) tiles (a 1-D array as one row)."""

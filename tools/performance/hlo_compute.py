@@ -57,7 +57,7 @@ import re
 
 import msgspec
 
-from tools.lowered.types import VREG_BYTES, tile_padded_bytes
+from tools.lowered.types import cross_lane_kind, cross_lane_vregs
 from tools.performance.baseline import _hlo_bytes
 from tools.performance.chips import Chip
 
@@ -237,8 +237,9 @@ def _ordering_ops(ins: Instr, types: dict[str, str]) -> int | None:
 
 
 _LAYOUT = re.compile(r"(\w+)\[([\d,]*)\](?:\{([\d,]*))?")
-_BITS = {"f32": 32, "s32": 32, "u32": 32, "bf16": 16, "f16": 16, "s16": 16, "u16": 16}
-_TYPE_NAMES = {32: "float32", 16: "bfloat16"}  # for the tile padding: only the width counts
+# HLO element types by width; for the tile padding only the width counts
+_WIDTH_TYPES = {"f32": "float32", "s32": "float32", "u32": "float32",
+                "bf16": "bfloat16", "f16": "bfloat16", "s16": "bfloat16", "u16": "bfloat16"}
 
 
 def _physical(type_text: str) -> tuple[str, list[int], list[int]] | None:
@@ -269,23 +270,19 @@ def cross_lane(ins: Instr, types: dict[str, str], readers: frozenset[str] = froz
             return Work(unpriced=(f"transpose {ins.name} (its permutation is unreadable)",))
     # the operand's axes in physical order, major to minor, and the same for the result
     # named by the operand axis each comes from; unit axes move nothing
-    held = [a for a in source[2] if source[1][a] > 1]
-    made = [perm[a] for a in result[2] if result[1][a] > 1]
-    if held == made or len(held) != len(made):
-        return Work()
-    kind = ("transpose" if held[-1] != made[-1]
-            else "shuffle" if len(held) >= 2 and held[-2] != made[-2] else "")
+    kind = cross_lane_kind([a for a in source[2] if source[1][a] > 1],
+                           [perm[a] for a in result[2] if result[1][a] > 1])
     if not kind:
         return Work()
     if readers and readers <= DOTS:
         kind = "into_matmul"
-    bits = _BITS.get(source[0])
-    if bits is None:
+    width = _WIDTH_TYPES.get(source[0])
+    if width is None:
         return Work(unpriced=(f"{ins.opcode} {ins.name} of {source[0]} (the cross-lane unit's "
                               "figures cover 16- and 32-bit elements)",))
-    padded = max(tile_padded_bytes([source[1][a] for a in source[2]], _TYPE_NAMES[bits]),
-                 tile_padded_bytes([result[1][a] for a in result[2]], _TYPE_NAMES[bits]))
-    return Work(xlu=((kind, bits, padded / VREG_BYTES),))
+    vregs = cross_lane_vregs([source[1][a] for a in source[2]],
+                             [result[1][a] for a in result[2]], width)
+    return Work(xlu=((kind, 32 if width == "float32" else 16, vregs),))
 
 
 def _called(rest: str) -> str | None:

@@ -106,7 +106,8 @@ def block_vmem(facts: TaskFacts, blocks: list[int], narrow_lanes: bool = False) 
     live at once (each from the equation that makes it to the last that reads it), at those
     blocks, with lane and sublane padding. With `narrow_lanes`, a swapped array's block is
     held transposed, and its value in the body's orientation besides."""
-    swapped = [*narrow_swaps(facts)[0], *narrow_swaps(facts)[1]] if narrow_lanes else []
+    ins, outs = narrow_swaps(facts)
+    swapped = [*ins, *outs] if narrow_lanes else []
     io = 0
     for i, (s, size, axes) in enumerate(_arrays(facts)):
         block = _block_shape(s, axes, blocks)
@@ -345,6 +346,7 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
     t = _tiling(facts)
     blocks = _blocks(facts, spec)
     lanes = lanes_knob(facts)
+    swap_in, swap_out = narrow_swaps(facts)
     knob_names = [f"block_{g}" for g, unit in enumerate(units(facts)) if not unit]
     knob_names += ["narrow_lanes"] if lanes else []
     block_args = ", ".join("1" if unit else f"block_{g}" for g, unit in enumerate(units(facts)))
@@ -372,8 +374,8 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
         f"_IN_AXES = {tuple(tuple(a) for a in t['in_axes'])!r}",
         f"_OUT_AXES = {tuple(tuple(a) for a in t['out_axes'])!r}",
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
-        *([f"_SWAP_IN = {tuple(narrow_swaps(facts)[0])!r}  # (..., width, rows) with narrow_lanes",
-           f"_SWAP_OUT = {tuple(narrow_swaps(facts)[1])!r}"] if lanes else []),
+        *([f"_SWAP_IN = {tuple(swap_in)!r}  # (..., width, rows) with narrow_lanes",
+           f"_SWAP_OUT = {tuple(swap_out)!r}"] if lanes else []),
     ])
     symbols = [*facts.symbols, *t["symbols"]]
     dims = ", ".join(f"{s}=None" for s in symbols)
