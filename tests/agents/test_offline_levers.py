@@ -148,6 +148,10 @@ def test_a_variant_that_only_raises_the_vmem_limit_is_no_kernel_of_its_own() -> 
     assert isinstance(grown, NotApplicable) or all(s.block_rows > base.block_rows for s in grown)
 
 
+ROWS = {"operands": "rows", "layout": "rows"}
+"""(seq, head_dim) blocks and (q, kv) scores: where the levers that lay attention out
+otherwise start from (a head_dim under 128 defaults to seq on the lanes)."""
+
 # (task, small shape index, lever, parent overrides so the lever applies at that parent)
 VERIFIED = [
     ("matmul_bias_gelu", 1, "inner_loop", {}), ("matmul_bias_gelu", 1, "accumulator", {}),
@@ -155,16 +159,16 @@ VERIFIED = [
     ("matmul_bias_gelu", 1, "grid_order", {"block_m": 128, "block_n": 128}),
     ("matmul_bias_gelu", 1, "single_buffer_invariants", {"block_n": 2048}),
     ("attention", 1, "head_packing", {}), ("gqa_attention", 1, "head_packing", {}),
-    ("gqa_attention", 1, "head_packing", {"layout": "transposed"}), ("attention", 1, "reduction_layout", {}),
+    ("gqa_attention", 1, "head_packing", {"layout": "transposed"}), ("attention", 1, "reduction_layout", ROWS),
     ("attention", 1, "transcendentals", {}), ("attention", 1, "reduction_in_one_block", {"block_kv": 64}),
-    ("attention", 1, "inner_loop", {}), ("attention", 1, "accumulator", {}),
+    ("attention", 1, "inner_loop", {**ROWS, "heads_per_block": 1}), ("attention", 1, "accumulator", {}),
     ("attention", 1, "hoisting", {"block_kv": 64}), ("attention", 1, "single_buffer_invariants", {"block_kv": 64}),
-    ("causal_attention", 1, "reduction_layout", {"block_q": 64, "block_kv": 64}),
+    ("causal_attention", 1, "reduction_layout", {"block_q": 64, "block_kv": 64, **ROWS}),
     ("causal_attention", 1, "grid_order", {"block_q": 64, "block_kv": 64}),
     ("rmsnorm", 2, "inner_loop", {}), ("rmsnorm", 2, "single_buffer_invariants", {}),
     ("softmax", 2, "transcendentals", {}),
-    ("gqa_attention", 1, "lane_dense_layout", {}),
-    ("causal_attention", 1, "lane_dense_layout", {"block_q": 128, "block_kv": 128}),
+    ("gqa_attention", 1, "lane_dense_layout", ROWS),
+    ("causal_attention", 1, "lane_dense_layout", {"block_q": 128, "block_kv": 128, **ROWS}),
     ("topk", 1, "lane_dense_layout", {}), ("topk", 2, "lane_dense_layout", {}),
 ]
 
@@ -186,7 +190,8 @@ def test_seq_on_the_lanes_computes_the_reference_beside_other_levers(also: dict[
     """Both (head_dim, seq) variants, (kv, q) and (q, kv) scores, with a KV tail (200 over
     128-wide blocks) under the causal mask, and with the levers that touch the same code."""
     facts = _facts("causal_attention")
-    base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), block_q=128, block_kv=128)
+    base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), block_q=128, block_kv=128,
+                               heads_per_block=1, **ROWS)
     got = variants("attention", base, "lane_dense_layout", LeverContext(facts, _chip()))
     assert not isinstance(got, NotApplicable), got
     assert {(s.operands, s.layout) for s in got} == {("transposed", "transposed"), ("transposed", "rows")}
@@ -200,7 +205,7 @@ def test_seq_on_the_lanes_computes_the_reference_beside_other_levers(also: dict[
 
 def test_seq_on_the_lanes_and_the_output_accumulator_say_when_they_do_not_apply() -> None:
     facts = _facts("gqa_attention")
-    base = variety.default_spec(facts, {}, _chip())
+    base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), **ROWS)
     transposed = dataclasses.replace(base, operands="transposed")
     got = variants("attention", transposed, "lane_dense_layout", LeverContext(facts, _chip()))
     assert isinstance(got, NotApplicable) and "already" in got.reason
@@ -378,6 +383,8 @@ def test_xla_ops_around_the_parents_kernels_put_the_layout_lever_first(name: str
     relayout copies): the first variant an unhinted child writes reads the arrays as XLA keeps
     them, whatever bound the kernel itself has; with the ops a small share, it is not first."""
     root = _plan(name, "", 0)
+    if name == "gqa_attention":  # a parent that reads (seq, head_dim) blocks
+        root = {**root, "spec": {**root["spec"], **ROWS}}
     parent = {"plan": "", "config": {}, "spec": root["spec"]}
     picks = {}
     for outside in (2.5e-6, 0.5e-6):

@@ -17,7 +17,7 @@ buffering, ...); `attention_levers` maps specs to specs and `render` writes one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from agents.llm.offline.common import (
     aligned,
     aligned_tunables,
     header,
+    scoped_vmem,
     sublane_tile,
     tunables_literal,
 )
@@ -83,13 +84,46 @@ def row_tile(facts: TaskFacts) -> int:
 
 
 def default_spec(facts: TaskFacts, params: dict[str, Any], chip: dict[str, Any] | None) -> AttentionSpec:
+    """Blocks of up to 512 along q and KV; a narrow head_dim with seq on the lanes; as many
+    (batch x head) groups per block as keep the step's scores within `SCORES_PER_STEP`."""
     blocks = default_blocks(facts, chip)
     sub = row_tile(facts)
     for key in blocks:
         value = params[key] if isinstance(params.get(key), int) and params[key] > 0 else blocks[key]
         blocks[key] = aligned(value, sub)
-    return AttentionSpec(block_q=blocks["block_q"], block_kv=blocks["block_kv"],
+    spec = AttentionSpec(block_q=blocks["block_q"], block_kv=blocks["block_kv"],
                          mxu_dtype=reference_mxu_dtype(facts))
+    if seq_on_lanes_pays(facts):
+        spec = replace(spec, operands="transposed", layout="transposed")
+    return replace(spec, heads_per_block=default_heads(facts, spec, scoped_vmem(chip)))
+
+
+SCORES_PER_STEP = 1 << 20
+"""f32 scores one grid step may hold (4 MiB): heads are packed up to this, so short
+sequences do not pay the per-step cost once per head, nor long ones spill."""
+
+
+def seq_on_lanes_pays(facts: TaskFacts) -> bool:
+    """A head_dim that does not fill the lanes pads every (seq, head_dim) block up to them,
+    and XLA:TPU keeps such arrays seq-minor, so a kernel reading them row-major gets relayout
+    copies around it; (head_dim, seq) blocks are dense and a bitcast there. Not with a score
+    bias (read in (q, kv) blocks) or sequences shorter than the lanes."""
+    g = geometry(facts)
+    return (g["depth"] % 128 != 0 and not has_bias(facts)
+            and min(g["q_len"], g["kv_len"]) >= 128)
+
+
+def head_choices(facts: TaskFacts, spec: AttentionSpec, vmem_budget: int) -> list[int]:
+    """Heads per block that pack the groups and fit 3/4 of `vmem_budget`, ascending."""
+    g = geometry(facts)
+    return [h for h in (1, 2, 4, 8, 16) if h == 1 or (
+        packs(g["groups"], g["repeat"], h) and not has_bias(facts)
+        and vmem_bytes(facts, replace(spec, heads_per_block=h)) <= vmem_budget * 3 // 4)]
+
+
+def default_heads(facts: TaskFacts, spec: AttentionSpec, vmem_budget: int) -> int:
+    _, bq, bkv = effective(facts, replace(spec, heads_per_block=1))
+    return max(h for h in head_choices(facts, spec, vmem_budget) if h == 1 or h * bq * bkv <= SCORES_PER_STEP)
 
 
 def reference_mxu_dtype(facts: TaskFacts) -> str:
@@ -400,10 +434,13 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
     tunables = aligned_tunables(tunables or {
         name: list(dict.fromkeys([v, max(SUBLANES, v // 2), v * 2])) for name, v in blocks.items()},
         dict.fromkeys(blocks, sub))
-    if spec.tune_schedule:
-        hb = spec.heads_per_block
-        tunables = {**tunables, "heads_per_block": list(dict.fromkeys([hb, 1, 2 * hb])),
-                    **({"buffers": list(dict.fromkeys([spec.buffers, 2, 3]))} if deepest_buffering() > 2 else {})}
+    hb, packing = spec.heads_per_block, head_choices(facts, spec, scoped_vmem(None))
+    heads = [h for h in dict.fromkeys([hb, 2 * hb, hb // 2, *([1] if spec.tune_schedule else [])])
+             if h == hb or h in packing]
+    if len(heads) > 1:
+        tunables = {**tunables, "heads_per_block": heads}
+    if spec.tune_schedule and deepest_buffering() > 2:
+        tunables = {**tunables, "buffers": list(dict.fromkeys([spec.buffers, 2, 3]))}
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     kind = ("causal" if d["causal"] else "non-causal") + (" grouped-query" if d.get("kv_heads") else "")
