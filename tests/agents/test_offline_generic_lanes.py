@@ -70,12 +70,15 @@ def test_the_lever_makes_the_swapped_layout_the_default_once(tmp_path: Path) -> 
 @pytest.mark.slow
 @pytest.mark.skipif(not tpu_compiler.available(),
                     reason="libtpu is not installed (pip install -e '.[tpu-compiler]')")
-def test_swapped_blocks_spare_the_relayout_copies_xla_puts_around_the_kernel(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["planes", "summed"])
+def test_swapped_blocks_spare_the_relayout_copies_xla_puts_around_the_kernel(
+        tmp_path: Path, source: str) -> None:
     """Priced with XLA:TPU's program around the kernel: row-major blocks of the narrow
     arrays pay copies outside it; swapped ones are bitcasts there and transposes inside."""
     from tools.api import estimate
 
-    task = _task(tmp_path)
+    task = tmp_path / f"{source}.py"
+    task.write_text(PLANES if source == "planes" else SUMMED)
     candidate = tmp_path / "planes_candidate.py"
     candidate.write_text(first_kernel(task))
     laid_out = estimate(task, candidate, config={"narrow_lanes": 0})
@@ -83,3 +86,39 @@ def test_swapped_blocks_spare_the_relayout_copies_xla_puts_around_the_kernel(tmp
     assert laid_out.sound and swapped.sound
     assert laid_out.outside_ops_s > 0 and swapped.outside_ops_s < laid_out.outside_ops_s
     assert swapped.latency_s < laid_out.latency_s
+
+
+# a dot summed over its free axis: the generic class's summing kernel, one (rows, 1) output
+SUMMED = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(384, 1024), (200, 256)]
+
+
+def reference(x, w):
+    return jnp.sum(jnp.dot(x, w.T) / 2.0, axis=1, keepdims=True) * 1.5
+
+
+def make_inputs(key, shape_index=0):
+    kx, kw = jax.random.split(key)
+    rows, width = SHAPES[shape_index]
+    return jax.random.uniform(kx, (rows, width)), jax.random.normal(kw, (width, width)) * 0.1
+'''
+
+
+def test_a_summed_kernel_writes_its_narrow_output_lane_dense(tmp_path: Path) -> None:
+    """The (rows, 1) output of a summing kernel goes as (1, rows) blocks where the rows'
+    block is whole or 128s, and as laid out where it is not (a 64-row block)."""
+    task = tmp_path / "summed.py"
+    task.write_text(SUMMED)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic" and generic.reduced(facts), facts.reasons
+    assert generic.narrow_swaps(facts) == ([False, False], [True]) and generic.lanes_knob(facts)
+    base = variety.default_spec(facts, {}, {})
+    assert not isinstance(variants("generic", base, "lane_dense_layout", LeverContext(facts, {})),
+                          NotApplicable)
+    source = first_kernel(task)
+    assert "'narrow_lanes': [0, 1]" in source and "_lane_block(shape, axes, blocks)" in source
+    for lanes, rows in ((1, 512), (0, 512), (1, 64)):
+        assert_matches_reference(task, source, seed=2, rtol=1e-3, atol=1e-3,
+                                 narrow_lanes=lanes, block_0=rows)

@@ -400,7 +400,7 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
                .replace("%SCRATCH%", "\n        scratch_shapes=[pltpu.VMEM(shape, jnp.float32) "
                         "for shape, _ in _partial_avals(**block_dims)]," if summing else ""))
     if lanes:
-        wrapper = with_lanes(wrapper, _KERNEL)
+        wrapper = with_lanes(wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
     return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
 
 
@@ -468,10 +468,8 @@ def lane_dense_layout(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec]
     and XLA:TPU hands them over as bitcasts instead of relayout copies (`narrow_swaps`)."""
     if spec.narrow_lanes:
         return NotApplicable("the narrow arrays already go as (..., width, rows) blocks")
-    if reduced(ctx.facts):
-        return NotApplicable("no code path: the summing kernel reads every block as the reference lays it out")
     if not lanes_knob(ctx.facts):
-        return NotApplicable("no array is narrower than the lanes over a whole axis of 128 or more")
+        return NotApplicable("no array is narrower than the lanes over an axis of 128 or more")
     out = changed(spec, narrow_lanes=True)
     limit = spec.vmem_limit_bytes or scoped_vmem(ctx.chip)
     return [out] if spec_vmem(ctx.facts, out) <= limit else NotApplicable(
