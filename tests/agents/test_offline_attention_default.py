@@ -76,3 +76,49 @@ def test_the_default_grouped_query_kernel_computes_the_reference(tmp_path: Path,
     spec = variety.default_spec(facts, {}, None)
     assert spec.operands == "transposed" and spec.heads_per_block == 2
     assert_matches_reference(task, first_kernel(task), seed=1, heads_per_block=heads)
+
+
+# a per-head score bias shared by the batch (flex attention's relative positions), causal
+BIASED = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(2, 4, 256, 32), (1, 4, 200, 32)]
+
+
+def reference(q, k, v, bias):
+    seq = q.shape[2]
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5 + BIAS_OF(bias)
+    allowed = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    scores = jnp.where(allowed, scores, -1e30)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def make_inputs(key, shape_index=0):
+    b, h, s, d = SHAPES[shape_index]
+    kq, kk, kv, kb = jax.random.split(key, 4)
+    return (jax.random.normal(kq, (b, h, s, d), jnp.float32),
+            jax.random.normal(kk, (b, h, s, d), jnp.float32),
+            jax.random.normal(kv, (b, h, s, d), jnp.float32),
+            jax.random.normal(kb, BIAS_SHAPE(h, s), jnp.float32))
+'''
+
+
+@pytest.mark.parametrize(("bias_of", "bias_shape", "default", "heads"), [
+    ("bias[None]", "(h, s, s)", 4, 4), ("bias[None]", "(h, s, s)", 4, 2),
+    ("bias[None, None]", "(s, s)", 8, 4)])
+def test_a_score_bias_goes_beside_packed_heads_and_seq_on_the_lanes(
+        tmp_path: Path, bias_of: str, bias_shape: str, default: int, heads: int) -> None:
+    """Consecutive query groups read consecutive bias groups (one block of several heads), or
+    the one bias all heads share (broadcast over the block), transposed in VMEM to the (kv, q)
+    scores. A block never holds more heads than divide the bias groups (4 here), unless there
+    is one."""
+    task = tmp_path / "biased.py"
+    task.write_text(BIASED.replace("BIAS_OF(bias)", bias_of)
+                    .replace("BIAS_SHAPE(h, s)", bias_shape))
+    facts = classify_task(task)
+    assert facts.kernel_class == "attention" and attention.has_bias(facts), facts.reasons
+    spec = variety.default_spec(facts, {}, None)
+    assert (spec.operands, spec.layout, spec.heads_per_block) == ("transposed", "transposed", default)
+    assert_matches_reference(task, first_kernel(task), seed=2, heads_per_block=heads)
+    rows = attention.render(facts, replace(spec, operands="rows", layout="rows"), "biased")
+    assert_matches_reference(task, rows, seed=2, heads_per_block=heads)

@@ -106,18 +106,17 @@ sequences do not pay the per-step cost once per head, nor long ones spill."""
 def seq_on_lanes_pays(facts: TaskFacts) -> bool:
     """A head_dim that does not fill the lanes pads every (seq, head_dim) block up to them,
     and XLA:TPU keeps such arrays seq-minor, so a kernel reading them row-major gets relayout
-    copies around it; (head_dim, seq) blocks are dense and a bitcast there. Not with a score
-    bias (read in (q, kv) blocks) or sequences shorter than the lanes."""
+    copies around it; (head_dim, seq) blocks are dense and a bitcast there (a score bias
+    block is then transposed in VMEM). Not for sequences shorter than the lanes."""
     g = geometry(facts)
-    return (g["depth"] % 128 != 0 and not has_bias(facts)
-            and min(g["q_len"], g["kv_len"]) >= 128)
+    return g["depth"] % 128 != 0 and min(g["q_len"], g["kv_len"]) >= 128
 
 
 def head_choices(facts: TaskFacts, spec: AttentionSpec, vmem_budget: int) -> list[int]:
     """Heads per block that pack the groups and fit 3/4 of `vmem_budget`, ascending."""
     g = geometry(facts)
     return [h for h in (1, 2, 4, 8, 16) if h == 1 or (
-        packs(g["groups"], g["repeat"], h) and not has_bias(facts)
+        packs(g["groups"], g["repeat"], h) and bias_packs(facts, h)
         and vmem_bytes(facts, replace(spec, heads_per_block=h)) <= vmem_budget * 3 // 4)]
 
 
@@ -149,11 +148,22 @@ def effective(facts: TaskFacts, spec: AttentionSpec) -> tuple[int, int, int]:
     bq = g["q_len"] if g["q_len"] <= spec.block_q else spec.block_q
     bkv = g["kv_len"] if spec.kv_in_one_block or g["kv_len"] <= spec.block_kv else spec.block_kv
     hb = spec.heads_per_block if packs(g["groups"], g["repeat"], spec.heads_per_block) else 1
-    if has_bias(facts):  # bias blocks are per (batch x head) group; a bias block spans lanes
-        hb, bkv = 1, min(g["kv_len"], -(-bkv // 128) * 128)
+    if has_bias(facts):  # a bias block spans lanes
+        hb, bkv = hb if bias_packs(facts, hb) else 1, min(g["kv_len"], -(-bkv // 128) * 128)
     if spec.operands == "transposed":  # q and kv blocks span the lanes
         bq, bkv = min(g["q_len"], -(-bq // 128) * 128), min(g["kv_len"], -(-bkv // 128) * 128)
     return hb, bq, bkv
+
+
+def bias_packs(facts: TaskFacts, heads: int) -> bool:
+    """Can a block of `heads` query groups read one score-bias block? Query group g reads bias
+    group g % bias_groups: consecutive ones where `heads` divides the bias groups, the same
+    one (broadcast over the block) where there is one; always without a bias."""
+    if not has_bias(facts):
+        return True
+    shape = facts.args[facts.detail["bias"]].shape
+    bias_groups = int(np.prod(shape[:-2]))
+    return heads == 1 or bias_groups == 1 or bias_groups % heads == 0
 
 
 def packs(groups: int, repeat: int, heads: int) -> bool:
@@ -170,7 +180,7 @@ def vmem_bytes(facts: TaskFacts, spec: AttentionSpec) -> int:
     total = (1 if spec.single_buffer_q else 2) * hb * bq * d * isz + spec.buffers * 2 * hb * bkv * d * isz
     total += 2 * hb * bq * d * isz + 2 * 4 * hb * bq * bkv  # out blocks, scores and probabilities
     if has_bias(facts):
-        total += 2 * bq * bkv * np.dtype(facts.args[facts.detail["bias"]].dtype).itemsize
+        total += 2 * hb * bq * bkv * np.dtype(facts.args[facts.detail["bias"]].dtype).itemsize
     if not spec.kv_in_one_block:
         stats = 2 * hb * (bq * 128 if spec.layout == "rows" else 8 * bq) * 4
         total += stats + (4 * hb * bq * d if spec.accumulate == "scratch" else 0)
@@ -244,7 +254,8 @@ def _kernel_source(spec: AttentionSpec, bias: bool = False, grouped: bool = Fals
     finish = normalized if rows_layout != seq_on_lanes else f"jnp.swapaxes({normalized}, -1, -2)"
     q_block = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[rows]"
     load_q = f"({q_block}.astype(jnp.float32) * scale).astype({q_dtype})"
-    add_bias = ["        s = s + b_ref[rows].astype(jnp.float32)"
+    bias_block = "b_ref[rows]" if rows_layout else "jnp.swapaxes(b_ref[...], -1, -2)"  # (kv, q)
+    add_bias = [f"        s = s + {bias_block}.astype(jnp.float32)"
                 + (" * _LOG2E  # the scores are in log2 units" if spec.exp == "exp2" else "")
                 ] if bias else []
     mask = [*add_bias,
@@ -339,8 +350,10 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     hb = heads_per_block if packed else 1
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
-    if BIAS:  # one (batch x head) group per block; the bias block's last axis is on the lanes
-        hb, bkv = 1, min(kv_len, pl.cdiv(bkv, LANES) * LANES)
+    if BIAS:  # the bias block's last axis is on the lanes; q group g reads bias group g % groups
+        bias_groups = int(np.prod(%BIAS%.shape[:-2]))
+        hb = hb if bias_groups == 1 or bias_groups % hb == 0 else 1
+        bkv = min(kv_len, pl.cdiv(bkv, LANES) * LANES)
     if SEQ_ON_LANES:  # the q and kv blocks are the lane axis of theirs: whole lengths or 128s
         bq, bkv = min(q_len, pl.cdiv(bq, LANES) * LANES), min(kv_len, pl.cdiv(bkv, LANES) * LANES)
     sub = SUB_Q if bq % (SUB_Q * SUBLANES) == 0 else 1
@@ -372,15 +385,15 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
         if (bias.ndim < 2 or bias.ndim - 2 > len(lead) or bias.shape[-2:] != (q_len, kv_len)
                 or bias.shape[:-2] != lead[len(lead) - bias.ndim + 2:]):
             raise ValueError(f"{bias.shape=} is not a score bias for {q.shape=} and {k.shape=}")
-        bias_groups = int(np.prod(bias.shape[:-2]))  # q group g reads bias group g % bias_groups
+        bias_head = hb if hb > 1 and bias_groups % hb == 0 else None  # else one, broadcast
 
         def bias_index(%GRID_ARGS%):
             if CAUSAL:
                 j = jnp.minimum(j, (i * bq + bq - 1) // bkv)
-            return (g % bias_groups, i, j)
+            return ((g * hb) % bias_groups // (bias_head or 1), i, j)
 
         operands.append(bias.reshape(bias_groups, q_len, kv_len))
-        in_specs.append(pl.BlockSpec((None, bq, bkv), bias_index))
+        in_specs.append(pl.BlockSpec((bias_head, bq, bkv), bias_index))
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%)%LOG2E%, block_q=bq, block_kv=bkv, kv_len=kv_len,
                           sub_q=sub),

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from agents.llm.offline.attention import (
     AttentionSpec,
+    bias_packs,
     effective,
     geometry,
-    has_bias,
     packs,
     row_tile,
     vmem_bytes,
@@ -65,11 +65,9 @@ def grid_order(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | 
 @lever(C, "head_packing")
 def head_packing(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     g = geometry(ctx.facts)
-    if has_bias(ctx.facts):
-        return NotApplicable("the score bias is read per (batch x head) group: one group per block")
     shared = g["repeat"] > 1  # a block packs query heads of one kv head: they share its k and v
     out = [changed(spec, heads_per_block=h) for h in (2, 4, 8)
-           if h != spec.heads_per_block and packs(g["groups"], g["repeat"], h)]
+           if h != spec.heads_per_block and packs(g["groups"], g["repeat"], h) and bias_packs(ctx.facts, h)]
     return [s for s in out if _fits(s, ctx)] or NotApplicable(
         f"{g['repeat']} query heads per kv head: no packing that divides them fits VMEM" if shared else
         f"{g['groups']} (batch x head) groups: no packing that divides them fits VMEM")
@@ -101,14 +99,10 @@ def lane_dense_layout(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionS
 
 def _narrow_head_refusal(ctx: LeverContext, layout: str, already: bool) -> NotApplicable | None:
     """Why a layout for a narrow head_dim (`layout`) has no use here: the spec has it
-    (`already`), a score bias is read in (q, kv) blocks, or head_dim already fills the lanes;
-    None when it may."""
+    (`already`), or head_dim already fills the lanes; None when it may."""
     depth = geometry(ctx.facts)["depth"]
     if already:
         return NotApplicable(f"the kernel already has {layout}")
-    if has_bias(ctx.facts):
-        return NotApplicable(f"the score bias is read in (q, kv) blocks; {layout} would need it "
-                             "transposed in the kernel")
     if depth % 128 == 0:
         return NotApplicable(f"head_dim {depth} already fills the lanes; {layout} would only move "
                              "the cross-lane work")
