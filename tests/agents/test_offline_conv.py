@@ -189,3 +189,37 @@ def test_blocks_past_the_default_scoped_vmem_ask_for_a_limit_that_holds_them() -
     # rows and lanes padded to (8, 128) tiles: 8 channels cost what 128 do
     assert limit([((4, 9120, 8), jnp.float32)]) == limit([((4, 9120, 128), jnp.float32)])
     assert limit([((4, 9120, 8), jnp.float32)]) == 2 * 4 * 9120 * 128 * 4 * 5 // 4
+
+
+# NCHW conv, GELU and a global average pool: one (images, features) output, both narrow
+POOLED = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(16, 4, 12, 12), (6, 4, 10, 10)]
+
+
+def reference(x, w, b):
+    y = jax.lax.conv_general_dilated(jnp.transpose(x, (0, 2, 3, 1)), jnp.transpose(w, (2, 3, 1, 0)),
+                                     (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jnp.mean(jax.nn.gelu(y + b), axis=(1, 2))
+
+
+def make_inputs(key, shape_index=0):
+    n, c, h, w = SHAPES[shape_index]
+    kx, kw, kb = jax.random.split(key, 3)
+    return (jax.random.normal(kx, (n, c, h, w)), jax.random.normal(kw, (8, c, 3, 3)) * 0.2,
+            jax.random.normal(kb, (8,)) * 0.1)
+'''
+
+
+def test_a_narrow_pooled_output_of_the_whole_batch_is_written_transposed(tmp_path: Path) -> None:
+    """(images, features) with both under the lanes: XLA:TPU keeps it images-minor, so where
+    one block holds the batch (a TUNABLE value here) the kernel writes (features, images)
+    and the wrapper's transpose back is a bitcast; smaller blocks write it as laid out."""
+    task = tmp_path / "pooled.py"
+    task.write_text(POOLED)
+    assert classify_task(task).kernel_class == "convolution"
+    source = first_kernel(task)
+    assert "'block_images': [8, 4, 16]" in source and "_lanes_first(shape)" in source
+    for block in (16, 4):
+        assert_matches_reference(task, source, seed=4, rtol=1e-4, atol=1e-4, block_images=block)

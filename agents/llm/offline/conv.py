@@ -39,6 +39,7 @@ import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
+    LANES,
     dim_check_source,
     header,
     pow2_floor,
@@ -140,10 +141,11 @@ def _conv_kernel(x_ref, w_ref, o_ref, *, taps, rows, taps_per_dot):
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
 
 
-def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dims, n_extra):
+def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dims, n_extra,
+                  flip):
     """The conv of each image of the block into VMEM scratch, then the reference's epilogue
     on the whole block, as the epilogue's own kernel would run it: the conv's output never
-    leaves VMEM."""
+    leaves VMEM. An output marked in `flip` is stored transposed."""
     extras = [ref[...] for ref in refs[:n_extra]]
     out_refs, conv_ref = refs[n_extra:-1], refs[-1]
 
@@ -155,9 +157,18 @@ def _fused_kernel(x_ref, w_ref, *refs, taps, rows, taps_per_dot, wide, trim, dim
 
     lax.fori_loop(0, x_ref.shape[0], _image, 0)
     outs = _epilogue(conv_ref[...], *extras, **dims)
-    for ref, value in zip(out_refs, outs, strict=True):
+    for ref, value, flipped in zip(out_refs, outs, flip, strict=True):
         value = value.astype(ref.dtype)
+        if flipped:
+            value = value.reshape(ref.shape[::-1]).T
         ref[...] = value if value.shape == ref.shape else value.reshape(ref.shape)
+
+
+def _lanes_first(shape):
+    """A (rows, narrow) output whose transposed tiling is the smaller: XLA:TPU keeps it
+    rows-minor, so written as (narrow, rows) it needs no relayout copy after the kernel."""
+    return (len(shape) == 2 and shape[1] < LANES
+            and _tiled_bytes(shape[::-1], jnp.float32) < _tiled_bytes(shape, jnp.float32))
 
 
 def _tiled_bytes(shape, dtype):
@@ -263,8 +274,12 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
     packed = max(1, min(taps_per_dot, len(taps)))
     wide = (geo["outs"][0], *geo["phase_dims"][1:], geo["features"])
     trim = tuple(slice(0, o) for o in geo["outs"]) + (slice(None),)
-    # an epilogue that mixes images runs here only when the one block holds them all
-    out_specs = [_whole(shape) if BATCH is None else _images(shape, block) for shape in shapes]
+    # an epilogue that mixes images runs here only when the one block holds them all; then a
+    # narrow 2-D output XLA:TPU keeps rows-minor is written transposed
+    flip = tuple(block >= n and _lanes_first(shape) for shape in shapes)
+    shapes = [shape[::-1] if flipped else shape for shape, flipped in zip(shapes, flip, strict=True)]
+    out_specs = [_whole(shape) if BATCH is None or flipped else _images(shape, block)
+                 for shape, flipped in zip(shapes, flip, strict=True)]
     step_dims = dims if BATCH is None else {**dims, BATCH: block}
     conv_block = (block, *geo["outs"], geo["features"])
     limit = _vmem_limit(
@@ -275,9 +290,9 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
         scratch_bytes=_tiled_bytes(conv_block, OUT_DTYPE)
         + 2 * _tiled_bytes((rows, geo["features"]), jnp.float32)
         + _tiled_bytes((rows, packed * group_in), x.dtype))
-    return pl.pallas_call(
+    outs = pl.pallas_call(
         functools.partial(_fused_kernel, taps=taps, rows=rows, taps_per_dot=packed, wide=wide,
-                          trim=trim, dims=step_dims, n_extra=len(extras)),
+                          trim=trim, dims=step_dims, n_extra=len(extras), flip=flip),
         out_shape=[jax.ShapeDtypeStruct(shape, a.dtype) for shape, a in zip(shapes, avals, strict=True)],
         grid=(pl.cdiv(n, block),),
         in_specs=[
@@ -291,6 +306,7 @@ def _fused(x, w, extras, geo, avals, shapes, dims, *, block_images, taps_per_dot
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                              vmem_limit_bytes=limit),
     )(x, w, *extras)
+    return [o.T if flipped else o for o, flipped in zip(outs, flip, strict=True)]
 
 
 def _epilogue_kernel(*refs, dims, n_in):
@@ -425,8 +441,9 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     packed = params.get("taps_per_dot") or (1 if fixed else choices[0])
     can_fuse = fusable(facts, block)
     fuse = int(params.get("fuse_epilogue", 0 if fixed else can_fuse)) if can_fuse else 0
-    tunables = dict(fixed) if fixed else {
-        "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2])),
+    whole = [s["n"]] if fuse and any(len(o) == 2 and o[1] < LANES for o in facts.out_shapes) else []
+    tunables = dict(fixed) if fixed else {  # the whole batch too where a narrow output can flip
+        "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2, *whole])),
         "taps_per_dot": list(dict.fromkeys([packed, *choices])),
         "fuse_epilogue": list(dict.fromkeys([fuse, 0]))}
     tunables.setdefault("taps_per_dot", [packed])
