@@ -51,34 +51,28 @@ def _kernel(*refs, dims, n_in, swap_in, swap_out):
         ref[...] = jnp.swapaxes(value, -1, -2) if swap else value
 '''
 
-_LANES_SUMMING_KERNEL = '''
+_SUMMING_SWAPS = (  # the summing kernel (`generic_summed.SUMMING_KERNEL`) with swapped blocks
+    ("def _summing_kernel(*refs, dims, n_in, n_out):",
+     "def _summing_kernel(*refs, dims, n_in, n_out, swap_in, swap_out):"),
+    ("    values = [ref[...] for ref in ins]\n",
+     "    values = [jnp.swapaxes(ref[...], -1, -2) if swap else ref[...]\n"
+     "              for ref, swap in zip(ins, swap_in, strict=True)]\n"),
+    ("        for ref, value in zip(outs, _finish(*values, *totals, **dims), strict=True):\n"
+     "            ref[...] = value.astype(ref.dtype)\n",
+     "        for ref, value, swap in zip(outs, _finish(*values, *totals, **dims), swap_out,\n"
+     "                                    strict=True):\n"
+     "            value = value.astype(ref.dtype)\n"
+     "            ref[...] = jnp.swapaxes(value, -1, -2) if swap else value\n"),
+)
 
-def _summing_kernel(*refs, dims, n_in, n_out, swap_in, swap_out):
-    """One block of every tiled axis and of the summed one: the dots contracting the summed
-    axis add their float32 results into VMEM scratch; its last block finishes the body on
-    the sums, as the reference would on the whole axis. An array marked in `swap_in` or
-    `swap_out` arrives or leaves as a (..., width, rows) block, transposed here."""
-    ins, outs, sums = refs[:n_in], refs[n_in:n_in + n_out], refs[n_in + n_out:]
-    step = pl.program_id(len(_TILED) - 1)
 
-    @pl.when(step == 0)
-    def _zero():
-        for ref in sums:
-            ref[...] = jnp.zeros(ref.shape, ref.dtype)
+def _replaced(text: str, steps: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
+    for old, new in steps:
+        if text.count(old) != 1:
+            raise AssertionError(f"the generic kernel changed: {old!r} is not there once")
+        text = text.replace(old, new)
+    return text
 
-    values = [jnp.swapaxes(ref[...], -1, -2) if swap else ref[...]
-              for ref, swap in zip(ins, swap_in, strict=True)]
-    for ref, part in zip(sums, _partial(*values, **dims), strict=True):
-        ref[...] += part
-
-    @pl.when(step == pl.num_programs(len(_TILED) - 1) - 1)
-    def _finish_block():
-        totals = [ref[...].astype(dtype)
-                  for ref, (_, dtype) in zip(sums, _partial_avals(**dims), strict=True)]
-        for ref, value, swap in zip(outs, _finish(*values, *totals, **dims), swap_out, strict=True):
-            value = value.astype(ref.dtype)
-            ref[...] = jnp.swapaxes(value, -1, -2) if swap else value
-'''
 
 _LANE_HELPERS = '''
 
@@ -101,7 +95,7 @@ def with_lanes(wrapper: str, kernel: str, summing: bool = False) -> str:
     on the lanes swap their last two axes around the call (bitcasts in the layouts XLA:TPU
     keeps them in) and in VMEM."""
     steps = [
-        (kernel, _LANES_SUMMING_KERNEL if summing else _LANES_KERNEL),
+        (kernel, _replaced(kernel, _SUMMING_SWAPS) if summing else _LANES_KERNEL),
         ("\n\ndef _block_spec(", _LANE_HELPERS),
         ("    args = (", "    given = ("),
         (",)\n    out_avals = _out_avals(**dims)\n",
@@ -122,8 +116,4 @@ def with_lanes(wrapper: str, kernel: str, summing: bool = False) -> str:
         ("    )(*args)\n", "    )(*args)\n    outs = [jnp.swapaxes(o, -1, -2) if swap else o\n"
                          "            for o, swap in zip(outs, swap_out, strict=True)]\n"),
     ]
-    for old, new in steps:
-        if wrapper.count(old) != 1:
-            raise AssertionError(f"the generic wrapper changed: {old!r} is not there once")
-        wrapper = wrapper.replace(old, new)
-    return wrapper
+    return _replaced(wrapper, steps)
