@@ -441,7 +441,9 @@ def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     packed = params.get("taps_per_dot") or (1 if fixed else choices[0])
     can_fuse = fusable(facts, block)
     fuse = int(params.get("fuse_epilogue", 0 if fixed else can_fuse)) if can_fuse else 0
-    whole = [s["n"]] if fuse and any(len(o) == 2 and o[1] < LANES for o in facts.out_shapes) else []
+    flips = any(len(o) == 2 and o[1] < LANES and tiled_bytes(o[::-1], 4) < tiled_bytes(o, 4)
+                for o in facts.out_shapes)  # the kernel's `_lanes_first`
+    whole = [s["n"]] if fuse and flips else []
     tunables = dict(fixed) if fixed else {  # the whole batch too where a narrow output can flip
         "block_images": list(dict.fromkeys([block, max(1, block // 2), block * 2, *whole])),
         "taps_per_dot": list(dict.fromkeys([packed, *choices])),
