@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from agents.llm.offline.attention import (
     AttentionSpec,
-    bias_packs,
     effective,
     geometry,
-    packs,
+    head_choices,
     row_tile,
     vmem_bytes,
 )
@@ -66,9 +65,9 @@ def grid_order(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | 
 def head_packing(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     g = geometry(ctx.facts)
     shared = g["repeat"] > 1  # a block packs query heads of one kv head: they share its k and v
-    out = [changed(spec, heads_per_block=h) for h in (2, 4, 8)
-           if h != spec.heads_per_block and packs(g["groups"], g["repeat"], h) and bias_packs(ctx.facts, h)]
-    return [s for s in out if _fits(s, ctx)] or NotApplicable(
+    budget = spec.vmem_limit_bytes or scoped_vmem(ctx.chip)
+    return [changed(spec, heads_per_block=h) for h in head_choices(ctx.facts, spec, budget)
+            if h in (2, 4, 8) and h != spec.heads_per_block] or NotApplicable(
         f"{g['repeat']} query heads per kv head: no packing that divides them fits VMEM" if shared else
         f"{g['groups']} (batch x head) groups: no packing that divides them fits VMEM")
 

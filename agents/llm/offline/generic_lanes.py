@@ -38,18 +38,17 @@ def lanes_knob(facts: TaskFacts) -> bool:
     return any(ins) or any(outs)
 
 
-_LANES_KERNEL = '''
-
-def _kernel(*refs, dims, n_in, swap_in, swap_out):
-    """One block of every tiled axis: the reference's ops on it in VMEM. An array marked in
-    `swap_in` or `swap_out` arrives or leaves as a (..., width, rows) block, transposed here."""
-    values = [jnp.swapaxes(ref[...], -1, -2) if swap else ref[...]
-              for ref, swap in zip(refs[:n_in], swap_in, strict=True)]
-    outs = _body(*values, **dims)
-    for ref, value, swap in zip(refs[n_in:], outs, swap_out, strict=True):
-        value = value.astype(ref.dtype)
-        ref[...] = jnp.swapaxes(value, -1, -2) if swap else value
-'''
+_KERNEL_SWAPS = (  # the plain kernel (`generic._KERNEL`) with swapped blocks
+    ("def _kernel(*refs, dims, n_in):", "def _kernel(*refs, dims, n_in, swap_in, swap_out):"),
+    ("    values = [ref[...] for ref in refs[:n_in]]\n",
+     "    values = [jnp.swapaxes(ref[...], -1, -2) if swap else ref[...]\n"
+     "              for ref, swap in zip(refs[:n_in], swap_in, strict=True)]\n"),
+    ("    for ref, value in zip(refs[n_in:], outs, strict=True):\n"
+     "        ref[...] = value.astype(ref.dtype)\n",
+     "    for ref, value, swap in zip(refs[n_in:], outs, swap_out, strict=True):\n"
+     "        value = value.astype(ref.dtype)\n"
+     "        ref[...] = jnp.swapaxes(value, -1, -2) if swap else value\n"),
+)
 
 _SUMMING_SWAPS = (  # the summing kernel (`generic_summed.SUMMING_KERNEL`) with swapped blocks
     ("def _summing_kernel(*refs, dims, n_in, n_out):",
@@ -95,7 +94,7 @@ def with_lanes(wrapper: str, kernel: str, summing: bool = False) -> str:
     on the lanes swap their last two axes around the call (bitcasts in the layouts XLA:TPU
     keeps them in) and in VMEM."""
     steps = [
-        (kernel, _replaced(kernel, _SUMMING_SWAPS) if summing else _LANES_KERNEL),
+        (kernel, _replaced(kernel, _SUMMING_SWAPS if summing else _KERNEL_SWAPS)),
         ("\n\ndef _block_spec(", _LANE_HELPERS),
         ("    args = (", "    given = ("),
         (",)\n    out_avals = _out_avals(**dims)\n",
