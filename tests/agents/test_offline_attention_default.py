@@ -65,16 +65,19 @@ def test_rows_stay_where_seq_on_the_lanes_cannot_pay(tmp_path: Path) -> None:
         assert (spec.operands, spec.layout) == ("rows", "rows"), name
 
 
-@pytest.mark.parametrize("heads", [2, 1])
+@pytest.mark.parametrize("heads", [8, 4, 2, 1])
 def test_the_default_grouped_query_kernel_computes_the_reference(tmp_path: Path, heads: int) -> None:
-    """Two query heads of one kv head per block (the default here) and one, seq on the lanes,
-    under the causal mask, at the tuning point and a KV length off the 128-wide blocks."""
+    """Every group in one block (the default here: 8 query heads of 4 kv heads, each read by
+    its own two), two kv heads' query heads, one kv head's, and one query head, seq on the
+    lanes, under the causal mask, at the tuning point and a KV length off the 128-wide
+    blocks."""
     task = tmp_path / "gqa_narrow.py"
     task.write_text(GQA)
     facts = classify_task(task)
     assert facts.kernel_class == "attention", facts.reasons
     spec = variety.default_spec(facts, {}, None)
-    assert spec.operands == "transposed" and spec.heads_per_block == 2
+    assert spec.operands == "transposed" and spec.heads_per_block == 8
+    assert "'heads_per_block': [8, 4]" in first_kernel(task)
     assert_matches_reference(task, first_kernel(task), seed=1, heads_per_block=heads)
 
 

@@ -167,10 +167,13 @@ def bias_packs(facts: TaskFacts, heads: int) -> bool:
 
 
 def packs(groups: int, repeat: int, heads: int) -> bool:
-    """Can `heads` (batch x head) groups share a block? Without grouped-query heads, when they
-    divide the groups; with them, when they divide one kv head's query heads (which then
-    share its k and v block)."""
-    return groups % heads == 0 if repeat == 1 else repeat % heads == 0
+    """Can `heads` (batch x head) groups share a block? When they divide the groups; with
+    grouped-query heads also when they divide one kv head's query heads (which then share its
+    k and v block) or are whole multiples of them (the block then holds as many kv heads, each
+    read by its own query heads)."""
+    if repeat == 1 or heads % repeat == 0:
+        return groups % heads == 0
+    return repeat % heads == 0
 
 
 def vmem_bytes(facts: TaskFacts, spec: AttentionSpec) -> int:
@@ -346,7 +349,10 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     lead, (q_len, depth), kv_len = q.shape[:-2], q.shape[-2:], k.shape[-2]
     groups, kv_groups = int(np.prod(lead)), int(np.prod(k.shape[:-2]))
     repeat = q_heads // kv_heads  # query head h reads key/value head h // repeat
-    packed = groups % heads_per_block == 0 if repeat == 1 else repeat % heads_per_block == 0
+    if repeat == 1 or heads_per_block % repeat == 0:  # whole kv heads' query heads per block
+        packed = groups % heads_per_block == 0
+    else:  # some of one kv head's query heads
+        packed = repeat % heads_per_block == 0
     hb = heads_per_block if packed else 1
     bq = q_len if q_len <= block_q else block_q
     bkv = kv_len if KV_IN_ONE_BLOCK or kv_len <= block_kv else block_kv
@@ -362,7 +368,9 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     if SEQ_ON_LANES:  # (groups, depth, seq): where XLA keeps a narrow head_dim minor-last, a bitcast
         q3, k3, v3 = (jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3))
     head = hb if hb > 1 else None  # several groups per block, or one squeezed out
-    kv_head = None if repeat > 1 else head  # grouped-query heads of a block share one kv head
+    # the kv heads of a block: as many as its query groups, or (grouped-query) one per `repeat`
+    # of them, or none squeezed out where the block's query heads all read one kv head
+    kv_head = head if repeat == 1 else (hb // repeat if hb > repeat else None)
 %PER_BLOCK%
     def q_index(%GRID_ARGS%):
         return (g, 0, i) if SEQ_ON_LANES else (g, i, 0)
@@ -419,8 +427,15 @@ def build(block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB
 _PER_HEAD = '''
 
 def _per_head(x, like):
-    """One kv head's block, read by each of the block's query heads (grouped-query)."""
-    return jnp.broadcast_to(x, (like.shape[0], *x.shape)) if x.ndim < like.ndim else x
+    """The block's kv heads, each read by its own query heads (grouped-query): one kv head's
+    block broadcast to all of them, or each of several repeated for its `repeat` in turn."""
+    if x.ndim < like.ndim:
+        return jnp.broadcast_to(x, (like.shape[0], *x.shape))
+    repeat = like.shape[0] // x.shape[0]
+    if repeat == 1:
+        return x
+    return jnp.broadcast_to(x[:, None], (x.shape[0], repeat, *x.shape[1:])).reshape(
+        like.shape[0], *x.shape[1:])
 '''
 
 
