@@ -74,6 +74,26 @@ def test_the_class_default_is_one_page_of_one_sequence_and_tunables_list_it_firs
                                      "page_major_table": [0, 1]}
 
 
+def test_many_small_pages_fold_at_once_and_the_tuner_may_take_a_step_of_them(
+        tmp_path: Path) -> None:
+    """Pages of 8 tokens, 16 per sequence: the TUNABLES offer the pages that hold
+    TOKENS_PER_STEP keys (all 16 here) right after the default, and folding them at once,
+    or 5 at a time with a tail, computes what the reference does (random lengths skip and
+    mask pages)."""
+    path = tmp_path / "paged_small_pages.py"
+    path.write_text(PAGED.read_text().replace(
+        "SHAPES = [(4, 2, 128, 32, 2), (3, 2, 128, 16, 3), (2, 4, 64, 32, 2)]",
+        "SHAPES = [(3, 2, 64, 8, 16), (2, 2, 64, 8, 9)]"))
+    namespace: dict[str, Any] = {}
+    source = _source(path)
+    exec(compile(source, str(path), "exec"), namespace)
+    assert paged.TOKENS_PER_STEP // 8 >= 16
+    assert namespace["TUNABLES"]["pages_per_step"] == [1, 16, 2]
+    for pages_per_step, seqs_per_step in ((16, 1), (5, 2)):
+        assert_matches_reference(path, source, 0, pages_per_step=pages_per_step,
+                                 seqs_per_step=seqs_per_step)
+
+
 def test_rendered_sources_are_lint_clean(tmp_path: Path) -> None:
     paths = []
     for path in (PAGED, RAGGED):

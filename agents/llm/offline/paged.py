@@ -10,10 +10,11 @@ kv head for each of `seqs_per_step` (S) sequences, and the query heads that read
 copy of the pages and the grid has no head axis. The pages come through S x P key and as
 many value BlockSpecs over the same page arrays, spec (s, t) reading sequence i * S + s's
 logical page p * P + t, and the queries through S BlockSpecs, so Pallas pipelines each one;
-the body folds each sequence's pages into its softmax in order. At the tuning point the
+the body folds each sequence's P pages into its softmax at once (their keys and values
+side by side in VMEM: one max, one sum, one rescale per step). At the tuning point the
 kernel is bound by the fixed cost of its grid steps, not by bytes: P pages and S sequences
 per step divide the steps by P x S and leave the bytes alone (the knobs; default 1 and 1,
-one page of one sequence per step).
+one page of one sequence per step; the tuner also prices TOKENS_PER_STEP keys per step).
 
 A page past the sequence's length (or past the table, in the last step when pages % P != 0)
 is skipped with `pl.when`, and its index map repeats the last page the sequence owns, so it
@@ -45,6 +46,13 @@ from agents.llm.offline.common import LANES, header, tunables_literal
 LEVERS = ["scalar_prefetch_page_table", "online_softmax", "skip_pages_past_length"]
 STRATEGY = ("Scalar-prefetch the block table and lengths; each grid step fetches pages_per_step "
             "pages of keys and values through the table and folds them into an online softmax.")
+
+
+TOKENS_PER_STEP = 512
+"""Keys one step folds in, as many pages as hold them: the root's tuner prices that many pages
+per step first after the default (TUNABLES list it second), then the default's neighbours. A step's fixed cost and its one softmax update are
+then shared by four lane-widths of scores, where one page of a few tokens per step is bound by
+the per-step cost."""
 
 
 def _sizes(facts: TaskFacts) -> dict[str, int]:
@@ -95,11 +103,17 @@ _TEMPLATE = """
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
-def _fold_page(q, k_ref, v_ref, m_ref, l_ref, acc_ref, seq, first, length):
-    \"\"\"One page of every kv head into sequence `seq`'s online softmax: (kv_heads, group,
-    depth) queries against (kv_heads, page, depth) keys at positions first, first + 1, ...\"\"\"
-    s = lax.dot_general(q, k_ref[...].astype(jnp.float32), (((2,), (2,)), ((0,), (0,))),
-                        preferred_element_type=jnp.float32)  # (kv_heads, group, page)
+def _fold_pages(q, k_refs, v_refs, m_ref, l_ref, acc_ref, seq, first, length):
+    \"\"\"The step's pages of every kv head into sequence `seq`'s online softmax at once:
+    (kv_heads, group, depth) queries against the pages' (kv_heads, pages x page, depth) keys
+    at positions first, first + 1, ... (one max, one sum and one rescale per step, not per
+    page; a page past the length is masked).\"\"\"
+    keys = [ref[...].astype(jnp.float32) for ref in k_refs]
+    values = [ref[...].astype(jnp.float32) for ref in v_refs]
+    k = keys[0] if len(keys) == 1 else jnp.concatenate(keys, axis=1)
+    v = values[0] if len(values) == 1 else jnp.concatenate(values, axis=1)
+    s = lax.dot_general(q, k, (((2,), (2,)), ((0,), (0,))),
+                        preferred_element_type=jnp.float32)  # (kv_heads, group, pages x page)
     position = first + lax.broadcasted_iota(jnp.int32, s.shape, 2)
     s = jnp.where(position < length, s, MASK_VALUE)
     m_prev = m_ref[seq]
@@ -108,15 +122,15 @@ def _fold_page(q, k_ref, v_ref, m_ref, l_ref, acc_ref, seq, first, length):
     weights = jnp.exp(s - m_new)
     l_ref[seq] = alpha * l_ref[seq] + jnp.sum(weights, axis=2, keepdims=True)
     acc_ref[seq] = alpha * acc_ref[seq] + lax.dot_general(
-        weights, v_ref[...].astype(jnp.float32), (((2,), (1,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32)
+        weights, v, (((2,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32)
     m_ref[seq] = m_new
 
 
 def _kernel(tables_ref, lengths_ref, *refs, scale, page_size, pages, batch, pages_per_step,
             seqs_per_step):
-    \"\"\"`seqs_per_step` sequences, each `pages_per_step` pages of every kv head folded in
-    order; a page past its sequence's length, or a sequence past the batch, is skipped.\"\"\"
+    \"\"\"`seqs_per_step` sequences, each with its `pages_per_step` pages of every kv head
+    folded in at once; a step wholly past its sequence's length, or a sequence past the
+    batch, is skipped.\"\"\"
     blocks = seqs_per_step * pages_per_step
     q_refs = refs[-4 - 2 * blocks - seqs_per_step:-4 - 2 * blocks]  # after the starts, if given
     k_refs = refs[-4 - 2 * blocks:-4 - blocks]  # sequence-major: (s, t) at s * pages_per_step + t
@@ -135,11 +149,10 @@ def _kernel(tables_ref, lengths_ref, *refs, scale, page_size, pages, batch, page
         length = jnp.where(b < batch, jnp.minimum(lengths_ref[jnp.minimum(b, batch - 1)],
                                                   pages * page_size), 0)
         q = q_refs[seq][...].astype(jnp.float32) * scale
-        for t in range(pages_per_step):
-            first = (p * pages_per_step + t) * page_size
-            block = seq * pages_per_step + t
-            pl.when(first < length)(functools.partial(
-                _fold_page, q, k_refs[block], v_refs[block], m_ref, l_ref, acc_ref, seq, first, length))
+        first = p * pages_per_step * page_size
+        blocks = slice(seq * pages_per_step, (seq + 1) * pages_per_step)
+        pl.when(first < length)(functools.partial(
+            _fold_pages, q, k_refs[blocks], v_refs[blocks], m_ref, l_ref, acc_ref, seq, first, length))
 
     @pl.when(p == pl.num_programs(1) - 1)
     def _store():
@@ -232,6 +245,10 @@ def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     tunables = params.get("tunables") or {  # the default first, then its neighbours
         key: list(dict.fromkeys([v, max(1, v // 2), min(v * 2, max(ext[key], v))]))
         for key, v in knobs.items()}
+    if not params.get("tunables"):  # the pages that fill a step with TOKENS_PER_STEP keys next
+        filled = min(ext["pages_per_step"], max(1, TOKENS_PER_STEP // _sizes(facts)["page"]))
+        default, *others = tunables["pages_per_step"]
+        tunables["pages_per_step"] = list(dict.fromkeys([default, filled, *others]))
     # the table as a 2-D (pages, batch) array: where XLA:TPU keeps it pages-first, a bitcast
     tunables = {**tunables, "page_major_table": [0, 1]}
     pp, ss = knobs["pages_per_step"], knobs["seqs_per_step"]
