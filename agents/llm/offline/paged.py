@@ -50,9 +50,9 @@ STRATEGY = ("Scalar-prefetch the block table and lengths; each grid step fetches
 
 TOKENS_PER_STEP = 512
 """Keys one step folds in, as many pages as hold them: the root's tuner prices that many pages
-per step first after the default (TUNABLES list it second), then the default's neighbours. A step's fixed cost and its one softmax update are
-then shared by four lane-widths of scores, where one page of a few tokens per step is bound by
-the per-step cost."""
+per step first after the default (TUNABLES list it second), then the default's neighbours.
+A step's fixed cost and its one softmax update are then shared by four lane-widths of scores,
+where one page of a few tokens per step is bound by the per-step cost."""
 
 
 def _sizes(facts: TaskFacts) -> dict[str, int]:
@@ -150,9 +150,10 @@ def _kernel(tables_ref, lengths_ref, *refs, scale, page_size, pages, batch, page
                                                   pages * page_size), 0)
         q = q_refs[seq][...].astype(jnp.float32) * scale
         first = p * pages_per_step * page_size
-        blocks = slice(seq * pages_per_step, (seq + 1) * pages_per_step)
+        seq_pages = slice(seq * pages_per_step, (seq + 1) * pages_per_step)
         pl.when(first < length)(functools.partial(
-            _fold_pages, q, k_refs[blocks], v_refs[blocks], m_ref, l_ref, acc_ref, seq, first, length))
+            _fold_pages, q, k_refs[seq_pages], v_refs[seq_pages], m_ref, l_ref, acc_ref, seq,
+            first, length))
 
     @pl.when(p == pl.num_programs(1) - 1)
     def _store():
