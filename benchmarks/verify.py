@@ -13,8 +13,9 @@ input makers and references, later runs find them in JAX's in-process caches.
 Wall time depends on what else the machine runs, so every run also reports its CPU seconds
 (this process and every child it waited for: both sandboxes) and the 1-minute load average
 when it started; the CPU figure is the steadier one on a shared machine, and
-`cpu_s_last_run` splits it between the parent and each sandbox. `--cli` adds one
-`kernelgraph verify` in a fresh process (what a user waits for, imports included).
+`cpu_s_last_run` splits it between the parent and each sandbox. `--cli` adds
+`kernelgraph verify` in a fresh process (what a user waits for, imports included), twice:
+on an empty JAX compilation cache and on the one the first run left.
 
 The cost of the coverage checks is reported per check (`checks_s`: the second poison, the
 direct calls, the phase limits' reference timing, the derived unaligned shapes' share of the
@@ -140,15 +141,29 @@ def _cpu_split(total: float, timings: dict[str, float]) -> dict[str, float]:
 
 
 def _cli(task: str, candidate: str) -> dict[str, Any]:
-    """One `kernelgraph verify TASK CANDIDATE --json` in a fresh process."""
+    """`kernelgraph verify TASK CANDIDATE --json` in a fresh process, twice on one new JAX
+    compilation cache (tools/compilecache.py): first empty, then holding what the first
+    compiled (a user's second verify of the same task)."""
+    import tempfile
+
+    from tools import compilecache
+
     command = [sys.executable, "-m", "kernelgraph", "verify", task, candidate, "--json"]
-    done, figures = _timed(lambda: subprocess.run(command, capture_output=True, text=True,
-                                                  cwd=ROOT, check=False))
-    try:
-        verdict = json.loads(done.stdout).get("verdict")
-    except json.JSONDecodeError:
-        verdict = f"unreadable (exit {done.returncode})"
-    return {**figures, "verdict": verdict, "exit": done.returncode}
+    with tempfile.TemporaryDirectory(prefix="kg-xla-bench-") as folder:
+        env = {k: v for k, v in os.environ.items()
+               if k not in compilecache.JAX_CACHE_VARIABLES}
+        env[compilecache.CACHE_ENV] = folder
+        runs = {}
+        for name in ("cold_cache", "warm_cache"):
+            done, figures = _timed(lambda: subprocess.run(command, capture_output=True,
+                                                          text=True, cwd=ROOT, env=env,
+                                                          check=False))
+            try:
+                verdict = json.loads(done.stdout).get("verdict")
+            except json.JSONDecodeError:
+                verdict = f"unreadable (exit {done.returncode})"
+            runs[name] = {**figures, "verdict": verdict, "exit": done.returncode}
+    return runs
 
 
 @contextlib.contextmanager

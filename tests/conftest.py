@@ -3,7 +3,8 @@
 - `nats_server`: a real nats-server with JetStream, fresh for each test.
 - Every test session (every pytest-xdist worker) keeps agents' files and the knowledge
   store in its own temporary folders, never in the user's `~/.cache/kernelgraph`; the real
-  TPU compiler's cache is one per test run, shared by its workers.
+  TPU compiler's cache and JAX's compilation cache are one per test run, shared by its
+  workers.
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from bus.server import EmbeddedNats
+from tools import compilecache
 
 SHARED_UNITS = ("tests/analysis/",)  # modules that share a session fixture: one xdist unit
 # modules of long, independent tests (no module- or session-scoped fixture): each test is a
@@ -139,6 +141,10 @@ def _session_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_root = run_root.parent  # .../pytest-N/popen-gw0: the run's folder is pytest-N
     os.environ["KG_TPU_COMPILE_CACHE"] = str(run_root / "tpu-compile")
+    # So is JAX's persistent compilation cache of the trusted processes (tools/compilecache.py):
+    # the test process and the commands it starts load what another test compiled.
+    os.environ[compilecache.CACHE_ENV] = str(run_root / "xla")
+    compilecache.enable()
 
 
 @pytest.fixture

@@ -315,9 +315,12 @@ def test_scrubbed_env_drops_credentials() -> None:
         "PATH": "/usr/bin", "GEMINI_API_KEY": "x", "JAX_PLATFORMS": "cpu", "NATS_URL": "n",
         "GOOGLE_APPLICATION_CREDENTIALS": "g", "JAX_SECRET_TOKEN": "t", "HOME": "/root",
         "AWS_SECRET_ACCESS_KEY": "a", "XLA_FLAGS": "--xla_dump_to=/tmp", "MY_PASSWORD": "p",
+        "JAX_COMPILATION_CACHE_DIR": "/c", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_ENABLE_COMPILATION_CACHE": "true", "KG_XLA_CACHE": "/k",
     })
+    # JAX's compilation cache is code the trusted processes load: a child never gets one
     assert env == {"PATH": "/usr/bin", "JAX_PLATFORMS": "cpu",
-                   "XLA_FLAGS": "--xla_dump_to=/tmp"}
+                   "XLA_FLAGS": "--xla_dump_to=/tmp", "JAX_ENABLE_COMPILATION_CACHE": "false"}
 
 
 def test_receipt_hash_and_verdict_are_rechecked() -> None:

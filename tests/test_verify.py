@@ -132,6 +132,37 @@ def test_candidate_sees_no_secret_of_the_parent(suites, monkeypatch) -> None:
     assert secret not in json.dumps(verdict.receipt)
 
 
+def test_candidate_neither_reads_nor_plants_the_compilation_cache(suites, monkeypatch,
+                                                                   tmp_path: Path) -> None:
+    """The parent's JAX cache is on, a user's JAX cache setting is in its environment, and
+    the candidate knows the folder: it still finds no cache setting in its process, cannot
+    list the folder and cannot write to it."""
+    import jax
+
+    from tools import compilecache
+
+    monkeypatch.setenv(compilecache.CACHE_ENV, str(tmp_path / "xla"))
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "users-own"))
+    before = jax.config.jax_compilation_cache_dir
+    folder = compilecache.enable()
+    try:
+        assert folder is not None and folder.is_dir()
+        jax.jit(lambda x: x * 3.0)(jax.numpy.ones(7)).block_until_ready()
+        assert any(folder.iterdir())  # the parent's compile was kept
+        source = (CANDIDATES / "reads_compile_cache.py").read_text()
+        candidate = tmp_path / "reads_compile_cache.py"
+        candidate.write_text(source.replace('CACHE_FOLDER = "/nonexistent"',
+                                            f"CACHE_FOLDER = {str(folder)!r}"))
+        verdict = run(suites, "rmsnorm_small", candidate)
+        assert verdict.verdict == "pass", verdict.reasons
+        assert not (folder / "planted-cache").exists()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+        from jax.experimental.compilation_cache import compilation_cache
+
+        compilation_cache.reset_cache()
+
+
 def test_cli_verify_json_and_receipt_round_trip(tmp_path: Path) -> None:
     from kernelgraph.cli import app, load_commands
 

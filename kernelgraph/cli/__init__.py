@@ -13,6 +13,7 @@ import warnings
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from kernelgraph.cli.app import app
+from tools import compilecache
 
 # Each module attaches its commands to `app` when imported.
 COMMAND_MODULES = (
@@ -42,6 +43,9 @@ def load_commands() -> None:
 def main() -> None:
     # Sandboxed children are started by fork + exec at once, which JAX's warning is not about.
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+    # Before any command compiles: the suite, the reference and the baseline compile the same
+    # XLA programs on every run (the sandboxed children never use it).
+    compilecache.enable()
     load_commands()
     app()
 
