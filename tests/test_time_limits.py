@@ -44,6 +44,26 @@ def test_limits_have_floors_scale_with_the_reference_and_stay_under_the_wall() -
     assert phase_limits(lambda a: a, [x], 10.0).case_s == 10.0
 
 
+def test_a_compile_the_persistent_cache_saved_counts_as_the_compile(monkeypatch) -> None:
+    """A reference JAX's persistent cache held (tools/compilecache.py) keeps the trace limit
+    its compile earned: the seconds the cache reports saved are added back, and only those
+    reported on this thread while the reference is timed."""
+    import jax
+
+    from tools.verification import deadlines
+
+    x = np.ones((64, 128), np.float32)
+
+    def cached(a):  # a stand-in for the cache's report, made at compile time
+        jax.monitoring.record_event_duration_secs(deadlines._SAVED_EVENT, 2.0)
+        return a * 3
+
+    limits = phase_limits(cached, [x], WALL_S)
+    assert limits.reference_compile_s >= 2.0 and limits.trace_s >= 50 * 2.0
+    jax.monitoring.record_event_duration_secs(deadlines._SAVED_EVENT, 5.0)  # outside: ignored
+    assert phase_limits(lambda a: a * 4, [x], WALL_S).reference_compile_s < 2.0
+
+
 def test_a_suite_reference_is_timed_once_per_process_and_per_wall_limit() -> None:
     """An executor judges many candidates on one suite: the second asks for its limits
     without running the reference again; another suite or wall limit times it anew."""
