@@ -143,7 +143,8 @@ def _session_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["KG_TPU_COMPILE_CACHE"] = str(run_root / "tpu-compile")
     # So is JAX's persistent compilation cache of the trusted processes (tools/compilecache.py):
     # the test process and the commands it starts load what another test compiled.
-    os.environ[compilecache.CACHE_ENV] = str(run_root / "xla")
+    if os.environ.get(compilecache.CACHE_ENV, "").lower() not in compilecache.OFF_VALUES:
+        os.environ[compilecache.CACHE_ENV] = str(run_root / "xla")
     compilecache.enable()
 
 
