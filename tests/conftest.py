@@ -3,8 +3,8 @@
 - `nats_server`: a real nats-server with JetStream, fresh for each test.
 - Every test session (every pytest-xdist worker) keeps agents' files and the knowledge
   store in its own temporary folders, never in the user's `~/.cache/kernelgraph`; the real
-  TPU compiler's cache and JAX's compilation cache are one per test run, shared by its
-  workers.
+  TPU compiler's cache is one per test run, shared by its workers, and JAX's compilation
+  cache is off unless `KG_XLA_CACHE` names a folder.
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
@@ -141,10 +141,11 @@ def _session_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_root = run_root.parent  # .../pytest-N/popen-gw0: the run's folder is pytest-N
     os.environ["KG_TPU_COMPILE_CACHE"] = str(run_root / "tpu-compile")
-    # So is JAX's persistent compilation cache of the trusted processes (tools/compilecache.py):
-    # the test process and the commands it starts load what another test compiled.
-    if os.environ.get(compilecache.CACHE_ENV, "").lower() not in compilecache.OFF_VALUES:
-        os.environ[compilecache.CACHE_ENV] = str(run_root / "xla")
+    # JAX's persistent compilation cache (tools/compilecache.py) is off unless the run names a
+    # folder: most of the suite's programs are compiled once, and with one cache over the whole
+    # run (3000+ entries, each write scanning them all for eviction) the suite took more CPU,
+    # not less. tests/test_compilecache.py and tests/test_verify.py turn it on themselves.
+    os.environ.setdefault(compilecache.CACHE_ENV, "off")
     compilecache.enable()
 
 
