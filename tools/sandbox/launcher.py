@@ -151,23 +151,17 @@ def looks_like_memory_exhaustion(text: str) -> bool:
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: allowlisted names only, never one that looks secret, and
-    JAX's compilation cache off. A cache is code the trusted processes load
-    (:mod:`tools.compilecache`): a child that could write one could run code there, and
-    one that could read it would run executables it did not compile."""
+    """The child's environment: allowlisted, nothing secret, no cache (:mod:`tools.compilecache`)."""
     source = os.environ if env is None else env
     kept = {}
     for name, value in source.items():
-        if not name.startswith(_ALLOWED_PREFIXES):
+        if not name.startswith(_ALLOWED_PREFIXES) or "CACHE" in name.upper():
             continue
         if _SECRET_WORDS.search(name) or name.upper().startswith(_SECRET_PREFIXES):
             continue
-        if "CACHE" in name.upper():
-            continue
         kept[name] = value
     kept.setdefault("PATH", "/usr/bin:/bin")
-    kept["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    return kept
+    return {**kept, "JAX_ENABLE_COMPILATION_CACHE": "false"}
 
 
 class Mailbox:
