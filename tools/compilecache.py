@@ -61,12 +61,13 @@ def host_key() -> str:
     return f"{platform.machine()}-{digest}-jaxlib{metadata.version('jaxlib')}"
 
 
-def settings(folder: Path) -> dict[str, str]:
-    """JAX's cache settings for ``folder``, by the names JAX reads from the environment."""
-    return {"JAX_COMPILATION_CACHE_DIR": str(folder), "JAX_ENABLE_COMPILATION_CACHE": "true",
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-            "JAX_COMPILATION_CACHE_MAX_SIZE": str(MAX_BYTES)}
+def _options(folder: Path) -> dict[str, object]:
+    """JAX's cache options for ``folder``; each is also read from the environment, by its
+    name in capitals."""
+    return {"jax_compilation_cache_dir": str(folder), "jax_enable_compilation_cache": True,
+            "jax_persistent_cache_min_compile_time_secs": 0.0,
+            "jax_persistent_cache_min_entry_size_bytes": 0,
+            "jax_compilation_cache_max_size": MAX_BYTES}
 
 
 def enable() -> Path | None:
@@ -87,18 +88,17 @@ def enable() -> Path | None:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError:
         return None
+    options = _options(folder)
     if "jax" not in sys.modules:
-        os.environ.update(settings(folder))
+        os.environ.update({name.upper(): str(value).lower() if isinstance(value, bool) else str(value)
+                           for name, value in options.items()})
         return folder
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
     if jax.config.jax_compilation_cache_dir == str(folder):
         return folder
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    for name, value in options.items():
+        jax.config.update(name, value)
     compilation_cache.reset_cache()  # a compile before this call decided "no cache"
     return folder
