@@ -359,14 +359,20 @@ def live_values(eqns: Sequence[Any], outvars: Sequence[Any], sizes: dict[str, in
     equation that makes it, the last that reads it; the outputs live to the end)."""
     import numpy as np
 
+    from agents.llm.offline.layout_rules import unwritten
+
     last = {v: len(eqns) for v in outvars if not _literal(v)}
     for i, e in enumerate(eqns):
         for v in e.invars:
             if not _literal(v):
                 last[v] = max(last.get(v, i), i)
-    return tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize,
+    gone, products = unwritten(eqns)
+    made = tuple((shape_at(v.aval.shape, sizes), np.dtype(v.aval.dtype).itemsize,
                   axes(v.aval.shape), i, last.get(v, i))
-                 for i, e in enumerate(eqns) for v in e.outvars if hasattr(v.aval, "shape"))
+                 for i, e in enumerate(eqns) for v in e.outvars
+                 if hasattr(v.aval, "shape") and v not in gone)
+    return made + tuple((shape_at(v.aval.shape, sizes), 4, axes(v.aval.shape), i, i)
+                        for v, i in products)
 
 
 def _bool_broadcast(ins: list[Any], params: dict[str, Any]) -> Any:

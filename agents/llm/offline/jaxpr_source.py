@@ -37,6 +37,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jcore
 
+from agents.llm.offline import layout_rules
 from agents.llm.offline.jaxpr_readable import Namer, expression
 from agents.llm.offline.topk_source import HELPER as TOPK_HELPER
 from kernelgraph import pyast
@@ -214,6 +215,7 @@ class Emitter:
         self.consts = consts or {}
         self.helpers: dict[str, str] = {}  # rewrite helpers the emitted lines call
         self.splats: dict[Any, Any] = {}  # one-element arrays broadcast from a literal
+        self.producers: dict[Any, Any] = {}  # each value's equation (`layout_rules` reads it)
         self.namer = Namer(set(reserved))
 
     def constant_of(self, v: Any) -> Any:
@@ -255,6 +257,10 @@ class Emitter:
             self.splats[eqn.outvars[0]] = np.asarray(eqn.invars[0].val).item()
         if name == "dim_as_value":
             return f"{target} = np.int32({bare_dim(eqn.params['dim'])})"
+        if self.kernel and name in LAYOUT_RULES:
+            written = LAYOUT_RULES[name](eqn, self)
+            if written is not None:
+                return f"{target} = {written}"
         if name in REWRITES:
             helper, call = REWRITES[name](eqn, args, self)
             if helper:
@@ -385,6 +391,9 @@ def _is_finite_rewrite(eqn: Any, args: list[str], emitter: Emitter) -> tuple[str
 
 
 REWRITES = {"gather": _gather_rewrite, "top_k": _top_k_rewrite, "is_finite": _is_finite_rewrite}
+LAYOUT_RULES = {"transpose": layout_rules.unit_reshape_transpose,
+                "reshape": layout_rules.unit_free_reshape,
+                "dot_general": layout_rules.matvec_on_vpu}
 
 HELPERS = {
     "take_along_last": '''def _take_along_last(x, idx, fill, clip=False):
@@ -439,6 +448,20 @@ def live(eqns: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
     return kept[::-1]
 
 
+def _read_lines(lines: Sequence[tuple[str, bool]], results: Sequence[str]) -> list[str]:
+    """The lines whose values are read (by a later line or as a result), or that have
+    effects: a producer `layout_rules` bypassed is not written."""
+    needed = set(results)
+    kept: list[str] = []
+    for line, pure in reversed(lines):
+        targets, _, value = line.partition(" = ")
+        if pure and not any(t.strip() in needed for t in targets.split(",")):
+            continue
+        kept.append(line)
+        needed.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", value))
+    return kept[::-1]
+
+
 def function_source(
     fn_name: str,
     eqns: Sequence[Any],
@@ -462,8 +485,11 @@ def function_source(
                       kernel=kernel, wide=wide)
     for name, v in zip(params, inputs, strict=True):
         emitter.bind_name(v, name)
-    body = [emitter.line(e) for e in live(eqns, outputs)]
+    kept = live(eqns, outputs)
+    emitter.producers = {v: e for e in kept for v in e.outvars}
+    lines = [(emitter.line(e), not e.effects) for e in kept]
     results = [emitter.name(v) for v in outputs]
+    body = _read_lines(lines, results)
     arg_list = ", ".join(params)
     dim_list = ", ".join(f"{d}=None" for d in dims)
     signature = ", ".join(p for p in (arg_list, "*" if dims else "", dim_list) if p)
