@@ -1,25 +1,27 @@
-"""Two equations written so their values keep a layout Mosaic handles in VMEM.
+"""Equations written so a kernel body's values keep a layout Mosaic handles in VMEM.
 
 A reference traced as XLA sees it can ask a kernel body for layouts that cost a TPU core far
 more than they cost XLA, which folds them away. Measured on JAXBench's dense MoE (10p,
-`--scale 0.125`), whose weighting `einsum("bsne,bsn->bse")` follows a `bsne` product
-written in `nes` order: as traced, the body needs 218 MB of VMEM at 128 rows per block (the
-real compiler's count) and the kernel is held to 32 rows, 0.30x of XLA; written as below it
-compiles at 512 rows, 2.13x (simulated).
+`--scale 0.125`), whose weighting `einsum("bsne,bsn->bse")` reads a `bsne` product kept in
+`nes` order: as traced, the body needed 218 MB of VMEM at 128 rows per block (the TPU
+compiler's count), the kernel was held to 32 rows and priced 0.30x of XLA; written as below
+it runs 256 rows per block, 2.67x (simulated, verified).
 
 - **A transpose of a reshape that only adds unit axes** (`x.reshape(n, e, 1, s)` then
   `transpose(..., (2, 3, 0, 1))`) moves the unit axes into the tiled minor positions, where
-  each pads to a full sublane tile. It is written as the transpose of `x` itself, then the
-  reshape: the same values, no padded intermediate.
-- **A batched dot whose one side has no free axis but unit ones** (a per-batch matrix-vector
-  product, `bsne,bsn->bse`) uses the MXU for one column per batch element. It is written as
-  a multiply and a sum on the vector unit, in float32 (exact products of f32-or-narrower
-  operands, summed in f32 as the MXU accumulates), in the layout of the operand before any
-  transpose that made it: the transpose is not done, and only the summed result, smaller
-  by the contracted axes, is reordered.
+  each pads to a full tile. It is written as the transpose of `x` itself, then the reshape.
+- **A reshape that only drops the unit axes of a transpose** is written as the reshape
+  first (from before the reshape that added them, where one did), then the transpose.
+- **A batched dot whose right side has no free axis but unit ones** (a per-batch
+  matrix-vector product, `bsne,bsn->bse`) uses the MXU for one column per batch element.
+  It is written as a multiply and a sum on the vector unit in float32 (the MXU's
+  accumulation type), in the layout of the left operand before any transpose that made it:
+  that transpose is not done, and only the sum, smaller by the contracted axes, is
+  reordered. A reshape that drops the dot's unit free axes reads the sum itself.
 
-Both read an operand's producer (`Emitter.producers`); a bypassed producer that nothing
-else reads is dropped from the body by `function_source`.
+Each reads an operand's producer (`Emitter.producers`); a bypassed producer nothing else
+reads is not written (`function_source`), and the body's VMEM count leaves it out
+(`unwritten`). Only kernel bodies are written this way; code outside a kernel is XLA's.
 """
 
 from __future__ import annotations
