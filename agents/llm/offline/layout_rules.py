@@ -163,10 +163,10 @@ def _matvec_sum(eqn: Any, found: _MatVec, emitter: Any) -> str:
     ordered = emitter.name(rhs)
     if rhs_axes + found.r_free != list(range(len(rhs.aval.shape))):
         ordered = f"jnp.transpose({ordered}, {tuple(rhs_axes + found.r_free)})"
-    spread = ["1"] * rank
+    spread: list[Any] = [1] * rank
     for r in rhs_axes:
-        spread[found.target[r]] = _shape_source([rhs.aval.shape[r]])[1:-2]
-    aligned = f"{ordered}.reshape(({', '.join(spread)}{',' if rank == 1 else ''}))"
+        spread[found.target[r]] = rhs.aval.shape[r]
+    aligned = f"{ordered}.reshape({_shape_source(spread)})"
     summed = sorted(found.perm[d] for d in found.lc)
     left = [a for a in range(rank) if a not in summed]
     wanted = [left.index(found.perm[d]) for d in (*found.lb, *found.l_free)]
