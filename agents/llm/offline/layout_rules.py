@@ -38,10 +38,24 @@ def _is_one(d: Any) -> bool:
     return isinstance(d, int) and d == 1
 
 
+def _made(v: Any, producers: dict[Any, Any]) -> Any:
+    """The equation in this body that made `v` (None: an input or a literal)."""
+    return None if isinstance(v, jcore.Literal) else producers.get(v)
+
+
+def _adds_units(eqn: Any) -> bool:
+    """A reshape whose output is its input with unit axes added (and no other change)."""
+    if eqn is None or eqn.primitive.name != "reshape" or eqn.params.get("dimensions"):
+        return False
+    source, out = eqn.invars[0], eqn.outvars[0].aval.shape
+    return not isinstance(source, jcore.Literal) and (
+        [str(d) for d in out if not _is_one(d)] == [str(d) for d in source.aval.shape])
+
+
 def _source(v: Any, producers: dict[Any, Any]) -> tuple[Any, tuple[int, ...]]:
     """(the value `v` transposes, its permutation) when a transpose in this body made `v`,
     else (`v`, the identity)."""
-    eqn = producers.get(v) if not isinstance(v, jcore.Literal) else None
+    eqn = _made(v, producers)
     if eqn is not None and eqn.primitive.name == "transpose":
         return eqn.invars[0], tuple(int(p) for p in eqn.params["permutation"])
     return v, tuple(range(len(v.aval.shape)))
@@ -58,16 +72,13 @@ def _unit_source(eqn: Any, producers: dict[Any, Any]) -> tuple[Any, list[int]] |
     """(x, the permutation of x's own axes) for a transpose of `x.reshape(...)` that only
     added unit axes to `x`, else None."""
     operand = eqn.invars[0]
-    made = producers.get(operand) if not isinstance(operand, jcore.Literal) else None
-    if made is None or made.primitive.name != "reshape" or made.params.get("dimensions"):
+    made = _made(operand, producers)
+    if not _adds_units(made):
         return None
     source = made.invars[0]
-    if isinstance(source, jcore.Literal):
-        return None
     expanded = operand.aval.shape
     kept = [i for i, d in enumerate(expanded) if not _is_one(d)]
-    if (any(_is_one(d) for d in source.aval.shape) or len(kept) == len(expanded)
-            or [str(expanded[i]) for i in kept] != [str(d) for d in source.aval.shape]):
+    if any(_is_one(d) for d in source.aval.shape) or len(kept) == len(expanded):
         return None
     return source, [kept.index(p) for p in eqn.params["permutation"] if p in kept]
 
@@ -88,8 +99,7 @@ def unit_reshape_transpose(eqn: Any, emitter: Any) -> str | None:
 def _unit_drop(eqn: Any, producers: dict[Any, Any]) -> tuple[Any, list[int]] | None:
     """(x, the permutation of x's axes other than its unit ones) for a reshape that only
     drops the unit axes of `jnp.transpose(x, ...)`, else None."""
-    operand = eqn.invars[0]
-    made = producers.get(operand) if not isinstance(operand, jcore.Literal) else None
+    made = _made(eqn.invars[0], producers)
     if (made is None or made.primitive.name != "transpose" or eqn.params.get("dimensions")
             or isinstance(made.invars[0], jcore.Literal)):
         return None
@@ -100,11 +110,8 @@ def _unit_drop(eqn: Any, producers: dict[Any, Any]) -> tuple[Any, list[int]] | N
     if (len(kept) == len(perm)
             or [str(source.aval.shape[p]) for p in moved] != [str(d) for d in eqn.outvars[0].aval.shape]):
         return None
-    added = producers.get(source)  # the unit axes were added by a reshape: start before it
-    if (added is not None and added.primitive.name == "reshape" and not added.params.get("dimensions")
-            and not isinstance(added.invars[0], jcore.Literal)
-            and [str(d) for d in added.invars[0].aval.shape]
-            == [str(source.aval.shape[i]) for i in kept]):
+    added = _made(source, producers)  # the unit axes were added by a reshape: start before it
+    if _adds_units(added) and not any(_is_one(d) for d in added.invars[0].aval.shape):
         source = added.invars[0]
     return source, [kept.index(p) for p in moved]
 
@@ -195,7 +202,7 @@ def _squeezed_matvec(eqn: Any, producers: dict[Any, Any]) -> tuple[Any, _MatVec]
     """(the dot, how it is written) for a reshape that only drops the unit free axes of a
     dot written on the vector unit."""
     operand = eqn.invars[0]
-    made = producers.get(operand) if not isinstance(operand, jcore.Literal) else None
+    made = _made(operand, producers)
     found = _matvec(made, producers) if made is not None else None
     if found is None or not found.r_free or eqn.params.get("dimensions"):
         return None
@@ -219,10 +226,10 @@ def unwritten(eqns: Sequence[Any]) -> tuple[set[Any], list[tuple[Any, int]]]:
     """For a VMEM count of a kernel body: the values these rules leave unmade (a unit-axis
     reshape read only by the transposes written without it, a transpose read only by the
     reshapes that drop its unit axes or as the left side of a dot written on the vector
-    unit, such a dot read only by reshapes that drop its unit free axes), and the float32 products those dots make in
-    their place, with the index of the equation that makes each."""
+    unit, such a dot read only by reshapes that drop its unit free axes), and the float32
+    products those dots make in their place, with the index of the equation making each."""
     producers = {v: e for e in eqns for v in e.outvars}
-    readers: dict[Any, list[tuple[Any, bool]]] = {}
+    readers: dict[Any, list[bool]] = {}
     products: list[tuple[Any, int]] = []
     for i, e in enumerate(eqns):
         unit = ((e.primitive.name == "transpose" and _unit_source(e, producers) is not None)
@@ -235,7 +242,6 @@ def unwritten(eqns: Sequence[Any]) -> tuple[set[Any], list[tuple[Any, int]]]:
         for k, v in enumerate(e.invars):
             if not isinstance(v, jcore.Literal):
                 skipped = unit or (matvec is not None and k == 0 and matvec.source is not v)
-                readers.setdefault(v, []).append((e, skipped))
-    gone = {v for v, read in readers.items() if read and all(skipped for _, skipped in read)
-            and v in producers}
+                readers.setdefault(v, []).append(skipped)
+    gone = {v for v, skipped in readers.items() if all(skipped) and v in producers}
     return gone, products
