@@ -2,7 +2,7 @@
 
 The grid is narrowed by the profile of the default configuration's test run (many short
 grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
-as large). The default itself is left out: the test run already measured it on the same
+as large; both at once: the whole grid; flags, knobs of 0 and 1, are never narrowed). The default itself is left out: the test run already measured it on the same
 suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
 other configurations, in the grid's order; of those, one whose lowered program (hashed) is
 the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
@@ -44,7 +44,12 @@ TESTED_AFTER_PRICING = 2
 
 
 def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str]:
-    """The configurations worth timing given the default's profile, and why."""
+    """The configurations worth timing given the default's profile, and why.
+
+    Only sizes are narrowed by direction: a flag (a knob whose every value is 0 or 1, such
+    as a layout switch) says nothing about step count or VMEM, so both its values stay. Many
+    short steps and VMEM above half the budget pull opposite ways; then the whole grid stays,
+    and the prices (whose lowering includes the compile check) or the timings decide."""
     if not configs or not profile:
         return configs, "no profile: the whole grid"
     default = configs[0]
@@ -54,22 +59,29 @@ def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tup
     tight = bool(vmem and limit and vmem > VMEM_NARROW_FRACTION * limit)
     if not overhead and not tight:
         return configs, "profile gives no direction: the whole grid"
+    if overhead and tight:
+        return configs, ("per-step overhead, and VMEM above half the budget: the directions "
+                         "conflict, the whole grid")
+    sizes = size_knobs(configs)
 
     def keep(config: dict[str, Any]) -> bool:
-        for knob, value in config.items():
-            base = default.get(knob)
-            if not (isinstance(value, int) and isinstance(base, int)) or isinstance(value, bool):
-                continue
-            if overhead and not tight and value < base:
-                return False
-            if tight and value > base:
-                return False
-        return True
+        return all(config[knob] >= default[knob] if overhead else config[knob] <= default[knob]
+                   for knob in sizes)
 
     kept = [c for c in configs if keep(c)]
-    why = "per-step overhead: blocks >= the default" if overhead and not tight else \
+    why = "per-step overhead: blocks >= the default" if overhead else \
         "VMEM above half the budget: blocks <= the default"
     return kept or configs[:1], why
+
+
+def size_knobs(configs: list[dict[str, Any]]) -> list[str]:
+    """The knobs every configuration sets to an integer, not all 0 or 1 (those are flags)."""
+    def sized(knob: str) -> bool:
+        values = [c.get(knob) for c in configs]
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in values) and \
+            any(v not in (0, 1) for v in values)
+
+    return [knob for knob in configs[0] if sized(knob)]
 
 
 def repeats(default_key: str | None, keys: list[str | None]) -> dict[int, int]:
