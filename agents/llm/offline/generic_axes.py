@@ -52,6 +52,10 @@ class Tiling:
     rejected: tuple[str, ...] = ()  # the output axes not tiled, each with why
     reduced: bool = False  # the last grid axis is summed over (`generic_summed`)
     partials: tuple[tuple[tuple[Any, ...], str], ...] = ()  # per contraction: dims, dtype
+    dots: tuple[tuple[tuple[Any, ...], tuple[Any, ...], bool], ...] = ()
+    """Per dot of a summed body: its output's dims, its contracted dims, and whether it runs
+    at every step (`_partial`) or once per block of rows (`_finish`); `generic_price` counts
+    their MXU work."""
 
 
 def _literal(v: Any) -> bool:

@@ -27,7 +27,8 @@ def _summed_detail(got: Any) -> dict[str, Any]:
             "in_axes": [list(a) for a in got.in_axes], "out_axes": [list(a) for a in got.out_axes],
             "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
             "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values],
-            "reduced": got.reduced, "partials": [(list(d), t) for d, t in got.partials]}
+            "reduced": got.reduced, "partials": [(list(d), t) for d, t in got.partials],
+            "dots": [(list(o), list(c), every) for o, c, every in got.dots]}
 
 
 def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:

@@ -6,9 +6,10 @@ summed axis the contraction, and the dots' float32 sums the tile. Its grid runs 
 axis innermost on a double-buffered pipeline, so the same rules as `matmul_blocks` price it:
 before step 0 the first blocks arrive (the prologue), during each step the next step's
 blocks arrive and the last finished output block leaves, and after the last step the last
-output block is written (the epilogue); a step takes the longer of its MXU work (padded to
-the MXU, at the operands' peak) plus the chip's fixed per-step cost, and its transfers at
-HBM bandwidth. A block whose index does not change between two steps is not fetched again.
+output block is written (the epilogue); a step takes the longer of its MXU work (every dot
+of `_partial`, the ones that make the summed axis's values as well as the ones that
+contract it, padded to the MXU, at the operands' peak; `_finish`'s dots at the last step)
+plus the chip's fixed per-step cost, and its transfers at HBM bandwidth. A block whose index does not change between two steps is not fetched again.
 
 That is why the summed axis pays even where every weight fits VMEM: one summed block of the
 whole axis fetches all weights before any work starts, while smaller blocks hide all but the
@@ -85,16 +86,34 @@ def schedule_seconds(facts: TaskFacts, blocks: Sequence[int], chip: dict[str, An
     for (shape, itemsize, axes) in generic._arrays(facts)[len(facts.args):]:
         block = generic._block_shape(tuple(shape), tuple(axes), blocks)
         written += last * tiled_bytes(block, itemsize)
+    def resolved(dims: Sequence[Any]) -> list[int]:
+        return [int(blocks[t["symbols"].index(d)] if d in t["symbols"]
+                    else (facts.dim_values.get(d, d) if isinstance(d, str) else d))
+                for d in dims] or [1]
+
+    at_blocks = {**facts.dim_values, **dict(zip(t["symbols"], blocks, strict=True))}
+
+    def evaluated(dims: Sequence[Any]) -> list[int]:  # a dot's dims: sizes or expressions
+        scope = {"max": max, "min": min, "__builtins__": {}}
+        return [d if isinstance(d, int) else int(eval(d, scope, dict(at_blocks)))  # names and ints only
+                for d in dims] or [1]
+
+    def dot_s(out: Sequence[int], contracted: int) -> float:
+        rows = math.prod(out[:-1])
+        return 2 * _ceil_to(rows, SUBLANES) * _ceil_to(out[-1], mxu) * _ceil_to(contracted, mxu) / peak
+
     tile = 0
-    mxu_s = 0.0
     for dims, _ in t.get("partials", ()):
-        shape = [blocks[t["symbols"].index(d)] if d in t["symbols"]
-                 else (facts.dim_values.get(d, d) if isinstance(d, str) else d) for d in dims]
-        shape = [int(s) for s in shape] or [1]
-        rows = math.prod(shape[:-1])
-        tile += rows * shape[-1]
-        mxu_s += 2 * _ceil_to(rows, SUBLANES) * _ceil_to(shape[-1], mxu) * _ceil_to(blocks[-1], mxu) / peak
-    finish_s = _finish_ops(t.get("body", "")) * tile / vpu
+        shape = resolved(dims)
+        tile += math.prod(shape)
+    if t.get("dots"):  # every dot of the body: the ones before the sums are MXU work too
+        mxu_s = sum(dot_s(evaluated(o), math.prod(evaluated(c))) for o, c, every in t["dots"] if every)
+        finish_mxu_s = sum(dot_s(evaluated(o), math.prod(evaluated(c)))
+                           for o, c, every in t["dots"] if not every)
+    else:
+        mxu_s = sum(dot_s(resolved(d), blocks[-1]) for d, _ in t.get("partials", ()))
+        finish_mxu_s = 0.0
+    finish_s = _finish_ops(t.get("body", "")) * tile / vpu + finish_mxu_s
     busy = np.full(steps, mxu_s) + last * finish_s + step_s
     overlapped = np.zeros(steps)
     overlapped[:-1] += fetched[1:]

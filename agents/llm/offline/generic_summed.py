@@ -124,6 +124,36 @@ def _renamings(tiling: Tiling, values: dict[str, int], pinned: dict[str, int]
     return found
 
 
+def _named(shape: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(d if isinstance(d, int) else str(d) for d in shape)
+
+
+def _dot_work(eqn: Any, every_step: bool) -> tuple[tuple[Any, ...], tuple[Any, ...], bool]:
+    """A dot's output dims and contracted dims (sizes, or expressions of the symbols), and
+    when it runs."""
+    from agents.llm.offline.jaxpr_source import dim_source
+
+    def sources(shape: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(d if isinstance(d, int) else dim_source(d) for d in shape)
+
+    (contracted, _), _ = eqn.params["dimension_numbers"]
+    lhs = eqn.invars[0].aval.shape
+    return sources(eqn.outvars[0].aval.shape), sources([lhs[i] for i in contracted]), every_step
+
+
+def _dots_work(eqns: Sequence[Any], partial: set[int]
+               ) -> tuple[tuple[tuple[Any, ...], tuple[Any, ...], bool], ...]:
+    """Every dot's work (`_dot_work`), or none when a dim has no plain Python form: then the
+    price counts the contracting dots alone, as before the others were known."""
+    from agents.llm.offline.jaxpr_source import EmitError
+
+    try:
+        return tuple(_dot_work(e, id(e) in partial) for e in eqns
+                     if e.primitive.name == "dot_general")
+    except EmitError:
+        return ()
+
+
 def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: Tiling,
                    symbols: Sequence[str], values: dict[str, int],
                    pinned: dict[str, int]) -> Tiling | str:
@@ -189,7 +219,7 @@ def with_reduction(trace: Callable[[list[tuple[Any, ...]], bool], Any], tiling: 
             out_axes=tuple(axes(v.aval.shape) for v in checked_out),
             arg_dims=tuple(dims), body=partial + "\n\n\n" + finish, values=inter,
             reduced=True,
-            partials=tuple((tuple(d if isinstance(d, int) else str(d) for d in v.aval.shape),
-                            str(np.dtype(v.aval.dtype))) for v in sums))
+            partials=tuple((_named(v.aval.shape), str(np.dtype(v.aval.dtype))) for v in sums),
+            dots=_dots_work(eqns, gone))
     return "; ".join(dict.fromkeys(reasons)) or "no input axis is contracted away"
 
