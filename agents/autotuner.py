@@ -2,8 +2,9 @@
 
 The grid is narrowed by the profile of the default configuration's test run (many short
 grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
-as large; both at once: the whole grid; flags, knobs of 0 and 1, are never narrowed). The default itself is left out: the test run already measured it on the same
-suite, and the orchestrator keeps whichever of the two is faster. The budget caps the
+as large; both at once: the whole grid; flags, knobs of 0 and 1, are never narrowed). The
+default itself is left out: the test run already measured it on the same suite, and the
+orchestrator keeps whichever of the two is faster. The budget caps the
 other configurations, in the grid's order; of those, one whose lowered program (hashed) is
 the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
 has the same price. The lowerings go in `LOWERINGS_AT_ONCE` batches, each one sandboxed

@@ -9,7 +9,8 @@ blocks arrive and the last finished output block leaves, and after the last step
 output block is written (the epilogue); a step takes the longer of its MXU work (every dot
 of `_partial`, the ones that make the summed axis's values as well as the ones that
 contract it, padded to the MXU, at the operands' peak; `_finish`'s dots at the last step)
-plus the chip's fixed per-step cost, and its transfers at HBM bandwidth. A block whose index does not change between two steps is not fetched again.
+plus the chip's fixed per-step cost, and its transfers at HBM bandwidth. A block whose
+index does not change between two steps is not fetched again.
 
 That is why the summed axis pays even where every weight fits VMEM: one summed block of the
 whole axis fetches all weights before any work starts, while smaller blocks hide all but the
@@ -86,6 +87,7 @@ def schedule_seconds(facts: TaskFacts, blocks: Sequence[int], chip: dict[str, An
     for (shape, itemsize, axes) in generic._arrays(facts)[len(facts.args):]:
         block = generic._block_shape(tuple(shape), tuple(axes), blocks)
         written += last * tiled_bytes(block, itemsize)
+
     def resolved(dims: Sequence[Any]) -> list[int]:
         return [int(blocks[t["symbols"].index(d)] if d in t["symbols"]
                     else (facts.dim_values.get(d, d) if isinstance(d, str) else d))
