@@ -149,6 +149,20 @@ def test_a_small_weight_stays_with_blocks_of_rows(tmp_path: Path) -> None:
 def test_the_priced_schedule_ranks_blocks_as_the_cost_model_does(tmp_path: Path) -> None:
     """`generic_price` is a planning figure: what it must get right is the order of the
     schedules it chooses between, as the cost model prices the kernel the author renders."""
+    import numpy as np
+
+    task = tmp_path / "square_softmax.py"
+    task.write_text(SQUARE_SOFTMAX)
+    blocks = [(512, 256), (512, 512), (256, 256), (512, 1024), (128, 1024)]
+    model, planned = _modelled_and_planned(
+        task, classify_task(task), [({"block_0": b0, "block_1": b1}, (b0, b1)) for b0, b1 in blocks])
+    assert np.argsort(model).tolist() == np.argsort(planned).tolist(), (model, planned)
+
+
+def _modelled_and_planned(task: Path, facts: Any, schedules: list[tuple[dict[str, int], tuple[int, ...]]]
+                          ) -> tuple[list[float], list[float]]:
+    """Per (knobs, blocks): the cost model's price of the author's kernel built with `knobs`,
+    lowered for v6e, and `generic_price`'s planned price of `blocks`."""
     import jax
     import numpy as np
 
@@ -159,19 +173,16 @@ def test_the_priced_schedule_ranks_blocks_as_the_cost_model_does(tmp_path: Path)
     from tools.performance.chips import get_chip
     from tools.performance.roofline import estimate_program
 
-    task = tmp_path / "square_softmax.py"
-    task.write_text(SQUARE_SOFTMAX)
-    facts = classify_task(task)
     namespace: dict[str, object] = {"__name__": "candidate"}
     exec(compile(drop_unused_imports(first_kernel(task)), str(task), "exec"), namespace)
     args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in facts.args]
     model, planned = [], []
-    for blocks in [(512, 256), (512, 512), (256, 256), (512, 1024), (128, 1024)]:
-        build = namespace["build"](block_0=blocks[0], block_1=blocks[1])  # type: ignore[operator]
+    for knobs, blocks in schedules:
+        build = namespace["build"](**knobs)  # type: ignore[operator]
         text = lower_for_tpu(jax.jit(build).trace(*args), chip="v6e")
         model.append(estimate_program(parse_lowered(text), get_chip("v6e")).latency_s)
         planned.append(generic_price.schedule_seconds(facts, blocks, None))
-    assert np.argsort(model).tolist() == np.argsort(planned).tolist(), (model, planned)
+    return model, planned
 
 
 # A gated MLP in bfloat16 whose weights fit one block (21 MiB): fetched whole, they all arrive
@@ -201,27 +212,10 @@ def test_a_gated_mlp_sums_its_hidden_axis_as_the_cost_model_prices_it(tmp_path: 
     """Every dot of the summed body is priced, not only the one that contracts the hidden
     axis; the planned prices of the whole hidden axis and of a summed block rank as the cost
     model ranks the kernels the author renders (JAXBench 9p at scale 0.125: 0.66x -> 0.81x)."""
-    import jax
-    import numpy as np
-
-    from agents.llm.offline import generic_price
-    from agents.llm.offline.common import drop_unused_imports
-    from tools.lowered.compile_check import lower_for_tpu
-    from tools.lowered.mosaic import parse_lowered
-    from tools.performance.chips import get_chip
-    from tools.performance.roofline import estimate_program
-
     task, facts = _summed(tmp_path / "gated_mlp.py", GATED_MLP)
     assert [every for _, _, every in facts.detail["dots"]] == [True, True, True]
     assert any("with every weight fetched before the first step" in r for r in facts.reasons)
-    namespace: dict[str, object] = {"__name__": "candidate"}
-    exec(compile(drop_unused_imports(first_kernel(task)), str(task), "exec"), namespace)
-    args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in facts.args]
-    model, planned = [], []
-    for hidden in (3584, 512):
-        build = namespace["build"](block_1=512, block_2=hidden)  # type: ignore[operator]
-        text = lower_for_tpu(jax.jit(build).trace(*args), chip="v6e")
-        model.append(estimate_program(parse_lowered(text), get_chip("v6e")).latency_s)
-        planned.append(generic_price.schedule_seconds(facts, (1, 512, hidden), None))
+    model, planned = _modelled_and_planned(
+        task, facts, [({"block_1": 512, "block_2": hidden}, (1, 512, hidden)) for hidden in (3584, 512)])
     assert model[1] < model[0] and planned[1] < planned[0], (model, planned)
     assert planned[0] == pytest.approx(model[0], rel=0.1), (model, planned)
