@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
 
-from agents.llm.offline import planner, variety
+from agents.llm.offline import generic, generic_fold, planner, variety
 from agents.llm.offline.classify import classify_task
 from agents.llm.offline.common import drop_unused_imports
 from agents.llm.offline.levers import REGISTRY, LeverContext, NotApplicable, variants
@@ -135,6 +135,41 @@ def make_inputs(key, shape_index=0):
     return (jax.random.normal(key, SHAPES[shape_index], jnp.float32),)
 '''
 
+# a norm over (batch, seq, features): the batch is a leading axis, folded into the rows
+BATCHED_NORM = _HEAD + '''SHAPES = [(3, 40, 256), (2, 24, 128)]
+
+
+def reference(x, scale):
+    x32 = x.astype(jnp.float32)
+    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    return (x32 * jax.lax.rsqrt(ms + 1e-5)).astype(x.dtype) * scale
+
+
+def make_inputs(key, shape_index=0):
+    b, s, d = SHAPES[shape_index]
+    kx, kw = jax.random.split(key)
+    return (jax.random.normal(kx, (b, s, d), jnp.bfloat16),
+            (1.0 + 0.1 * jax.random.normal(kw, (d,), jnp.float32)).astype(jnp.bfloat16))
+'''
+
+# a gated MLP over (batch, seq, features): every block of rows reads every weight
+BATCHED_MLP = _HEAD + '''SHAPES = [(2, 48, 128, 256), (3, 16, 128, 256)]
+
+
+def reference(x, gate, up, down):
+    h = jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up)
+    return jnp.dot(h, down)
+
+
+def make_inputs(key, shape_index=0):
+    b, s, e, m = SHAPES[shape_index]
+    k = jax.random.split(key, 4)
+    return (jax.random.normal(k[0], (b, s, e), jnp.float32),
+            jax.random.normal(k[1], (e, m), jnp.float32) * 0.05,
+            jax.random.normal(k[2], (e, m), jnp.float32) * 0.05,
+            jax.random.normal(k[3], (m, e), jnp.float32) * 0.05)
+'''
+
 GLOBAL_HUGE = GLOBAL.replace("SHAPES = [(64, 256), (32, 128)]", "SHAPES = [(4096, 4096), (2048, 4096)]")
 
 
@@ -151,6 +186,27 @@ def test_a_sum_over_a_middle_axis_is_tiled_one_leading_position_per_step(tmp_pat
     assert facts.detail["in_axes"] == [[0, None, None], [None]] and facts.detail["units"] == [True]
     assert facts.detail["out_axes"] == [[0, None, None]]
     assert_matches_reference(task, first_kernel(task), seed=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "text", "spanning"), [("norm", BATCHED_NORM, 48),
+                                                      ("mlp", BATCHED_MLP, 64)])
+def test_a_batch_is_folded_into_the_rows_so_a_block_spans_batch_positions(
+        tmp_path: Path, name: str, text: str, spanning: int) -> None:
+    """Batch rows per block: the leading axis and the rows after it are one axis of the
+    grid, so a block may hold rows of two batch positions (and the last one a tail)."""
+    task = _task(tmp_path, f"batched_{name}", text)
+    facts = classify_task(task)
+    assert facts.kernel_class == "generic", facts.reasons
+    assert facts.detail["units"][0] and generic_fold.fold(facts) == (0, 1)
+    b, s = facts.dim_values[facts.detail["origins"][0]], facts.dim_values[facts.detail["origins"][1]]
+    assert generic.sizes(facts)[:2] == [1, b * s]
+    source = first_kernel(task)
+    assert "_FOLD_IN = (0," in source and "folded into the rows of" in source
+    assert spanning % s and spanning < b * s  # crosses a batch boundary, ends in a tail
+    assert_matches_reference(task, source, seed=5, block_1=spanning)
+    middle = classify_task(_task(tmp_path, "middle_sum", MIDDLE_SUM))
+    assert generic_fold.fold(middle) is None  # its rows are the lanes: nothing to fold into
 
 
 def test_a_statistic_over_the_leading_axis_is_tiled_over_rows(tmp_path: Path) -> None:
@@ -240,6 +296,6 @@ def test_the_levers_see_a_class_of_its_own_with_block_tunables(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("text", [MIDDLE_SUM, OVER_BATCH, COLUMN_NORM, MASKED])
+@pytest.mark.parametrize("text", [MIDDLE_SUM, OVER_BATCH, COLUMN_NORM, MASKED, BATCHED_MLP])
 def test_the_generic_kernel_passes_the_verifier(tmp_path: Path, text: str) -> None:
     assert_verifies(_task(tmp_path, "generic_task", text), tmp_path)

@@ -29,6 +29,7 @@ from agents.llm.offline.common import (
     scoped_vmem,
     tiled_bytes,
 )
+from agents.llm.offline.generic_fold import fold, merged_axes, positions, widened, with_fold
 from agents.llm.offline.generic_lanes import lanes_knob, narrow_swaps, with_lanes
 from agents.llm.offline.generic_summed import SUMMING_KERNEL
 from agents.llm.offline.levers import LeverContext, NotApplicable, changed, lever, not_applicable
@@ -67,15 +68,22 @@ def units(facts: TaskFacts) -> list[bool]:
 
 
 def sizes(facts: TaskFacts) -> list[int]:
-    """The full size of each tiled axis at the tuning point."""
-    return [facts.dim_values[o] for o in _tiling(facts)["origins"]]
+    """The full size of each tiled axis at the tuning point (a folded leading axis: 1, and
+    the rows it folds into as long as both; `generic_fold`)."""
+    out = [facts.dim_values[o] for o in _tiling(facts)["origins"]]
+    folded = fold(facts)
+    if folded is not None:
+        g, h = folded
+        out[h], out[g] = out[h] * out[g], 1
+    return out
 
 
 def _arrays(facts: TaskFacts) -> list[tuple[tuple[int, ...], int, tuple[int | None, ...]]]:
     """(shape, itemsize, grid axis per dim) of every input and output."""
     t = _tiling(facts)
-    ins = [(a.shape, np.dtype(a.dtype).itemsize, axes) for a, axes in zip(facts.args, t["in_axes"], strict=True)]
-    outs = [(s, np.dtype(d).itemsize, axes)
+    ins = [(widened(facts, a.shape, axes), np.dtype(a.dtype).itemsize, axes)
+           for a, axes in zip(facts.args, t["in_axes"], strict=True)]
+    outs = [(widened(facts, s, axes), np.dtype(d).itemsize, axes)
             for s, (_, d), axes in zip(facts.out_shapes, facts.outs, t["out_axes"], strict=True)]
     return ins + outs
 
@@ -121,7 +129,7 @@ def block_vmem(facts: TaskFacts, blocks: list[int], narrow_lanes: bool = False) 
     steps = 1 + max((v[4] for v in values), default=0)
     live = [0] * steps
     for shape, size, axes, born, dies in values:
-        bytes_ = tiled_bytes(_block_shape(tuple(shape), tuple(axes), blocks), size)
+        bytes_ = tiled_bytes(_block_shape(widened(facts, shape, axes), tuple(axes), blocks), size)
         for i in range(born, dies + 1):
             live[i] += bytes_
     return io + max(live, default=0)
@@ -231,12 +239,28 @@ def grid_text(params: dict[str, int]) -> str:
             "tiled axis blocked along it, the others one whole block at index 0.")
 
 
+def _axis_names(facts: TaskFacts) -> list[str]:
+    """Each tiled axis's name in the task's symbols (a folded pair: `D0*D1`)."""
+    names = list(_tiling(facts)["origins"])
+    folded = fold(facts)
+    if folded is not None:
+        names[folded[1]] = f"{names[folded[0]]}*{names[folded[1]]}"
+    return names
+
+
 def strategy_line(facts: TaskFacts, spec: GenericSpec) -> str:
     t = _tiling(facts)
     blocks = _blocks(facts, spec)
+    folded = fold(facts)
+    names = _axis_names(facts)
     parts = [f"one position of the {s}-long axis {o} per step (grid {s})" if u else
              f"block_{g} = {b} of the {s}-long axis {o} (grid {-(-s // b)})"
-             for g, (b, s, o, u) in enumerate(zip(blocks, sizes(facts), t["origins"], units(facts), strict=False))]
+             for g, (b, s, o, u) in enumerate(zip(blocks, sizes(facts), names, units(facts), strict=False))]
+    if folded is not None:
+        g, h = folded
+        lead = t["origins"][g]
+        parts[g] = (f"the {facts.dim_values[lead]}-long axis {lead} folded into the rows of "
+                    f"{t['origins'][h]} (one row-major axis in HBM, reshaped outside the kernel)")
     if reduced(facts):
         parts[-1] += (", last and arbitrary: the dots contracting it are summed in float32 "
                       "VMEM scratch, and the rest of the body runs once on the sums")
@@ -354,11 +378,16 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
                 or _tunables(facts, blocks, spec.narrow_lanes))
     names = [a.name for a in facts.args]
     ret = "outs[0]" if len(facts.outs) == 1 else "tuple(outs)"
-    tiled_doc = "; ".join(("one position per step of" if units(facts)[g] else f"block_{g} tiles")
-                          + f" {o} (size {s}): " + ", ".join(
+    folded = fold(facts)
+    tiled_doc = "; ".join(("" if folded and g == folded[0] else "one position per step of " if units(facts)[g]
+                           else f"block_{g} tiles ")
+                          + f"{o} (size {s})"
+                          + (" folded into the rows after it: " if folded and g == folded[0] else ": ")
+                          + ", ".join(
         f"{n} axis {axes.index(g)}" for n, axes in zip([*names, *[f'output {i}' for i in range(len(facts.outs))]],
                                                         [*t["in_axes"], *t["out_axes"]], strict=True) if g in axes)
-        for g, (o, s) in enumerate(zip(t["origins"], sizes(facts), strict=True)))
+        for g, (o, s) in enumerate(zip(t["origins"], [facts.dim_values[o] for o in t["origins"]],
+                                       strict=True)))
     doc = (f"generic kernel for {task_name}: a grid over the axes no op of the reference mixes, "
            "the reference's own ops evaluated on each block in VMEM.\n\n"
            f"Tiled axes: {tiled_doc}.\n\n"
@@ -371,8 +400,10 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
         f"_TILED = {tuple(t['symbols'])!r}",
         f"_SUMMED = {tuple(summing and g == len(blocks) - 1 for g in range(len(blocks)))!r}",
         f"_ALIGN = {tuple(aligns(facts))!r}",
-        f"_IN_AXES = {tuple(tuple(a) for a in t['in_axes'])!r}",
-        f"_OUT_AXES = {tuple(tuple(a) for a in t['out_axes'])!r}",
+        f"_IN_AXES = {tuple(merged_axes(facts, a) for a in t['in_axes'])!r}",
+        f"_OUT_AXES = {tuple(merged_axes(facts, a) for a in t['out_axes'])!r}",
+        *([f"_FOLD_IN = {positions(facts, t['in_axes'])!r}  # where the leading axis was",
+           f"_FOLD_OUT = {positions(facts, t['out_axes'])!r}"] if folded else []),
         f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
         *([f"_SWAP_IN = {tuple(swap_in)!r}  # (..., width, rows) with narrow_lanes",
            f"_SWAP_OUT = {tuple(swap_out)!r}"] if lanes else []),
@@ -401,6 +432,8 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
                         "for shape, _ in _partial_avals(**block_dims)]," if summing else ""))
     if lanes:
         wrapper = with_lanes(wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
+    elif folded:
+        wrapper = with_fold(facts, wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
     return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agents.llm.offline import generic
+from agents.llm.offline import generic, generic_fold
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.generic_summed import with_reduction
 
@@ -28,7 +28,8 @@ def _summed_detail(got: Any) -> dict[str, Any]:
             "arg_dims": [list(d) for d in got.arg_dims], "out_dims": [list(d) for d in got.out_dims],
             "body": got.body, "values": [(list(s), n, list(a), b, d) for s, n, a, b, d in got.values],
             "reduced": got.reduced, "partials": [(list(d), t) for d, t in got.partials],
-            "dots": [(list(o), list(c), every) for o, c, every in got.dots]}
+            "dots": [(list(o), list(c), every) for o, c, every in got.dots],
+            "fold": generic_fold.candidate(got.units, [*got.in_axes, *got.out_axes], got.reduced)}
 
 
 def decide(facts: TaskFacts, trace: Any, flat: tuple[list[Any], list[Any], list[Any], dict[Any, Any]]) -> None:
