@@ -1,5 +1,6 @@
-"""Shared checks for the offline author's first kernel of a small task file: run it in TPU
-interpret mode against the reference, or put it through the full verifier."""
+"""Shared checks for the offline author's first kernel of a small task file (run it in TPU
+interpret mode against the reference, or put it through the full verifier), and the task
+texts more than one test module writes."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def assert_verifies(task: Path, tmp_path: Path) -> None:
     candidate.write_text(first_kernel(task, task.stem))
     verdict = evaluate(task, candidate, target="sim-tpu-v6e")
     assert verdict.passed, (verdict.reasons, [d.message for d in verdict.diagnostics][:3])
+
+
+# A gated MLP in bfloat16 whose weights fit one block (21 MiB): fetched whole, they all arrive
+# before the first step. The dots that make the hidden values are most of the MXU work, so
+# only a price that counts them sees the summed schedule hide the weights behind it.
+GATED_MLP = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(2, 512, 1024, 3584), (1, 136, 256, 640)]  # batch, tokens, model, hidden
+
+
+def reference(x, gate, up, down):
+    return jnp.dot(jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up), down)
+
+
+def make_inputs(key, shape_index=0):
+    b, s, e, m = SHAPES[shape_index]
+    k = jax.random.split(key, 4)
+    return (jax.random.normal(k[0], (b, s, e), jnp.bfloat16),
+            jax.random.normal(k[1], (e, m), jnp.bfloat16) * 0.02,
+            jax.random.normal(k[2], (e, m), jnp.bfloat16) * 0.02,
+            jax.random.normal(k[3], (m, e), jnp.bfloat16) * 0.02)
+'''

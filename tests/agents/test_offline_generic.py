@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
+from offline_kernels import GATED_MLP, assert_matches_reference, assert_verifies, first_kernel
 
 from agents.llm.offline import generic, generic_fold, planner, variety
 from agents.llm.offline.classify import classify_task
@@ -152,23 +152,9 @@ def make_inputs(key, shape_index=0):
             (1.0 + 0.1 * jax.random.normal(kw, (d,), jnp.float32)).astype(jnp.bfloat16))
 '''
 
-# a gated MLP over (batch, seq, features): every block of rows reads every weight
-BATCHED_MLP = _HEAD + '''SHAPES = [(2, 48, 128, 256), (3, 16, 128, 256)]
-
-
-def reference(x, gate, up, down):
-    h = jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up)
-    return jnp.dot(h, down)
-
-
-def make_inputs(key, shape_index=0):
-    b, s, e, m = SHAPES[shape_index]
-    k = jax.random.split(key, 4)
-    return (jax.random.normal(k[0], (b, s, e), jnp.float32),
-            jax.random.normal(k[1], (e, m), jnp.float32) * 0.05,
-            jax.random.normal(k[2], (e, m), jnp.float32) * 0.05,
-            jax.random.normal(k[3], (m, e), jnp.float32) * 0.05)
-'''
+# the gated MLP at test size: every block of rows reads every weight
+BATCHED_MLP = GATED_MLP.replace("[(2, 512, 1024, 3584), (1, 136, 256, 640)]",
+                                "[(2, 48, 128, 256), (3, 16, 128, 256)]")
 
 GLOBAL_HUGE = GLOBAL.replace("SHAPES = [(64, 256), (32, 128)]", "SHAPES = [(4096, 4096), (2048, 4096)]")
 

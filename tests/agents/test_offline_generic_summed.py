@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_kernels import assert_matches_reference, first_kernel
+from offline_kernels import GATED_MLP, assert_matches_reference, first_kernel
 
 from agents.llm.offline import generic
 from agents.llm.offline.classify import classify_task
@@ -183,29 +183,6 @@ def _modelled_and_planned(task: Path, facts: Any, schedules: list[tuple[dict[str
         model.append(estimate_program(parse_lowered(text), get_chip("v6e")).latency_s)
         planned.append(generic_price.schedule_seconds(facts, blocks, None))
     return model, planned
-
-
-# A gated MLP in bfloat16 whose weights fit one block (21 MiB): fetched whole, they all arrive
-# before the first step. The dots that make the hidden values are most of the MXU work, so
-# only a price that counts them sees the summed schedule hide the weights behind it.
-GATED_MLP = '''import jax
-import jax.numpy as jnp
-
-SHAPES = [(2, 512, 1024, 3584), (1, 136, 256, 640)]  # batch, tokens, model, hidden
-
-
-def reference(x, gate, up, down):
-    return jnp.dot(jax.nn.silu(jnp.dot(x, gate)) * jnp.dot(x, up), down)
-
-
-def make_inputs(key, shape_index=0):
-    b, s, e, m = SHAPES[shape_index]
-    k = jax.random.split(key, 4)
-    return (jax.random.normal(k[0], (b, s, e), jnp.bfloat16),
-            jax.random.normal(k[1], (e, m), jnp.bfloat16) * 0.02,
-            jax.random.normal(k[2], (e, m), jnp.bfloat16) * 0.02,
-            jax.random.normal(k[3], (m, e), jnp.bfloat16) * 0.02)
-'''
 
 
 def test_a_gated_mlp_sums_its_hidden_axis_as_the_cost_model_prices_it(tmp_path: Path) -> None:
