@@ -191,6 +191,9 @@ def test_a_batch_is_folded_into_the_rows_so_a_block_spans_batch_positions(
     assert "_FOLD_IN = (0," in source and "folded into the rows of" in source
     assert spanning % s and spanning < b * s  # crosses a batch boundary, ends in a tail
     assert_matches_reference(task, source, seed=5, block_1=spanning)
+    answer = variants("generic", variety.default_spec(facts, {}, {}), "flatten_leading_axes",
+                      LeverContext(facts, {}))
+    assert isinstance(answer, NotApplicable) and "already folded" in answer.reason
     middle = classify_task(_task(tmp_path, "middle_sum", MIDDLE_SUM))
     assert generic_fold.fold(middle) is None  # its rows are the lanes: nothing to fold into
 

@@ -29,7 +29,14 @@ from agents.llm.offline.common import (
     scoped_vmem,
     tiled_bytes,
 )
-from agents.llm.offline.generic_fold import fold, merged_axes, positions, widened, with_fold
+from agents.llm.offline.generic_fold import (
+    fold,
+    merged_axes,
+    positions,
+    why_not,
+    widened,
+    with_fold,
+)
 from agents.llm.offline.generic_lanes import lanes_knob, narrow_swaps, with_lanes
 from agents.llm.offline.generic_summed import SUMMING_KERNEL
 from agents.llm.offline.levers import LeverContext, NotApplicable, changed, lever, not_applicable
@@ -507,6 +514,17 @@ def lane_dense_layout(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec]
     limit = spec.vmem_limit_bytes or scoped_vmem(ctx.chip)
     return [out] if spec_vmem(ctx.facts, out) <= limit else NotApplicable(
         "the transposed blocks and their values in VMEM do not fit")
+
+
+@lever(C, "flatten_leading_axes")
+def flatten_leading_axes(spec: GenericSpec, ctx: LeverContext) -> list[GenericSpec] | NotApplicable:
+    """The class default already folds a leading axis into the rows where it can
+    (`generic_fold`); the answer says which, or why not."""
+    folded = fold(ctx.facts)
+    if folded is None:
+        return NotApplicable(why_not(ctx.facts))
+    return NotApplicable(f"the leading axis is already folded into the rows: {_axis_names(ctx.facts)[folded[1]]} "
+                         f"is one axis of {sizes(ctx.facts)[folded[1]]} rows, tiled by block_{folded[1]}")
 
 
 not_applicable(C, "dimension_semantics", "every grid axis is a tiled independent axis, already parallel")

@@ -51,6 +51,18 @@ def fold(facts: TaskFacts) -> tuple[int, int] | None:
     return found[0], found[1]
 
 
+def why_not(facts: TaskFacts) -> str:
+    """Why this task's kernel keeps its leading axis one position per step."""
+    units = facts.detail.get("units", [])
+    if not any(units):
+        return "no leading axis is tiled one position per step: the rows are already one axis"
+    if facts.detail.get("fold") and lanes_knob(facts):
+        return ("the arrays narrower than the lanes may swap their last two axes (`narrow_lanes`), "
+                "which a folded axis would have to follow")
+    return ("no array holds the leading axis right before a tiled axis of rows that is not its "
+            "last, in every array that holds either")
+
+
 def widened(facts: TaskFacts, shape: Sequence[Any], axes: Sequence[int | None]) -> tuple[Any, ...]:
     """`shape` (an array's or a body value's) with its rows as long as the folded axis: the
     leading axis's block is one position, the rows' block may hold every batch's rows."""
@@ -134,4 +146,4 @@ def with_fold(facts: TaskFacts, wrapper: str, kernel: str, summing: bool) -> str
     return _replaced(wrapper, steps)
 
 
-__all__ = ["candidate", "fold", "merged_axes", "positions", "widened", "with_fold"]
+__all__ = ["candidate", "fold", "merged_axes", "positions", "why_not", "widened", "with_fold"]
