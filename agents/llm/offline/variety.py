@@ -32,6 +32,7 @@ from agents.llm.offline import (  # noqa: F401  (registers the levers)
     attention,
     attention_levers,
     generic,
+    generic_levers,
     matmul,
     matmul_levers,
     rows,
