@@ -438,7 +438,7 @@ def render(facts: TaskFacts, spec: GenericSpec, task_name: str,
     if lanes:
         wrapper = with_lanes(wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
     elif folded:
-        wrapper = with_fold(facts, wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
+        wrapper = with_fold(facts, folded, wrapper, SUMMING_KERNEL if summing else _KERNEL, summing)
     return header(doc) + "\n" + constants + "\n\n\n" + t["body"] + "\n\n\n" + out_avals + wrapper
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.generic_lanes import lanes_knob
+from agents.llm.offline.generic_lanes import lanes_knob, replaced
 
 
 def candidate(units: Sequence[bool], arrays_axes: Sequence[Sequence[int | None]],
@@ -120,14 +120,13 @@ _SUMMING_STEPS = (
 )
 
 
-def with_fold(facts: TaskFacts, wrapper: str, kernel: str, summing: bool) -> str:
-    """The wrapper and kernel with the leading axis folded into the rows (`fold`)."""
-    from agents.llm.offline.generic_lanes import _replaced
-
-    g, h = fold(facts) or (0, 0)
+def with_fold(facts: TaskFacts, folded: tuple[int, int], wrapper: str, kernel: str,
+              summing: bool) -> str:
+    """The wrapper and kernel with grid axis `folded[0]` folded into `folded[1]` (`fold`)."""
+    g, h = folded
     lead, rows = facts.detail["symbols"][g], facts.detail["symbols"][h]
     steps = [
-        (kernel, _replaced(kernel, _SUMMING_STEPS if summing else _KERNEL_STEPS)),
+        (kernel, replaced(kernel, _SUMMING_STEPS if summing else _KERNEL_STEPS)),
         ("\n\ndef _block_spec(", _HELPERS),
         ("    blocks = tuple(_legal(b, dims[t], a,",
          f"    sizes = {{**dims, {lead!r}: 1, {rows!r}: dims[{lead!r}] * dims[{rows!r}]}}"
@@ -143,7 +142,7 @@ def with_fold(facts: TaskFacts, wrapper: str, kernel: str, summing: bool) -> str
         ("zip(out_avals, _OUT_AXES, strict=True)]", "zip(folded, _OUT_AXES, strict=True)]"),
         ("    )(*args)\n", "    )(*args)\n    outs = [o.reshape(shape) for o, (shape, _) in zip(outs, out_avals, strict=True)]\n"),
     ]
-    return _replaced(wrapper, steps)
+    return replaced(wrapper, steps)
 
 
 __all__ = ["candidate", "fold", "merged_axes", "positions", "why_not", "widened", "with_fold"]

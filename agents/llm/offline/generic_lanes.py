@@ -65,7 +65,7 @@ _SUMMING_SWAPS = (  # the summing kernel (`generic_summed.SUMMING_KERNEL`) with 
 )
 
 
-def _replaced(text: str, steps: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
+def replaced(text: str, steps: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
     for old, new in steps:
         if text.count(old) != 1:
             raise AssertionError(f"the generic kernel changed: {old!r} is not there once")
@@ -94,7 +94,7 @@ def with_lanes(wrapper: str, kernel: str, summing: bool = False) -> str:
     on the lanes swap their last two axes around the call (bitcasts in the layouts XLA:TPU
     keeps them in) and in VMEM."""
     steps = [
-        (kernel, _replaced(kernel, _SUMMING_SWAPS if summing else _KERNEL_SWAPS)),
+        (kernel, replaced(kernel, _SUMMING_SWAPS if summing else _KERNEL_SWAPS)),
         ("\n\ndef _block_spec(", _LANE_HELPERS),
         ("    args = (", "    given = ("),
         (",)\n    out_avals = _out_avals(**dims)\n",
@@ -115,4 +115,4 @@ def with_lanes(wrapper: str, kernel: str, summing: bool = False) -> str:
         ("    )(*args)\n", "    )(*args)\n    outs = [jnp.swapaxes(o, -1, -2) if swap else o\n"
                          "            for o, swap in zip(outs, swap_out, strict=True)]\n"),
     ]
-    return _replaced(wrapper, steps)
+    return replaced(wrapper, steps)
