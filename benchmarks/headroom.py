@@ -6,7 +6,9 @@ else from the host program, and said which), the task's work (its flops, and the
 its inputs and outputs, which every kernel reads and writes at least once), and the
 **ceiling**: the baseline over the least time the model grants any kernel for that work
 (flops at the bf16 MXU peak or bytes at full HBM bandwidth, whichever is longer, plus one
-launch). No kernel, written by anybody, is priced above its ceiling: a task whose ceiling
+launch; the flops are the task's own count, or its reference's dots padded to the MXU where
+no layout avoids it, whichever is more: a head_dim of 64 fills a quarter of a 256-wide MXU
+in any kernel). No kernel, written by anybody, is priced above its ceiling: a task whose ceiling
 is at or below 1.0 cannot be sped up in the model at that size, and the share of tasks
 with a ceiling above 1.0 bounds `fast_1` from above.
 
@@ -61,9 +63,9 @@ def headroom(path: Path, scales: tuple[float, ...] | None, target: str) -> dict[
     """One task's baseline, work and ceiling at its tuning point."""
     from tools.api import chip_for_target, scaled_task
     from tools.inputs.tasks import load_task
-    from tools.performance.baseline import task_work
+    from tools.performance.baseline import task_dots, task_work
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import KERNEL_LAUNCH_S, roofline_floor_s
+    from tools.performance.roofline import KERNEL_LAUNCH_S, least_mxu_flops, model_floor_s
     from tools.performance.simbaseline import simulated_baseline
 
     started = time.perf_counter()
@@ -71,13 +73,14 @@ def headroom(path: Path, scales: tuple[float, ...] | None, target: str) -> dict[
         path = Path(scaled_task(path, scales))
     task = load_task(path)
     chip = get_chip(chip_for_target(target))
-    work = task_work(task)
+    work, dots = task_work(task), task_dots(task)
     baseline = simulated_baseline(task.reference_at(0), task.input_specs(0), chip)
-    floor = roofline_floor_s(work.flops, float(work.min_bytes), chip) + KERNEL_LAUNCH_S
+    floor = model_floor_s(work.flops, float(work.min_bytes), chip, dots) + KERNEL_LAUNCH_S
     return {
         "task": label(path), "shape": task.describe_shape(0),
         "baseline_s": baseline.latency_s, "baseline_priced_from": baseline.label,
-        "flops": work.flops, "min_bytes": work.min_bytes, "floor_s": floor,
+        "flops": work.flops, "padded_mxu_flops": least_mxu_flops(dots, chip.mxu_dim),
+        "min_bytes": work.min_bytes, "floor_s": floor,
         "ceiling": baseline.latency_s / floor, "wall_s": round(time.perf_counter() - started, 2),
     }
 

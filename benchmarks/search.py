@@ -24,8 +24,9 @@
   core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
   priced and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
   Per shipped task also its `roofline_ceiling`: the run's baseline over the least time any
-  kernel could take in the model (the task's flops at the bf16 MXU peak or its input and
-  output bytes at full HBM bandwidth, whichever is longer, plus one launch), and `headroom`,
+  kernel could take in the model (the task's flops, or its reference's dots padded to the
+  MXU as no layout avoids, at the bf16 MXU peak, or its input and output bytes at full HBM
+  bandwidth, whichever is longer, plus one launch), and `headroom`,
   that ceiling over the first valid candidate: below 1.10 no kernel can climb 1.10x there,
   so `tasks_with_headroom` counts the tasks where a climb is possible at all. The same at the
   MXU peak of the task's own floating inputs (`..._at_operand_precision`: a third of the bf16
@@ -267,20 +268,20 @@ def roofline_ceilings(task_name: str, baseline_s: float,
 
     from tools.api import chip_for_target
     from tools.inputs.tasks import load_task
-    from tools.performance.baseline import task_work
+    from tools.performance.baseline import task_dots, task_work
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import KERNEL_LAUNCH_S, roofline_floor_s
+    from tools.performance.roofline import KERNEL_LAUNCH_S, model_floor_s
 
     path = ROOT / "tasks" / f"{task_name}.py"
     if not path.exists():
         return None, None
     task = load_task(path)
-    work = task_work(task)
+    work, dots = task_work(task), task_dots(task)
     chip = get_chip(chip_for_target(target))
-    floor = roofline_floor_s(work.flops, float(work.min_bytes), chip) + KERNEL_LAUNCH_S
+    floor = model_floor_s(work.flops, float(work.min_bytes), chip, dots) + KERNEL_LAUNCH_S
     floats = [str(a.dtype) for a in task.input_specs(0) if jnp.issubdtype(a.dtype, jnp.floating)]
     peak = min((chip.matmul_peak(d) for d in floats), default=chip.peak_bf16_flops)
-    kept = max(work.flops / peak, work.min_bytes / chip.hbm_bytes_per_s) + KERNEL_LAUNCH_S
+    kept = model_floor_s(work.flops, float(work.min_bytes), chip, dots, peak) + KERNEL_LAUNCH_S
     return baseline_s / floor, baseline_s / kept
 
 

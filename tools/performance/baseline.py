@@ -125,6 +125,14 @@ def task_work(task: Any, shape_index: int = 0) -> TaskWork:
     return TaskWork(int(min_bytes), float(flops))
 
 
+def task_dots(task: Any, shape_index: int = 0) -> list[DotShape]:
+    """The reference's dots and convolutions at a shape, from its lowering (nothing compiled
+    or run): what no kernel computes in fewer padded MXU passes."""
+    import jax
+
+    return dots_of(jax.jit(task.reference_at(shape_index)).lower(*task.input_specs(shape_index)).as_text())
+
+
 def _hlo_bytes(type_text: str) -> int:
     total = 0
     for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", type_text):
