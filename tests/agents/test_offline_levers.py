@@ -203,6 +203,45 @@ def test_seq_on_the_lanes_computes_the_reference_beside_other_levers(also: dict[
         np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "parent"), [("causal_attention", {}), ("gqa_attention", {}),
+                                              ("causal_attention", {**ROWS, "heads_per_block": 1})])
+def test_a_causal_staircase_skips_the_diagonal_blocks_upper_half(
+        name: str, parent: dict[str, Any], tmp_path: Path) -> None:
+    """block_skipping on a causal kernel: square blocks whose diagonal one runs as q sub-tiles
+    that each read only the keys they see. It computes the reference at the tuning point (a
+    1024 sequence: the unseen shapes are too short for a staircase), and the model prices it
+    below its parent, which computes the whole diagonal block."""
+    from tools import api
+
+    facts = _facts(name)
+    base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), **parent)
+    got = variants("attention", base, "block_skipping", LeverContext(facts, _chip()))
+    assert not isinstance(got, NotApplicable), got
+    stair = got[0]
+    assert stair.stair_tile and stair.block_q == stair.block_kv >= 2 * stair.stair_tile
+    out, want = _run(facts, stair, name, 0)
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+    prices = []
+    for label, spec in (("parent", dataclasses.replace(base, block_q=stair.block_q,
+                                                       block_kv=stair.block_kv)), ("stair", stair)):
+        path = tmp_path / f"{label}.py"
+        path.write_text(_render(facts, spec, name))
+        prices.append(api.estimate(TASKS / f"{name}.py", path).latency_s)
+    assert prices[1] < prices[0] * 0.95, prices
+
+
+def test_block_skipping_says_why_a_kernel_has_no_staircase() -> None:
+    facts = _facts("attention")
+    base = variety.default_spec(facts, {}, _chip())
+    got = variants("attention", base, "block_skipping", LeverContext(facts, _chip()))
+    assert isinstance(got, NotApplicable) and "no mask" in got.reason
+    causal = _facts("causal_attention")
+    mixed = dataclasses.replace(variety.default_spec(causal, {}, _chip()), layout="rows")
+    got = variants("attention", mixed, "block_skipping", LeverContext(causal, _chip()))
+    assert isinstance(got, NotApplicable) and "layout" in got.reason
+
+
 def test_seq_on_the_lanes_and_the_output_accumulator_say_when_they_do_not_apply() -> None:
     facts = _facts("gqa_attention")
     base = dataclasses.replace(variety.default_spec(facts, {}, _chip()), **ROWS)

@@ -55,6 +55,7 @@ class AttentionSpec:
     kv_in_one_block: bool = False  # the whole KV length in one block: a plain softmax, no carry
     grid_order: str = "gq"  # "gq": head groups outermost; "qg": q blocks outermost
     sub_q: int = 1  # inner fori_loop sub-tiles along q per block
+    stair_tile: int = 0  # causal: the diagonal block as a staircase of q sub-tiles this wide
     vmem_limit_bytes: int | None = None
     tune_schedule: bool = False  # heads_per_block and buffers in TUNABLES too
     levers: tuple[str, ...] = field(default=(), compare=False)
@@ -219,6 +220,9 @@ def strategy_line(spec: AttentionSpec) -> str:
         parts.append("single-buffered q")
     if spec.sub_q > 1:
         parts.append(f"{spec.sub_q} fori_loop sub-tiles along q")
+    if spec.stair_tile:
+        parts.append(f"the diagonal block as a staircase of {spec.stair_tile}-wide q sub-tiles, "
+                     "each reading only the keys it sees")
     if spec.vmem_limit_bytes:
         parts.append(f"vmem_limit_bytes {spec.vmem_limit_bytes:,}")
     return "; ".join(parts)
@@ -232,10 +236,10 @@ def _batch_dims(x):
 %PER_HEAD%
 
 @functools.partial(jax.jit, static_argnames=("block_q", "block_kv", "heads_per_block", "buffers"))
-def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%,
+def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: %BKV_TYPE% = %BKV%, heads_per_block: int = %HB%,
            buffers: int = %BUFFERS%):
     q, k, v = %Q%, %K%, %V%
-    if BSHD:  # (batch, seq, heads, depth) -> (batch, heads, seq, depth): a layout op outside
+%SQUARE%    if BSHD:  # (batch, seq, heads, depth) -> (batch, heads, seq, depth): a layout op outside
         q, k, v = (jnp.swapaxes(x, 1, 2) if x.ndim == 4 else x for x in (q, k, v))
     if (q.ndim not in (3, 4) or k.shape != v.shape or k.ndim != q.ndim
             or q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]):
@@ -262,7 +266,7 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     if SEQ_ON_LANES:  # the q and kv blocks are the lane axis of theirs: whole lengths or 128s
         bq, bkv = min(q_len, pl.cdiv(bq, LANES) * LANES), min(kv_len, pl.cdiv(bkv, LANES) * LANES)
     sub = SUB_Q if bq % (SUB_Q * SUBLANES) == 0 else 1
-    q3 = q.reshape(groups, q_len, depth)
+%DIAGONAL%    q3 = q.reshape(groups, q_len, depth)
     k3, v3 = k.reshape(kv_groups, kv_len, depth), v.reshape(kv_groups, kv_len, depth)
     if SEQ_ON_LANES:  # (groups, depth, seq): where XLA keeps a narrow head_dim minor-last, a bitcast
         q3, k3, v3 = (jnp.swapaxes(x, 1, 2) for x in (q3, k3, v3))
@@ -303,7 +307,7 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
         in_specs.append(pl.BlockSpec((bias_head, bq, bkv), bias_index))
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%)%LOG2E%, block_q=bq, block_kv=bkv, kv_len=kv_len,
-                          sub_q=sub),
+                          sub_q=sub%DIAGONAL_ARG%),
         out_shape=jax.ShapeDtypeStruct(q3.shape, q.dtype),
         grid=%GRID%,
         in_specs=in_specs,
@@ -317,7 +321,7 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_bloc
     return jnp.swapaxes(out, 1, 2) if BSHD and out.ndim == 4 else out
 
 
-def build(block_q: int = %BQ%, block_kv: int = %BKV%, heads_per_block: int = %HB%, buffers: int = %BUFFERS%):
+def build(block_q: int = %BQ%, block_kv: %BKV_TYPE% = %BKV%, heads_per_block: int = %HB%, buffers: int = %BUFFERS%):
     return functools.partial(%NAME%, block_q=block_q, block_kv=block_kv, heads_per_block=heads_per_block,
                              buffers=buffers)
 '''
@@ -336,6 +340,17 @@ def _per_head(x, like):
     return jnp.broadcast_to(x[:, None], (x.shape[0], repeat, *x.shape[1:])).reshape(
         like.shape[0], *x.shape[1:])
 '''
+
+
+_SQUARE = """\
+    block_kv = block_q if block_kv is None else block_kv  # a staircase wants square blocks
+"""
+
+_DIAGONAL = """\
+    # a staircase needs square blocks on the diagonal, of two sub-tiles or more
+    diagonal = (bq // STAIR_TILE if bq == bkv and q_len == kv_len and bq % STAIR_TILE == 0
+                else 1)
+"""
 
 
 def _scratch(spec: AttentionSpec) -> str:
@@ -366,6 +381,8 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
              if h == hb or h in packing]
     if len(heads) > 1:
         tunables = {**tunables, "heads_per_block": heads}
+    if spec.stair_tile:  # square blocks: block_kv follows block_q
+        tunables = {k: v for k, v in tunables.items() if k != "block_kv"}
     if spec.tune_schedule and deepest_buffering() > 2:
         tunables = {**tunables, "buffers": list(dict.fromkeys([spec.buffers, 2, 3]))}
     names = [a.name for a in facts.args]
@@ -381,6 +398,8 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
         tunables_literal(tunables), f"CAUSAL = {bool(d['causal'])}",
         f"KV_IN_ONE_BLOCK = {spec.kv_in_one_block}", f"SINGLE_BUFFER_Q = {spec.single_buffer_q}",
         f"SUB_Q = {spec.sub_q}", f"VMEM_LIMIT_BYTES = {spec.vmem_limit_bytes!r}",
+        *([f"STAIR_TILE = {spec.stair_tile}  # causal: the diagonal block's q sub-tiles"]
+          if spec.stair_tile else []),
         f"SEQ_ON_LANES = {spec.operands == 'transposed'}  # q, k, v and out in (head_dim, seq) blocks",
         f"BSHD = {d.get('layout') == 'bshd'}  # operands given as (batch, seq, heads, depth)",
         f"BIAS = {has_bias(facts)}  # an additive score bias input",
@@ -399,9 +418,14 @@ def render(facts: TaskFacts, spec: AttentionSpec, task_name: str,
             .replace("%SCALE%", scale).replace("%LOG2E%", " * _LOG2E" if spec.exp == "exp2" else "")
             .replace("%PER_BLOCK%", "" if spec.kv_in_one_block else "    per_block = (hb,) if hb > 1 else ()\n")
             .replace("%PER_HEAD%", _PER_HEAD if grouped else "")
+            .replace("%DIAGONAL%", _DIAGONAL if spec.stair_tile else "")
+            .replace("%DIAGONAL_ARG%", ", diagonal=diagonal" if spec.stair_tile else "")
             .replace("%KV_SPEC%", kv_spec).replace("%GRID%", grid).replace("%SCRATCH%", _scratch(spec))
             .replace("%GRID_ARGS%", "g, i, j" if spec.grid_order == "gq" else "i, g, j")
-            .replace("%BQ%", str(spec.block_q)).replace("%BKV%", str(spec.block_kv))
+            .replace("%SQUARE%", _SQUARE if spec.stair_tile else "")
+            .replace("%BKV_TYPE%", "int | None" if spec.stair_tile else "int")
+            .replace("%BQ%", str(spec.block_q))
+            .replace("%BKV%", "None" if spec.stair_tile else str(spec.block_kv))
             .replace("%HB%", str(spec.heads_per_block)).replace("%BUFFERS%", str(spec.buffers)))
     kernel = kernel_source(spec, bias=has_bias(facts), grouped=grouped,
                            summary=strategy_line(spec).split(";")[0])

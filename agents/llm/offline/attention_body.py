@@ -24,9 +24,12 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
     """The `_kernel` body for `spec`: with a score bias input, grouped-query kv loads,
     and `summary` (the schedule's first part) as its docstring."""
     q_dtype, kv_cast, p_cast = _operand_casts(spec)
-    load_k, load_v = f"k_ref[...]{kv_cast}", f"v_ref[...]{kv_cast}"
+    staircase = spec.stair_tile > 0
+    kv_rows = "kv" if staircase else "..."
+    load_k, load_v = f"k_ref[{kv_rows}]{kv_cast}", f"v_ref[{kv_rows}]{kv_cast}"
     if grouped:  # the block's query heads read their kv heads' blocks, repeated (`_per_head`)
-        load_k, load_v = f"_per_head(k_ref[...]{kv_cast}, q)", f"_per_head(v_ref[...]{kv_cast}, q)"
+        load_k, load_v = (f"_per_head(k_ref[{kv_rows}]{kv_cast}, q)",
+                          f"_per_head(v_ref[{kv_rows}]{kv_cast}, q)")
     exp = "jnp.exp2" if spec.exp == "exp2" else "jnp.exp"
     rows_layout = spec.layout == "rows"
     seq_on_lanes = spec.operands == "transposed"  # q (d, q), k and v (d, kv), out (d, q)
@@ -67,7 +70,8 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
         f"            v_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, v.shape, {v_kv})",
         "            v = jnp.where(v_pos < kv_len, v, jnp.zeros_like(v))"]
     refs = "q_ref, k_ref, v_ref, b_ref, o_ref" if bias else "q_ref, k_ref, v_ref, o_ref"
-    head = ["", "", f"def _kernel({refs}, *scratch, scale, block_q, block_kv, kv_len, sub_q):",
+    diagonal_arg = ", diagonal=1" if staircase else ""
+    head = ["", "", f"def _kernel({refs}, *scratch, scale, block_q, block_kv, kv_len, sub_q{diagonal_arg}):",
             f'    """{summary}: one (q block, KV block) step of the softmax."""',
             f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
     if spec.kv_in_one_block:
@@ -89,8 +93,9 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
     if spec.hoist_q:
         q_all = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[...]"
         body.append(f"        qs_ref[...] = ({q_all}.astype(jnp.float32) * scale).astype(qs_ref.dtype)")
-    body += ["", "    def _update(r0, rows):",
-             '        """The online-softmax update of the q rows `rows` (starting at row r0)."""',
+    body += ["", f"    def _update(r0, rows{', kv=...' if staircase else ''}):",
+             '        """The online-softmax update of the q rows `rows` (starting at row r0)'
+             + (' against the keys `kv` of the block."""' if staircase else '."""'),
              "        q = qs_ref[rows]" if spec.hoist_q else f"        q = {load_q}",
              f"        k = {load_k}", f"        v = {load_v}", *zero_v,
              f"        s = {scores}", *mask,
@@ -107,7 +112,19 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
                  "    def _step():", "        lax.fori_loop(0, sub_q, _sub_tile, 0, unroll=True)", ""]
     else:
         body += ["    def _step():", "        _update(0, ...)", ""]
-    body += ["    if CAUSAL:", "        pl.when(kj * block_kv <= qi * block_q + block_q - 1)(_step)",
+    if staircase:  # the q sub-tile t of the diagonal block sees keys [0, (t + 1) * tile)
+        seq_axis = ("(..., slice(start, stop))" if seq_on_lanes
+                    else "(..., slice(start, stop), slice(None))")
+        body += ["    def _seq(start, stop):", f"        return {seq_axis}", "",
+                 "    if CAUSAL and diagonal > 1:", "        pl.when(kj < qi)(_step)", "",
+                 "        @pl.when(kj == qi)", "        def _diagonal():",
+                 "            tile = block_q // diagonal",
+                 "            for t in range(diagonal):",
+                 "                _update(t * tile, _seq(t * tile, (t + 1) * tile), _seq(0, (t + 1) * tile))",
+                 "    elif CAUSAL:"]
+    else:
+        body += ["    if CAUSAL:"]
+    body += ["        pl.when(kj * block_kv <= qi * block_q + block_q - 1)(_step)",
              "    else:", "        _step()", "",
              "    @pl.when(kj == pl.num_programs(2) - 1)", "    def _store():",
              "        acc, row_sum = acc_ref[...], l_ref[...]",

@@ -10,6 +10,7 @@ from agents.llm.offline.attention import (
     AttentionSpec,
     effective,
     geometry,
+    has_bias,
     head_choices,
     row_tile,
     vmem_bytes,
@@ -224,12 +225,39 @@ def autotune_space(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec
     return [changed(spec, tune_schedule=True)]
 
 
+STAIR_TILE = 256
+"""The narrowest staircase sub-tile: it spans the lanes of the scores, and a narrower one pads
+to the MXU's width."""
+
+
 @lever(C, "block_skipping")
 def block_skipping(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
-    if ctx.facts.detail["causal"]:
-        return NotApplicable("the class default already skips KV blocks above the diagonal under "
-                             "pl.when and clamps their index map, so they are not fetched")
-    return NotApplicable("no mask: every KV block contributes")
+    """The class default skips whole KV blocks above the diagonal; this also skips the upper
+    half of the diagonal block: square blocks, and q sub-tiles of it that each read only the
+    keys up to their last row (a staircase)."""
+    if not ctx.facts.detail["causal"]:
+        return NotApplicable("no mask: every KV block contributes")
+    g = geometry(ctx.facts)
+    why = [w for w, on in (("q and kv lengths differ", g["q_len"] != g["kv_len"]),
+                           ("a score bias block", has_bias(ctx.facts)),
+                           ("the whole KV in one block", spec.kv_in_one_block),
+                           ("scores and operands in different layouts", spec.layout != spec.operands))
+           if on]
+    if why:
+        return NotApplicable("KV blocks above the diagonal are already skipped; the diagonal "
+                             "block's staircase needs square blocks on the diagonal and one "
+                             "layout, and here: " + ", ".join(why))
+    _, bq, bkv = effective(ctx.facts, spec)
+    out = []
+    for block in dict.fromkeys((max(bq, bkv), 2 * max(bq, bkv))):
+        if block % STAIR_TILE or block < 2 * STAIR_TILE or block > g["q_len"]:
+            continue
+        stair = changed(spec, block_q=block, block_kv=block, stair_tile=STAIR_TILE)
+        if stair != spec and _fits(stair, ctx):
+            out.append(stair)
+    return out or NotApplicable(
+        f"KV blocks above the diagonal are already skipped, and a {max(bq, bkv)}-long diagonal "
+        f"block has no staircase of {STAIR_TILE}-wide sub-tiles")
 
 
 not_applicable(C, "dimension_semantics", "head groups and q blocks are already parallel; only the KV "
