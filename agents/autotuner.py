@@ -1,8 +1,9 @@
 """`autotuner`: sweeps a candidate's TUNABLES across the executors and picks the fastest.
 
 The grid is narrowed by the profile of the default configuration's test run (many short
-grid steps: only blocks at least as large; VMEM above half the budget: only blocks at most
-as large; both at once: the whole grid; flags, knobs of 0 and 1, are never narrowed). The
+grid steps: only blocks at least as large, the product of the size knobs; VMEM above half
+the budget: only blocks at most as large; both at once: the whole grid; flags, knobs of 0
+and 1, are never narrowed). The
 default itself is left out: the test run already measured it on the same suite, and the
 orchestrator keeps whichever of the two is faster. The budget caps the
 other configurations, in the grid's order; of those, one whose lowered program (hashed) is
@@ -24,6 +25,7 @@ ids derive from this command's, so a restarted sweep does not measure anything t
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -65,13 +67,16 @@ def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tup
                          "conflict, the whole grid")
     sizes = size_knobs(configs)
 
-    def keep(config: dict[str, Any]) -> bool:
-        return all(config[knob] >= default[knob] if overhead else config[knob] <= default[knob]
-                   for knob in sizes)
+    def volume(config: dict[str, Any]) -> int:
+        return math.prod(config[knob] for knob in sizes)
+
+    def keep(config: dict[str, Any]) -> bool:  # a step's block as a whole, not knob by knob:
+        # a longer q block over fewer heads per block is as large a step as the default
+        return volume(config) >= volume(default) if overhead else volume(config) <= volume(default)
 
     kept = [c for c in configs if keep(c)]
-    why = "per-step overhead: blocks >= the default" if overhead else \
-        "VMEM above half the budget: blocks <= the default"
+    why = "per-step overhead: blocks >= the default's size" if overhead else \
+        "VMEM above half the budget: blocks <= the default's size"
     return kept or configs[:1], why
 
 

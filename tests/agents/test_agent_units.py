@@ -49,6 +49,13 @@ def test_narrowing_follows_the_profile() -> None:
                                          for b in (8, 4) for f in (0, 1)]
     assert narrow(flagged, overhead)[0] == [{"block_0": b, "narrow_lanes": f}
                                             for b in (8, 16) for f in (0, 1)]
+    # a step's size is its block as a whole: twice the rows over half the heads is as large
+    traded = [{"block_q": q, "heads_per_block": h} for q in (512, 256, 1024) for h in (4, 2)]
+    assert narrow(traded, overhead)[0] == [{"block_q": 512, "heads_per_block": 4},
+                                           {"block_q": 1024, "heads_per_block": 4},
+                                           {"block_q": 1024, "heads_per_block": 2}]
+    assert narrow(traded, tight)[0] == [{"block_q": q, "heads_per_block": h}
+                                        for q, h in ((512, 4), (512, 2), (256, 4), (256, 2), (1024, 2))]
 
 
 def test_profile_judgement() -> None:
