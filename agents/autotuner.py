@@ -70,11 +70,17 @@ def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tup
     def volume(config: dict[str, Any]) -> int:
         return math.prod(config[knob] for knob in sizes)
 
-    def keep(config: dict[str, Any]) -> bool:  # a step's block as a whole, not knob by knob:
-        # a longer q block over fewer heads per block is as large a step as the default
+    def every_knob(config: dict[str, Any]) -> bool:
+        return all(config[knob] >= default[knob] if overhead else config[knob] <= default[knob]
+                   for knob in sizes)
+
+    def as_a_whole(config: dict[str, Any]) -> bool:  # a longer q block over fewer heads per
+        # block is as large a step as the default, though one knob of it is smaller
         return volume(config) >= volume(default) if overhead else volume(config) <= volume(default)
 
-    kept = [c for c in configs if keep(c)]
+    # those that move every knob the profile's way first: a budget that cuts the grid keeps them
+    kept = ([c for c in configs if every_knob(c)]
+            + [c for c in configs if as_a_whole(c) and not every_knob(c)])
     why = "per-step overhead: blocks >= the default's size" if overhead else \
         "VMEM above half the budget: blocks <= the default's size"
     return kept or configs[:1], why

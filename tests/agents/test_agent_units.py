@@ -51,11 +51,15 @@ def test_narrowing_follows_the_profile() -> None:
                                             for b in (8, 16) for f in (0, 1)]
     # a step's size is its block as a whole: twice the rows over half the heads is as large
     traded = [{"block_q": q, "heads_per_block": h} for q in (512, 256, 1024) for h in (4, 2)]
+    # (those that move every knob the profile's way first, so a budget that cuts the grid keeps them)
     assert narrow(traded, overhead)[0] == [{"block_q": 512, "heads_per_block": 4},
                                            {"block_q": 1024, "heads_per_block": 4},
                                            {"block_q": 1024, "heads_per_block": 2}]
     assert narrow(traded, tight)[0] == [{"block_q": q, "heads_per_block": h}
                                         for q, h in ((512, 4), (512, 2), (256, 4), (256, 2), (1024, 2))]
+    wide = [{"block_m": m, "block_n": n} for m in (256, 128, 512) for n in (256, 128, 512)]
+    assert narrow(wide, overhead)[0] == [{"block_m": m, "block_n": n} for m, n in (
+        (256, 256), (256, 512), (512, 256), (512, 512), (128, 512), (512, 128))]
 
 
 def test_profile_judgement() -> None:
