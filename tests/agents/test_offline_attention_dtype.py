@@ -45,3 +45,41 @@ def test_the_mxu_takes_the_operands_the_references_dots_take(
     source = first_kernel(task)
     assert ("MXU operands in the inputs' dtype" in source) == (want == "input")
     assert_matches_reference(task, source, seed=0, rtol=3e-2, atol=3e-2)
+
+
+MQA_BSHD = '''import jax
+import jax.numpy as jnp
+
+SHAPES = [(1, 256, 4, 1, 128)]  # batch, seq, query heads, kv heads, head_dim
+TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
+
+
+def reference(q, k, v):
+    seq, depth = q.shape[1], q.shape[-1]
+    s = jnp.einsum("bqhd,bkd->bhqk", q, k[:, :, 0, :], preferred_element_type=jnp.float32)
+    s = jnp.where(jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :], s * depth ** -0.5, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkd->bqhd", p, v[:, :, 0, :]).astype(q.dtype)
+
+
+def make_inputs(key, shape_index=0):
+    batch, seq, heads, kv_heads, depth = SHAPES[shape_index]
+    kq, kk, kv = jax.random.split(key, 3)
+    return (jax.random.normal(kq, (batch, seq, heads, depth), jnp.bfloat16),
+            jax.random.normal(kk, (batch, seq, kv_heads, depth), jnp.bfloat16),
+            jax.random.normal(kv, (batch, seq, kv_heads, depth), jnp.bfloat16))
+'''
+
+
+@pytest.mark.slow
+def test_a_scale_bf16_cannot_hold_is_applied_to_the_f32_scores(tmp_path: Path) -> None:
+    """head_dim 128's 1/sqrt(128) rounds in bf16: folded into q it moved the scores enough
+    that the frozen suite's 1000x probe (a one-hot softmax) picked other keys than the
+    oracle; the kernel now scales the f32 scores, and folds only a power of two into q."""
+    from offline_kernels import assert_verifies
+
+    task = tmp_path / "causal_mqa_bshd_bf16.py"
+    task.write_text(MQA_BSHD)
+    source = first_kernel(task)
+    assert "exact_scale" in source and "s = s * scale" in source
+    assert_verifies(task, tmp_path)

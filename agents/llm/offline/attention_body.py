@@ -49,12 +49,19 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
     normalized = "acc * (1.0 / row_sum)" if spec.normalize == "reciprocal" else "acc / row_sum"
     finish = normalized if rows_layout != seq_on_lanes else f"jnp.swapaxes({normalized}, -1, -2)"
     q_block = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[rows]"
-    load_q = f"({q_block}.astype(jnp.float32) * scale).astype({q_dtype})"
+    # narrow MXU operands hold q times the scale exactly only where it is a power of two;
+    # else the f32 scores take it after the dot (a one-hot softmax flips on that rounding)
+    narrow = spec.mxu_dtype != "float32"
+    scaled = "(({0}.astype(jnp.float32) * scale) if exact_scale else {0})" if narrow else \
+        "({0}.astype(jnp.float32) * scale)"
+    load_q = f"{scaled.format(q_block)}.astype({q_dtype})"
+    scale_scores = ["        if not exact_scale:  # the scale q's dtype cannot hold, in f32",
+                    "            s = s * scale"] if narrow else []
     bias_block = "b_ref[rows]" if rows_layout else "jnp.swapaxes(b_ref[...], -1, -2)"  # (kv, q)
     add_bias = [f"        s = s + {bias_block}.astype(jnp.float32)"
                 + (" * _LOG2E  # the scores are in log2 units" if spec.exp == "exp2" else "")
                 ] if bias else []
-    mask = [*add_bias,
+    mask = [*scale_scores, *add_bias,
         "        if CAUSAL or kv_len % block_kv:",
         f"            kv_pos = kj * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, {kv_dim})",
         "            valid = kv_pos < kv_len",
@@ -74,6 +81,8 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
     head = ["", "", f"def _kernel({refs}, *scratch, scale, block_q, block_kv, kv_len, sub_q{diagonal_arg}):",
             f'    """{summary}: one (q block, KV block) step of the softmax."""',
             f"    qi, kj = pl.program_id({1 if spec.grid_order == 'gq' else 0}), pl.program_id(2)"]
+    if narrow:
+        head.append("    exact_scale = bool(np.frexp(scale)[0] == 0.5)  # a power of two")
     if spec.kv_in_one_block:
         body = [*head, "    rows, r0 = ..., 0", f"    q = {load_q}", f"    k = {load_k}",
                 f"    v = {load_v}", *[line[4:] for line in zero_v], f"    s = {scores}",
@@ -92,7 +101,7 @@ def kernel_source(spec: AttentionSpec, *, bias: bool, grouped: bool, summary: st
              "        l_ref[...] = jnp.zeros_like(l_ref)", "        acc_ref[...] = jnp.zeros_like(acc_ref)"]
     if spec.hoist_q:
         q_all = "jnp.swapaxes(q_ref[...], -1, -2)" if seq_on_lanes and rows_layout else "q_ref[...]"
-        body.append(f"        qs_ref[...] = ({q_all}.astype(jnp.float32) * scale).astype(qs_ref.dtype)")
+        body.append(f"        qs_ref[...] = {scaled.format(q_all)}.astype(qs_ref.dtype)")
     body += ["", f"    def _update(r0, rows{', kv=...' if staircase else ''}):",
              '        """The online-softmax update of the q rows `rows` (starting at row r0)'
              + (' against the keys `kv` of the block."""' if staircase else '."""'),
