@@ -308,6 +308,14 @@ def test_reductions_and_dots_are_priced_as_the_kernel_model_prices_them() -> Non
   ROOT %w = f32[512,1024]{1,0} reduce-window(%q0, %z), window={size=2x1 stride=2x1}, to_apply=%add"""
     pooled = price_program(_fusion_hlo(pool, 5), chip)
     assert pooled.unpriced == [] and pooled.ops[0].vpu_ops == 512 * 1024 * 2
+    # XLA:TPU's row max broadcast back to the row: every window spans the row, so it is a
+    # reduction (one op per input element), not 2047 taps per output
+    row_max = """  %z = f32[] constant(-inf)
+  ROOT %w = f32[1024,1024]{1,0} reduce-window(%q0, %z), window={size=1x2047 pad=0_0x1023_1023}, to_apply=%add"""
+    spanned = price_program(_fusion_hlo(row_max, 5), chip)
+    assert spanned.unpriced == [] and spanned.ops[0].vpu_ops == 1024 * 1024
+    sliding = row_max.replace("size=1x2047 pad=0_0x1023_1023", "size=1x2047 pad=0_0x1022_1024")
+    assert price_program(_fusion_hlo(sliding, 5), chip).ops[0].vpu_ops == 1024 * 1024 * 2047
     scatter = """  %i = s32[8,1]{1,0} constant({{0},{1},{2},{3},{4},{5},{6},{7}})
   %u = f32[8,1024]{1,0} broadcast(%z), dimensions={}
   ROOT %s = f32[1024,1024]{1,0} scatter(%q0, %i, %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add"""

@@ -15,7 +15,9 @@ per element of the HLO shape:
 - transcendentals (exp, log, tanh, sqrt, rsqrt, sin, power, erf, ...): one EUP op and one
   VPU op per result element (`math.exp` and friends).
 - a reduction: one VPU op per input element, each reduced input (`vector.multi_reduction`);
-  a `reduce-window` (pooling) one per element of each output window, each reduced input.
+  a `reduce-window` (pooling) one per element of each output window, each reduced input,
+  except one whose every window spans the whole input axis (a row's max broadcast back to
+  the row): a reduction, one per input element.
 - a `transpose`, or a `copy` that changes the layout, that moves data between lanes or
   sublanes in the physical layouts XLA:TPU gave its operand and result (the minor axis,
   or the second minor, comes from another axis; unit axes ignored): the cross-lane unit's
@@ -115,6 +117,40 @@ class Instr(msgspec.Struct, frozen=True):
     parameter: int = -1  # a parameter's index in its computation
     root: bool = False  # the computation's result
     literal: str = ""  # a constant's value, as the program writes it
+
+
+def _dims(type_text: str) -> list[int]:
+    found = re.search(r"\w+\[([\d,]*)\]", type_text)
+    return [int(d) for d in found.group(1).split(",") if d] if found and found.group(1) else []
+
+
+def window_ops(ins: Instr, types: dict[str, str]) -> int | None:
+    """A `reduce-window`'s VPU ops: one per element of each output window, each reduced
+    input; None where its window is not read here. Where every output's window spans the
+    whole input along each windowed axis (XLA:TPU writes a row's max broadcast back to the
+    row so: a window of 2n - 1 padded by n - 1 on both sides), it is a reduction of the
+    row and a broadcast, one op per input element, as a kernel computes it."""
+    size = re.search(r"window=\{size=([\dx]+)", ins.rest)
+    if size is None:
+        return None
+    sizes = [int(d) for d in size.group(1).split("x")]
+    inputs = ins.operands[:len(ins.operands) // 2]  # then as many init values
+    taps = math.prod(sizes)
+    shape = _dims(types.get(inputs[0], "")) if inputs else []
+    stride = re.search(r"stride=([\dx]+)", ins.rest)
+    pad = re.search(r"pad=([\d_x]+)", ins.rest)
+    strides = [int(d) for d in stride.group(1).split("x")] if stride else [1] * len(sizes)
+    pads = [tuple(int(v) for v in p.split("_")) for p in pad.group(1).split("x")] if pad \
+        else [(0, 0)] * len(sizes)
+    out = _dims(ins.type_text) if not ins.type_text.startswith("(") else []
+    if len(shape) == len(sizes) == len(strides) == len(pads) == len(out):
+        # output i reads [i * stride - lo, i * stride - lo + w): the last starts at or before
+        # the first element, the first ends at or after the last
+        whole = all(w == 1 or ((o - 1) * st - lo <= 0 and w - lo >= n)
+                    for n, w, st, (lo, _), o in zip(shape, sizes, strides, pads, out, strict=True))
+        if whole and taps > 1:
+            return sum(elements(types.get(o, "")) for o in inputs)
+    return elements(ins.type_text) * taps  # every output's windows
 
 
 def elements(type_text: str) -> int:
@@ -324,10 +360,9 @@ class Module:
             inputs = ins.operands[:len(ins.operands) // 2]  # then as many init values
             return Work(float(sum(elements(types.get(o, "")) for o in inputs)))
         if ins.opcode == "reduce-window":
-            size = re.search(r"window=\{size=([\dx]+)", ins.rest)
-            if size is not None:
-                taps = math.prod(int(d) for d in size.group(1).split("x"))
-                return Work(float(elements(ins.type_text) * taps))  # every output's windows
+            work = window_ops(ins, types)
+            if work is not None:
+                return Work(float(work))
         if ins.opcode == "gather":  # rows moved by index: free, as a dynamic slice is
             return Work()
         if ins.opcode == "scatter":  # its combiner once per element of the updates
