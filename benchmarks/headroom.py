@@ -65,7 +65,8 @@ def headroom(path: Path, scales: tuple[float, ...] | None, target: str) -> dict[
     from tools.inputs.tasks import load_task
     from tools.performance.baseline import task_dots, task_work
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import KERNEL_LAUNCH_S, least_mxu_flops, model_floor_s
+    from tools.performance.floors import least_mxu_flops, model_floor_s
+    from tools.performance.roofline import KERNEL_LAUNCH_S
     from tools.performance.simbaseline import simulated_baseline
 
     started = time.perf_counter()

@@ -270,7 +270,8 @@ def roofline_ceilings(task_name: str, baseline_s: float,
     from tools.inputs.tasks import load_task
     from tools.performance.baseline import task_dots, task_work
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import KERNEL_LAUNCH_S, model_floor_s
+    from tools.performance.floors import model_floor_s
+    from tools.performance.roofline import KERNEL_LAUNCH_S
 
     path = ROOT / "tasks" / f"{task_name}.py"
     if not path.exists():

@@ -36,7 +36,7 @@ def test_no_kernel_is_priced_above_its_tasks_ceiling(capsys: pytest.CaptureFixtu
 def test_a_contraction_narrower_than_the_mxu_pads_in_every_layout() -> None:
     from tools.performance.baseline import DotShape
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import least_mxu_flops, model_floor_s
+    from tools.performance.floors import least_mxu_flops, model_floor_s
 
     chip = get_chip("v6e")
     scores = DotShape(8, 1024, 1024, 64, "float32")  # q k^T: head_dim is the contraction
@@ -60,7 +60,8 @@ def test_the_padded_floor_bounds_the_authors_attention_kernel(tmp_path: Path) ->
     from tools.inputs.tasks import load_task
     from tools.performance.baseline import task_dots, task_work
     from tools.performance.chips import get_chip
-    from tools.performance.roofline import KERNEL_LAUNCH_S, model_floor_s
+    from tools.performance.floors import model_floor_s
+    from tools.performance.roofline import KERNEL_LAUNCH_S
 
     task_path = ROOT / "tasks/attention.py"
     task, chip = load_task(task_path), get_chip("v6e")
