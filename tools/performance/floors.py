@@ -37,5 +37,4 @@ def model_floor_s(flops: float, hbm_bytes: float, chip: Chip, dots: Sequence[Dot
     return max(work / (peak or chip.peak_bf16_flops), hbm_bytes / chip.hbm_bytes_per_s)
 
 
-
 __all__ = ["least_mxu_flops", "model_floor_s"]

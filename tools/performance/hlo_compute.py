@@ -119,11 +119,6 @@ class Instr(msgspec.Struct, frozen=True):
     literal: str = ""  # a constant's value, as the program writes it
 
 
-def _dims(type_text: str) -> list[int]:
-    found = re.search(r"\w+\[([\d,]*)\]", type_text)
-    return [int(d) for d in found.group(1).split(",") if d] if found and found.group(1) else []
-
-
 def window_ops(ins: Instr, types: dict[str, str]) -> int | None:
     """A `reduce-window`'s VPU ops: one per element of each output window, each reduced
     input; None where its window is not read here. Where every output's window spans the
@@ -136,13 +131,13 @@ def window_ops(ins: Instr, types: dict[str, str]) -> int | None:
     sizes = [int(d) for d in size.group(1).split("x")]
     inputs = ins.operands[:len(ins.operands) // 2]  # then as many init values
     taps = math.prod(sizes)
-    shape = _dims(types.get(inputs[0], "")) if inputs else []
+    shape = (_dims(types.get(inputs[0], "")) or []) if inputs else []
     stride = re.search(r"stride=([\dx]+)", ins.rest)
     pad = re.search(r"pad=([\d_x]+)", ins.rest)
     strides = [int(d) for d in stride.group(1).split("x")] if stride else [1] * len(sizes)
     pads = [tuple(int(v) for v in p.split("_")) for p in pad.group(1).split("x")] if pad \
         else [(0, 0)] * len(sizes)
-    out = _dims(ins.type_text) if not ins.type_text.startswith("(") else []
+    out = (_dims(ins.type_text) or []) if not ins.type_text.startswith("(") else []
     if len(shape) == len(sizes) == len(strides) == len(pads) == len(out):
         # output i reads [i * stride - lo, i * stride - lo + w): the last starts at or before
         # the first element, the first ends at or after the last

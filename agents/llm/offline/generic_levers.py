@@ -89,5 +89,3 @@ not_applicable(C, "multiple_outputs", "every output of the reference is already 
 not_applicable(C, "autotune_space", "the tiled axes' blocks are already TUNABLES")
 not_applicable(C, "precision", "the body is the reference's own program: its dtypes are kept")
 not_applicable(C, "transpose_free", "the body is the reference's own program: its dots are kept as written")
-
-
