@@ -17,9 +17,10 @@ from agents.base import Agent, AgentContext, render_prompt
 from agents.commands import ProposePlan
 from agents.context import common, parent_of, render_failures, render_parent, retrieve
 from agents.llm.base import NO_GAIN_MARKER
-from agents.llm.parsing import check_plan
+from agents.llm.parsing import check_plan, next_levers
 from bus.registry import register
 from eventstore.events import Event, PlanProposed
+from searchpolicies.levers import catalogue
 
 
 def plan_summary(plan: str) -> str:
@@ -61,6 +62,7 @@ class PlannerAgent(Agent[ProposePlan]):
         sha = await ctx.put_text(plan, "plan")
         yield self.event(PlanProposed, cmd, plan_sha256=sha, summary=plan_summary(plan),
                          no_gain=NO_GAIN_MARKER in plan, iteration=cmd.iteration,
+                         next_levers=next_levers(plan, (lv.id for lv in catalogue())),
                          wall_s=time.perf_counter() - started)
 
 

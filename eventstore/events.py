@@ -179,6 +179,9 @@ class PlanProposed(_IterationEvent, frozen=True, kw_only=True, tag="PlanProposed
     summary: str = ""
     no_gain: bool = False
     """The planner concluded, with evidence in the plan, that no kernel will pay off."""
+    next_levers: list[str] = []
+    """Catalogue levers the plan's `## Next levers` names for the kernel it writes, most
+    promising first (empty when the plan names none): what a policy may try on it next."""
     phase: ClassVar[str | None] = "plan"
 
 

@@ -19,6 +19,7 @@ from eventstore.events import (
     Json,
     MeasuredOn,
     NodeEvaluated,
+    PlanProposed,
     RunFinished,
     RunRequested,
     SearchStopped,
@@ -49,6 +50,8 @@ class Node(msgspec.Struct, kw_only=True):
     measured_on: MeasuredOn | None = None
     tunables: Json = {}
     best_iteration: int | None = None
+    next_levers: list[str] = []
+    """The levers the plan of the node's best iteration names for its kernel, best first."""
 
     @property
     def evaluated(self) -> bool:
@@ -67,6 +70,8 @@ class SearchGraphState(msgspec.Struct, kw_only=True):
     order: list[str] = []
     stopped: str | None = None
     finished: str | None = None
+    plan_levers: dict[str, list[str]] = {}
+    """Each plan's next levers, by the plan's sha256 (a node takes its best plan's)."""
 
 
 class SearchGraph(Projection[SearchGraphState]):
@@ -132,6 +137,11 @@ class SearchGraph(Projection[SearchGraphState]):
         if node.status == "pending":
             node.status = "running"
 
+    @handles(PlanProposed)
+    def _planned(self, e: PlanProposed) -> None:
+        if e.next_levers:
+            self.state.plan_levers[e.plan_sha256] = list(e.next_levers)
+
     @handles(NodeEvaluated)
     def _evaluated(self, e: NodeEvaluated) -> None:
         node = self.state.nodes.get(e.node_id or "")
@@ -142,6 +152,7 @@ class SearchGraph(Projection[SearchGraphState]):
         node.code_sha256, node.plan_sha256 = e.code_sha256, e.plan_sha256
         node.latency_s, node.speedup, node.measured_on = e.latency_s, e.speedup, e.measured_on
         node.tunables, node.best_iteration = dict(e.tunables), e.best_iteration
+        node.next_levers = list(self.state.plan_levers.get(e.plan_sha256 or "", []))
         node.iterations_done = max(node.iterations_done, e.iterations)
         node.no_gain_plans = max(node.no_gain_plans, e.no_gain_plans)
         if e.strategy and not node.strategy:

@@ -23,7 +23,7 @@ class BeamPolicy(SearchPolicy):
 
     The beam at depth 0 is the root. Each beam node gets `branches` children (the root
     `width * branches`, so every level offers the same choice), each with a lever not yet
-    used on its path. When a level is evaluated, a child survives if it is valid and beats
+    used on its path (those its plan names as next levers first, then a seeded draw). When a level is evaluated, a child survives if it is valid and beats
     its parent by the keep factor (`speedup >= keep * parent speedup`); the best `width`
     survivors form the next beam, and when too few survive the beam is filled with the
     best of the other valid children. The search stops after `depth` levels, or when a
@@ -73,7 +73,8 @@ class BeamPolicy(SearchPolicy):
                 out = []
                 for node, n in missing:
                     avoid = path_levers(graph, node.node_id) | child_levers(graph, node.node_id)
-                    for lv in pick_levers(rng, self.kernel_class, n, avoid):
+                    for lv in pick_levers(rng, self.kernel_class, n, avoid,
+                                          prefer=node.next_levers):
                         out.append(Expand(node.node_id, hint([lv], self.kernel_class),
                                           self.iterations))
                 return out

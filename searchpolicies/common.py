@@ -58,12 +58,15 @@ def child_levers(graph: SearchGraph, node_id: str) -> set[str]:
 
 
 def pick_levers(rng: random.Random, kernel_class: str, k: int,
-                avoid: Iterable[str] = ()) -> list[str]:
-    """k distinct levers for the class in a seeded order, those in `avoid` last."""
+                avoid: Iterable[str] = (), prefer: Iterable[str] = ()) -> list[str]:
+    """k distinct levers for the class: those of `prefer` in its order (a node's
+    `next_levers`), then the rest in a seeded order, those in `avoid` last."""
     avoided = set(avoid)
     ids = [lv.id for lv in levers_for(kernel_class)]
-    rng.shuffle(ids)
-    ordered = [i for i in ids if i not in avoided] + [i for i in ids if i in avoided]
+    rng.shuffle(ids)  # drawn whatever `prefer` holds, so the seed's stream does not shift
+    first = [i for i in dict.fromkeys(prefer) if i in ids and i not in avoided]
+    ordered = first + [i for i in ids if i not in avoided and i not in first] + [
+        i for i in ids if i in avoided]
     return ordered[:k]
 
 

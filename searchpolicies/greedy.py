@@ -13,7 +13,8 @@ from searchpolicies.common import KERNEL_CLASS, child_levers, hint, path_levers,
 class GreedyPolicy(SearchPolicy):
     """Hill climbing: once the last expansions are evaluated, expand the fastest valid node
     (the root until one exists) with `branches` new levers not yet tried from it or on its
-    path. A node the budget's depth forbids expanding gives way to the next best. With
+    path: first those its plan names as its next levers (`Node.next_levers`), then a seeded
+    draw. A node the budget's depth forbids expanding gives way to the next best. With
     `patience` > 0 it stops after that many evaluated nodes without a new best.
     """
 
@@ -42,7 +43,8 @@ class GreedyPolicy(SearchPolicy):
             if not budget.allows_child_of(node):
                 continue
             avoid = path_levers(graph, node.node_id) | child_levers(graph, node.node_id)
-            levers = pick_levers(self.rng(decision), self.kernel_class, self.branches, avoid)
+            levers = pick_levers(self.rng(decision), self.kernel_class, self.branches, avoid,
+                                 prefer=node.next_levers)
             return [Expand(node.node_id, hint([lv], self.kernel_class), self.iterations)
                     for lv in levers]
         return [Stop("greedy: no node can be expanded within the depth limit")]

@@ -31,6 +31,7 @@ from eventstore.events import (
     ExpansionRequested,
     IterationFinished,
     NodeEvaluated,
+    PlanProposed,
     RunRequested,
     SearchStopped,
 )
@@ -68,9 +69,15 @@ class GraphBuilder:
             policy=self.policy, strategy=strategy, iterations=iterations, decision=decision))
         return self
 
-    def evaluate(self, node_id: str, speedup: float | None, *, iterations: int = 1) -> GraphBuilder:
-        """Finish a node: valid with this speedup, or invalid when `speedup` is None."""
+    def evaluate(self, node_id: str, speedup: float | None, *, iterations: int = 1,
+                 next_levers: Sequence[str] = ()) -> GraphBuilder:
+        """Finish a node: valid with this speedup, or invalid when `speedup` is None; its best
+        iteration's plan names `next_levers`."""
         valid = speedup is not None
+        plan_sha256 = f"{len(self.events):064x}"
+        self.add(PlanProposed.create(run_id=self.run_id, producer="conformance", node_id=node_id,
+                                     iteration=0, plan_sha256=plan_sha256,
+                                     next_levers=list(next_levers)))
         for it in range(iterations):
             self.add(IterationFinished.create(
                 run_id=self.run_id, producer="conformance", node_id=node_id, iteration=it,
@@ -79,7 +86,8 @@ class GraphBuilder:
         self.add(NodeEvaluated.create(
             run_id=self.run_id, producer="conformance", node_id=node_id, valid=valid,
             compiled=True, best_iteration=0 if valid else None, iterations=iterations,
-            speedup=speedup, latency_s=1e-4 / speedup if speedup else None))
+            speedup=speedup, latency_s=1e-4 / speedup if speedup else None,
+            plan_sha256=plan_sha256 if valid else None))
         return self
 
     def stop(self, reason: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 
 from agents.llm.base import PLAN_SECTIONS
 from kernelgraph import pyast
@@ -57,6 +58,22 @@ def check_plan(text: str) -> str:
         raise MalformedAnswer("the plan's sections are out of order; required order: "
                               + ", ".join(PLAN_SECTIONS))
     return text.strip() + "\n"
+
+
+NEXT_LEVERS_SECTION = "Next levers"
+"""An optional last plan section: lever ids for the kernel the plan writes, best first."""
+
+
+def next_levers(plan: str, known: Iterable[str]) -> list[str]:
+    """The ids of `known` that the plan's `## Next levers` section names, in its order (an
+    unknown id, prose, or a plan without the section gives nothing)."""
+    match = re.search(rf"^##[ \t]+{NEXT_LEVERS_SECTION}[^\n]*\n(.*?)(?=^##[ \t]|\Z)", plan,
+                      re.M | re.S | re.I)
+    if not match:
+        return []
+    ids = set(known)
+    named = re.findall(r"[a-z][a-z0-9_]*", match.group(1).lower())
+    return list(dict.fromkeys(i for i in named if i in ids))
 
 
 def fix_summary(text: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from agents.apilookup import describe, lookup
 from agents.autotuner import narrow, worth_testing
 from agents.executor import unboxed
 from agents.llm.base import PLAN_SECTIONS, UnknownProvider, provider_class
-from agents.llm.parsing import MalformedAnswer, check_plan, extract_code, fix_summary
+from agents.llm.parsing import MalformedAnswer, check_plan, extract_code, fix_summary, next_levers
 from agents.profiler import top_lever, worth_more
 from agents.test_synth import needs_input_maker, signature_of
 from kernelgraph.cli import app, load_commands
@@ -87,6 +87,17 @@ def test_answers_are_parsed_strictly() -> None:
         check_plan(reordered)
     assert fix_summary("Error: bad block\nCause: 7 rows\nFix: 8 rows\n") == {
         "error": "bad block", "cause": "7 rows", "fix": "8 rows"}
+
+
+def test_a_plans_next_levers_are_the_known_ids_its_last_section_names_in_order() -> None:
+    known = ["block_shape", "block_skipping", "precision"]
+    plan = "\n\n".join(f"## {s}\n\ntext block_shape" for s in PLAN_SECTIONS)
+    assert next_levers(plan, known) == []  # ids in other sections are no request
+    named = plan + "\n\n## Next levers\n- `block_skipping` (the diagonal)\n- warp_tiles\n- block_shape\n"
+    assert check_plan(named) == named.strip() + "\n"
+    assert next_levers(named, known) == ["block_skipping", "block_shape"]
+    before = named.replace("## Expected effect", "## Next levers\n- precision\n\n## Expected effect")
+    assert next_levers(before, known) == ["precision"]  # the section ends at the next heading
 
 
 def test_sandbox_paths_are_removed_from_diagnostics() -> None:

@@ -15,7 +15,8 @@ import pytest
 from agents.llm.base import NO_GAIN_MARKER, LlmRequest, ProviderError, get_provider
 from agents.llm.offline import OfflineProvider
 from agents.llm.offline.classify import classify_task
-from agents.llm.parsing import check_plan, extract_code, fix_summary
+from agents.llm.parsing import check_plan, extract_code, fix_summary, next_levers
+from searchpolicies.levers import catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "tasks"
@@ -302,3 +303,16 @@ def test_inputs_writes_a_make_inputs_that_runs() -> None:
         assert str(k.dtype) == "bfloat16"
     again = namespace["make_inputs"](jax.random.key(0), shape_index=0)
     assert bool((again[0] == namespace["make_inputs"](jax.random.key(0), 0)[0]).all())
+
+
+def test_a_plan_names_the_levers_that_change_its_kernel_work_removing_first() -> None:
+    known = [lv.id for lv in catalogue()]
+    causal = next_levers(check_plan(_ask("plan", _ctx(TASKS / "causal_attention.py"))), known)
+    assert causal[:2] == ["block_skipping", "head_packing"]  # the diagonal's masked half first
+    full = next_levers(check_plan(_ask("plan", _ctx(TASKS / "attention.py"))), known)
+    assert "block_skipping" not in full and full[0] == "head_packing"  # no mask: nothing to skip
+    # a lever already in the kernel is not named again
+    assert "transcendentals" not in next_levers(check_plan(_ask("plan", _ctx(
+        TASKS / "causal_attention.py", hint="[lever=transcendentals class=attention]",
+        seed=2001, written_plans=[_ask("plan", _ctx(TASKS / "causal_attention.py"))]),
+        seed=2001)), known)

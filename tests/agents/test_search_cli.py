@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from eventstore.log import EventLog
+from projections.searchgraph import SearchGraph
 
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
 
@@ -63,3 +64,11 @@ def test_search_writes_a_verified_winner_and_its_receipt_and_replays_alike(tmp_p
                           for e in log.events(run_id=run_id, types=["LlmCalled"])])
     assert [c[:3] for c in calls[0]] == [c[:3] for c in calls[1]] and calls[0]
     assert {c[3] for c in calls[0]} == {"offline"} and {c[3] for c in calls[1]} == {"replay"}
+    # the winner's plan names what can still change in its kernel; the graph rebuilt from
+    # the log hands those levers to the policy, first the ones that remove work
+    graph = SearchGraph(summary["run_id"])
+    with EventLog(db, read_only=True) as log:
+        plans = list(log.events(run_id=summary["run_id"], types=["PlanProposed"]))
+        graph.apply_all(log.events(run_id=summary["run_id"]))
+    (node,) = [n for n in graph.nodes if n.status == "valid"]
+    assert node.next_levers == plans[0].next_levers and node.next_levers[0] == "block_shape"

@@ -64,3 +64,13 @@ def test_waits_for_a_level_and_stops_after_depth() -> None:
 def test_a_level_without_a_valid_node_stops() -> None:
     g = _level_one([None] * 6)
     assert BeamPolicy().decide(g.graph, Budget(), 6) == [Stop("beam: no valid node at depth 1")]
+
+
+def test_a_beam_node_gets_its_plans_next_levers_first() -> None:
+    g = GraphBuilder()
+    g.expand("a0", "root", hint(["block_shape"], "attention"), 2)
+    g.evaluate("a0", 1.3, iterations=2, next_levers=["block_skipping", "block_shape", "precision"])
+    g.expand("a1", "root", hint(["grid_order"], "attention"), 2).evaluate("a1", 1.1, iterations=2)
+    answer = BeamPolicy(width=1, branches=2, kernel_class="attention").decide(g.graph, Budget(), 1)
+    assert [(e.parent_id, parse_strategy(e.strategy).lever) for e in answer] == [
+        ("a0", "block_skipping"), ("a0", "precision")]

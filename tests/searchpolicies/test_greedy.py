@@ -62,3 +62,20 @@ def test_climbs_from_a_kernel_slower_than_xla() -> None:
     g.expand("n2", "n1", hint(["grid_order"], "")).evaluate("n2", 0.9)
     (e,) = GreedyPolicy().decide(g.graph, Budget(), 2)
     assert e.parent_id == "n2"
+
+
+def test_the_best_nodes_next_levers_come_before_the_seeded_draw() -> None:
+    g = GraphBuilder()
+    g.expand("n1", strategy=hint(["block_shape"], "attention"))
+    g.evaluate("n1", 0.9, next_levers=["block_shape", "block_skipping", "head_packing"])
+    policy = GreedyPolicy(kernel_class="attention", branches=2)
+    first, second = policy.decide(g.graph, Budget(), 1)
+    # block_shape is on the path already: the plan's next two, in its order
+    assert [parse_strategy(e.strategy).lever for e in (first, second)] == [
+        "block_skipping", "head_packing"]
+    g.expand("n2", "n1", first.strategy).evaluate("n2", 0.8)
+    g.expand("n3", "n1", second.strategy).evaluate("n3", 0.85)
+    (third,) = GreedyPolicy(kernel_class="attention").decide(g.graph, Budget(), 2)
+    assert third.parent_id == "n1"  # both children are slower: the plan's list is spent,
+    assert parse_strategy(third.strategy).lever not in {  # so the seeded draw goes on
+        "block_shape", "block_skipping", "head_packing"}

@@ -20,6 +20,7 @@ from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, knob_floor, scoped_vmem
 from agents.llm.offline.levers import first_step
+from agents.llm.parsing import NEXT_LEVERS_SECTION
 
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
@@ -279,7 +280,8 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     params = {k: spec[k] for k in BLOCK_KNOBS[c]}
     return {"no_gain": False, "kernel_class": c, "levers": list(FIXED_LEVERS[c]) + list(choice.spec.levers),
             "params": params, "spec": spec, "not_applicable": choice.not_applicable,
-            "evidence": evidence, "lever": choice.lever}
+            "evidence": evidence, "lever": choice.lever,
+            "next_levers": variety.next_levers(facts, choice.spec, chip)}
 
 
 def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:
@@ -392,7 +394,15 @@ def plan_text(facts: TaskFacts, decision: dict[str, Any], ctx: dict[str, Any], t
         "multiple of 128 (or whole); tails through pl.cdiv grids.", "",
         "## TPU levers", *[f"- {lv}" for lv in decision["levers"]], "",
         "## Grid and BlockSpecs", _grid(c, params), "",
-        "## Expected effect", _effect(facts, params), ""])
+        "## Expected effect", _effect(facts, params), "",
+        *_next_levers_section(decision.get("next_levers") or [])])
+
+
+def _next_levers_section(ids: list[str]) -> list[str]:
+    """What this kernel can still change, work-removing levers first (`variety.WORK_FIRST`)."""
+    if not ids:
+        return []
+    return [f"## {NEXT_LEVERS_SECTION}", *[f"- {i}" for i in ids], ""]
 
 
 def _strategy(c: str) -> str:

@@ -65,6 +65,14 @@ LAYOUT_LEVERS = ("lane_dense_layout",)
 kernels (its relayout copies) are a large share of the parent's time."""
 
 
+WORK_FIRST = ("block_skipping", "head_packing", "reduction_layout", "lane_dense_layout",
+              "block_shape", "reduction_in_one_block", "mxu_alignment", "precision",
+              "transcendentals", "hoisting")
+"""The order a plan names its next levers in: those that remove work (blocks the mask
+zeroes, padded lanes and MXU passes, per-step overhead, wider dtypes, EUP ops) before those
+that move it; the class's other levers follow in the registry's order."""
+
+
 @dataclass(frozen=True)
 class Choice:
     spec: Any
@@ -225,6 +233,16 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     notes.append(f"variant {position} of {len(ordered)} distinct specs ({why})"
                  + (f": {lid}" if lid else ": the class default"))
     return Choice(spec, lid, notes, na)
+
+
+def next_levers(facts: TaskFacts, spec: Any, chip: dict[str, Any] | None) -> list[str]:
+    """The class's levers that change `spec` (each has a variant that differs from it), in
+    `WORK_FIRST`'s order: what a policy may try next on the kernel written from `spec`."""
+    c = facts.kernel_class
+    ids = list(REGISTRY.get(c, {}))
+    ids = [i for i in WORK_FIRST if i in ids] + [i for i in ids if i not in WORK_FIRST]
+    lctx = LeverContext(facts, dict(chip or {}))
+    return [i for i in ids if not isinstance(variants(c, spec, i, lctx), NotApplicable)]
 
 
 def pick_index(seed: int, ctx: dict[str, Any]) -> int:
