@@ -316,3 +316,24 @@ def test_a_plan_names_the_levers_that_change_its_kernel_work_removing_first() ->
         TASKS / "causal_attention.py", hint="[lever=transcendentals class=attention]",
         seed=2001, written_plans=[_ask("plan", _ctx(TASKS / "causal_attention.py"))]),
         seed=2001)), known)
+
+
+def test_a_variant_the_writer_cannot_write_is_left_out_of_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lever combination with no code path costs the plan nothing: it never reaches the
+    implementer, whose refusal would end the run."""
+    from agents.llm.offline import levers as registry
+
+    task = TASKS / "causal_attention.py"
+    first = _ask("plan", _ctx(task))
+    stair = _ask("plan", _ctx(task, hint="[lever=block_skipping class=attention]", seed=2001,
+                              written_plans=[first]), seed=2001)
+    assert _plan_json(stair)["spec"]["stair_tile"]
+    # the whole KV in one block on a staircase: the body would read keys it never named
+    monkeypatch.setitem(registry.REGISTRY["attention"], "reduction_in_one_block",
+                        lambda spec, ctx: [registry.changed(spec, kv_in_one_block=True)])
+    parent = {"code": "", "plan": stair, "profile": {}, "config": {}, "speedup": 1.0}
+    plan = _ask("plan", _ctx(task, hint="[lever=reduction_in_one_block class=attention]",
+                             seed=3001, written_plans=[first, stair], parent=parent), seed=3001)
+    assert "the author cannot write their kernel (reduction_in_one_block" in plan
+    assert not _plan_json(plan)["spec"]["kv_in_one_block"]
+    assert "def build" in extract_code(_ask("implement", {**_ctx(task), "plan": plan}))

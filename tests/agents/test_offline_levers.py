@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agents.llm.base import ProviderError
 from agents.llm.offline import planner, variety
+from agents.llm.offline.check import checked_source
 from agents.llm.offline.classify import TaskFacts, classify_task
 from agents.llm.offline.common import drop_unused_imports, knob_floor
 from agents.llm.offline.levers import (
@@ -116,6 +118,29 @@ def test_a_lever_changes_the_spec_and_the_source_or_says_why_not(name: str, leve
         past_docstring = source.split('"""', 2)[2], parent_source.split('"""', 2)[2]
         assert past_docstring[0] != past_docstring[1], f"{lever_id} changes only the docstring"
         compile(source, f"{name}_{lever_id}.py", "exec")
+
+
+@pytest.mark.parametrize("name", ["causal_attention", "gqa_attention", "attention", "matmul_bias_gelu",
+                                  "rmsnorm", "topk", "cross_entropy"])
+def test_every_spec_two_levers_from_the_default_is_written_with_defined_names(name: str) -> None:
+    """A lever applied after another must leave a kernel the author can write: one that does
+    not (the staircase with the whole KV in one block read an undefined `kv`) refused the
+    task and ended a run that already had a valid kernel."""
+    facts, ctx = _facts(name), LeverContext(_facts(name), _chip())
+    c = facts.kernel_class
+    reached = {variety.default_spec(facts, {}, _chip()): ()}
+    for _ in range(2):
+        for spec, path in list(reached.items()):
+            for lid in REGISTRY[c]:
+                got = variants(c, spec, lid, ctx)
+                for variant in [] if isinstance(got, NotApplicable) else got:
+                    reached.setdefault(variant, (*path, lid))
+    assert len(reached) > 10
+    for spec, path in reached.items():
+        try:
+            checked_source(_render(facts, spec, name))
+        except ProviderError as exc:
+            raise AssertionError(f"{name} after {' then '.join(path)}: {exc}") from None
 
 
 def _run(facts: TaskFacts, spec: Any, name: str, shape_index: int) -> tuple[np.ndarray, np.ndarray]:

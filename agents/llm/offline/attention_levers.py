@@ -187,6 +187,10 @@ def vmem_budget(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] |
 def reduction_in_one_block(spec: AttentionSpec, ctx: LeverContext) -> list[AttentionSpec] | NotApplicable:
     if spec.kv_in_one_block:
         return NotApplicable("the KV axis is already one block")
+    if spec.stair_tile:
+        return NotApplicable("the causal staircase reads the keys of the diagonal block in "
+                             "sub-tiles; with the whole KV in one block every row would compute "
+                             "its masked half again")
     out = changed(spec, kv_in_one_block=True, accumulate="scratch", hoist_q=False, sub_q=1,
                   single_buffer_q=False)
     if not _fits(out, ctx):

@@ -153,10 +153,16 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     all_ids = list(REGISTRY.get(c, {}))
     space: list[tuple[Any, str]] = []
 
+    unwritable: list[str] = []
+
     def each(spec: Any, ids: list[str]) -> list[tuple[Any, str]]:
         out = []
         for lid in ids:
             got = variants(c, spec, lid, lctx)
+            if not isinstance(got, NotApplicable):  # a plan never names a kernel it cannot write
+                kept = [s for s in got if writable(facts, s, ctx)]
+                unwritable.extend(lid for s in got if s not in kept)
+                got = kept or NotApplicable(f"{lid}: the author has no code for it on this kernel")
             if isinstance(got, NotApplicable):
                 if spec == parent_spec:
                     na[lid] = got.reason
@@ -197,6 +203,9 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         limit = _vmem(facts, parent_spec, lctx)
         space = [(s, lid) for s, lid in space if _vmem(facts, s, lctx) <= limit]
         notes.append("a failure mentions VMEM: only specs that need no more VMEM than the parent")
+    if unwritable:
+        notes.append(f"{len(unwritable)} variant(s) left out: the author cannot write their "
+                     f"kernel ({', '.join(dict.fromkeys(unwritable))})")
     taken = [parent_spec, written_spec, *written_elsewhere]  # specs compare by knobs, not names
     unique: dict[Any, str] = {}
     for s, lid in space:
@@ -233,6 +242,19 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
     notes.append(f"variant {position} of {len(ordered)} distinct specs ({why})"
                  + (f": {lid}" if lid else ": the class default"))
     return Choice(spec, lid, notes, na)
+
+
+def writable(facts: TaskFacts, spec: Any, ctx: dict[str, Any]) -> bool:
+    """Does the class's writer turn `spec` into a kernel that compiles as Python and reads
+    only names it defines? A combination of levers it has no code for must cost a plan
+    nothing, not refuse the task."""
+    from agents.llm.offline.check import checked_source
+
+    try:
+        checked_source(WRITERS[facts.kernel_class].render(facts, spec, str(ctx.get("task_name") or "task")))
+    except Exception:  # the refusal, or the writer failing on a combination it has no code for
+        return False
+    return True
 
 
 def next_levers(facts: TaskFacts, spec: Any, chip: dict[str, Any] | None) -> list[str]:
