@@ -131,3 +131,24 @@ def test_events_follow_prints_events_recorded_later(tmp_path: Path) -> None:
         follower.wait(timeout=30)
     assert [e["seq"] for e in seen] == list(range(1, 31))
     assert [e["event_id"] for e in seen] == [e.event_id for e in events]
+
+
+def test_the_human_tree_names_each_nodes_lever_and_its_plans_next_levers(tmp_path: Path) -> None:
+    from searchpolicies.common import hint
+    from searchpolicies.testing import GraphBuilder
+
+    g = GraphBuilder(policy="greedy")
+    g.expand("n1", strategy=hint(["block_shape"], "attention"))
+    g.evaluate("n1", 0.9, next_levers=["block_skipping", "head_packing"])
+    g.expand("n2", "n1", hint(["block_skipping"], "attention")).evaluate("n2", 1.1)
+    g.expand("n3", "n1", "pack more heads per block").evaluate("n3", None)
+    path = tmp_path / "tree.duckdb"
+    with EventLog(path) as log:
+        log.append(g.events)
+    result = runner.invoke(app, ["replay", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    n1, n2, n3 = (next(line for line in lines if f"{n} " in line) for n in ("n1", "n2", "n3"))
+    assert "valid [block_shape] 0.90x" in n1 and "next: block_skipping, head_packing" in n1
+    assert "valid [block_skipping] 1.10x" in n2 and "<- best" in n2 and "next:" not in n2
+    assert "invalid pack more heads per block" in n3

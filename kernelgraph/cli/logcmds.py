@@ -227,15 +227,28 @@ def _graph_tree(graph: Any) -> Tree:
     def add(parent: Tree, node: Any) -> None:
         mark = " [bold green]<- best[/]" if best is not None and node.node_id == best.node_id else ""
         colour = {"valid": "green", "invalid": "red", "root": "cyan"}.get(node.status, "yellow")
-        what = "XLA baseline" if node.status == "root" else f"{node.status} {node.strategy}"
-        text = (f"[{colour}]{node.node_id}[/] {what} "
+        text = (f"[{colour}]{node.node_id}[/] {_node_what(node)} "
                 f"{_speedup(node.speedup, node.measured_on)}{mark}")
+        if node.next_levers:
+            text += f" [dim]next: {escape(', '.join(node.next_levers[:4]))}[/]"
         branch = parent.add(text)
         for child in graph.children(node.node_id):
             add(branch, child)
 
     add(tree, graph.root)
     return tree
+
+
+def _node_what(node: Any) -> str:
+    """Status and lever (`[lever=a+b]` read back, not taken for markup), else the hint."""
+    from searchpolicies.levers import parse_strategy
+
+    if node.status == "root":
+        return "XLA baseline"
+    strategy = parse_strategy(node.strategy)
+    if strategy.levers:
+        return f"{node.status} {escape('[' + '+'.join(strategy.levers) + ']')}"
+    return f"{node.status} {escape(node.strategy)}".rstrip()
 
 
 def _fmt(value: Any) -> str:
