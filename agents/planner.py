@@ -68,13 +68,13 @@ class PlannerAgent(Agent[ProposePlan]):
 
 async def _with_plans(ctx: AgentContext[ProposePlan], failures: list[Any],
                       known: dict[str, str]) -> list[Any]:
-    """The failures, each priced-not-faster one with the plan of the kernel that failed (from
-    `known`, the plans already read, when there): a planner can then leave out kernels made
-    of that one's changes alone."""
+    """The failures, each priced-not-faster or wrong-answer one with the plan of the kernel
+    that failed (from `known`, the plans already read, when there): a planner can then put
+    last the kernels made of that one's changes alone, or carrying all of its changes."""
     out = []
     for failure in failures:
         sha = failure.get("plan_sha256") if isinstance(failure, dict) else None
-        if isinstance(sha, str) and failure.get("phase") == "price":
+        if isinstance(sha, str) and failure.get("phase") in ("price", "test"):
             failure = {**failure, "plan": known.get(sha) or await ctx.get_text(sha)}
         out.append(failure)
     return out

@@ -174,7 +174,8 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
 
 
 def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:
-    """Only price failures get their plan, read once: from the plans already read when there."""
+    """Price and wrong-answer failures get their plan, read once: from the plans already read
+    when there."""
     import asyncio
 
     from agents.planner import _with_plans
@@ -189,11 +190,12 @@ def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:
     failures = [{"iteration": 1, "phase": "price", "error": "not faster", "plan_sha256": "a"},
                 {"iteration": 2, "phase": "test", "error": "wrong answer", "plan_sha256": "b"},
                 {"iteration": 3, "phase": "price", "error": "not faster", "plan_sha256": "c"},
-                {"iteration": 4, "phase": "compile", "error": "no plan recorded"}]
+                {"iteration": 4, "phase": "compile", "error": "no plan recorded"},
+                {"iteration": 5, "phase": "compile", "error": "did not lower", "plan_sha256": "e"}]
     ctx = Artifacts()
     got = asyncio.run(_with_plans(ctx, failures, {"a": "the plan of a"}))  # type: ignore[arg-type]
-    assert [f.get("plan") for f in got] == ["the plan of a", None, "plan c", None]
-    assert ctx.asked == ["c"] and got[1] == failures[1]
+    assert [f.get("plan") for f in got] == ["the plan of a", "plan b", "plan c", None, None]
+    assert ctx.asked == ["b", "c"] and got[4] == failures[4]
 
 
 def test_a_configuration_priced_at_its_parents_latency_does_not_beat_it() -> None:

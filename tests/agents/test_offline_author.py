@@ -337,3 +337,24 @@ def test_a_variant_the_writer_cannot_write_is_left_out_of_the_plan(monkeypatch: 
     assert "the author cannot write their kernel (reduction_in_one_block" in plan
     assert not _plan_json(plan)["spec"]["kv_in_one_block"]
     assert "def build" in extract_code(_ask("implement", {**_ctx(task), "plan": plan}))
+
+
+def test_a_variant_carrying_every_change_of_a_wrong_answer_goes_last() -> None:
+    task = TASKS / "attention.py"
+    first = _ask("plan", _ctx(task))
+
+    def lever(hint: str, **extra: Any) -> str:
+        return _ask("plan", _ctx(task, hint=f"[lever={hint} class=attention]", seed=2001, **extra),
+                    seed=2001)
+
+    both = lever("transcendentals+precision", written_plans=[first])
+    alone = lever("transcendentals", written_plans=[first])
+    assert _plan_json(both)["spec"]["mxu_dtype"] != _plan_json(alone)["spec"]["mxu_dtype"]
+    # with exp2 alone written, the next variant of the hint is exp2 with bf16 operands ...
+    after = dict(written_plans=[first, alone])
+    assert _plan_json(lever("transcendentals", **after))["spec"] == _plan_json(both)["spec"]
+    # ... unless the trajectory saw that pair give a wrong answer
+    wrong = [{"iteration": 2, "phase": "test", "error": "max-abs error exceeds", "plan": both}]
+    plan = lever("transcendentals", **after, failures=wrong)
+    assert _plan_json(plan)["spec"]["mxu_dtype"] == _plan_json(alone)["spec"]["mxu_dtype"]
+    assert "each makes every change of a kernel this trajectory saw give a wrong answer" in plan

@@ -267,7 +267,8 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     choice = variety.choose_spec(facts, parent_spec, profile_spec, profile_lever, ctx,
                                  root=parent is None, vmem_failed=vmem_failed,
                                  written_spec=written, written_elsewhere=elsewhere,
-                                 priced_no_faster=_priced_no_faster(facts, ctx, chip))
+                                 priced_no_faster=_failed_specs(facts, ctx, chip, "price"),
+                                 failed_tests=_failed_specs(facts, ctx, chip, "test"))
     named = variety.hinted_levers(c, str(ctx.get("hint") or ""))
     if named:  # the catalogue lever itself, not the block move an older author mapped it to
         evidence = [e for e in evidence if not e.startswith("hint asks for")]
@@ -295,12 +296,12 @@ def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, An
     return specs
 
 
-def _priced_no_faster(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:
-    """The specs of this trajectory's kernels that were priced no faster than their parent
-    (`agents.planner` attaches the plan of each such failure)."""
+def _failed_specs(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any], phase: str) -> list[Any]:
+    """The specs of this trajectory's kernels that failed at `phase`: "price" (priced no faster
+    than their parent) or "test" (a wrong answer). `agents.planner` attaches each one's plan."""
     specs = []
     for failure in ctx.get("failures") or []:
-        if not isinstance(failure, dict) or failure.get("phase") != "price":
+        if not isinstance(failure, dict) or failure.get("phase") != phase:
             continue
         decisions = plan_spec(str(failure.get("plan") or ""))
         given = decisions.get("spec")

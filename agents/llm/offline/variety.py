@@ -133,13 +133,16 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
                 ctx: dict[str, Any], *, root: bool, vmem_failed: bool,
                 written_spec: Any | None = None,
                 written_elsewhere: Sequence[Any] = (),
-                priced_no_faster: Sequence[Any] = ()) -> Choice:
+                priced_no_faster: Sequence[Any] = (),
+                failed_tests: Sequence[Any] = ()) -> Choice:
     """The spec this expansion writes (see the module docstring). `written_spec` is the spec
     the parent's code was written from (before its tuned configuration): a variant equal to
     it would write the parent's code again, so it is no variant either; nor is any of
     `written_elsewhere`, the specs other nodes of the run wrote. A variant made only of changes
     that a spec of `priced_no_faster` (this trajectory's kernels priced no faster than their
-    parent) already made comes last: the judge saw those changes together and they did not pay."""
+    parent) already made comes last: the judge saw those changes together and they did not pay.
+    So does a variant that makes every change of a spec of `failed_tests` (this trajectory's
+    kernels that gave a wrong answer): the change that broke it would break it again."""
     c = facts.kernel_class
     lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
     seed = int(ctx.get("seed") or 0)
@@ -219,6 +222,11 @@ def choose_spec(facts: TaskFacts, parent_spec: Any, profile_spec: Any | None, pr
         ordered = [o for o in ordered if o not in idle] + idle
         notes.append(f"{len(idle)} variant(s) moved later: none of their levers relieves the "
                      f"parent's {bound} bound")
+    wrong = [(s, lid) for s, lid in ordered if any(_carries(s, parent_spec, f) for f in failed_tests)]
+    if wrong:
+        ordered = [o for o in ordered if o not in wrong] + wrong
+        notes.append(f"{len(wrong)} variant(s) moved last: each makes every change of a kernel "
+                     "this trajectory saw give a wrong answer")
     spent = [(s, lid) for s, lid in ordered if any(_within(s, parent_spec, f) for f in priced_no_faster)]
     if spent:
         ordered = [o for o in ordered if o not in spent] + spent
@@ -299,6 +307,15 @@ def _relieves(lid: str, bound: str) -> bool:
 def _relief_tags() -> dict[str, tuple[str, ...]]:
     """Each catalogue lever's `relieves:` bounds (built once, not per variant)."""
     return {lv.id: lv.relieves for lv in catalogue()}
+
+
+def _carries(spec: Any, parent: Any, failed: Any) -> bool:
+    """Does `spec` make every change `failed` made to `parent` (and at least one)?"""
+    if type(spec) is not type(parent) or type(failed) is not type(parent):
+        return False
+    knobs = [f.name for f in fields(spec) if f.name not in ("levers", "vmem_limit_bytes")]
+    changes = [k for k in knobs if getattr(failed, k) != getattr(parent, k)]
+    return bool(changes) and all(getattr(spec, k) == getattr(failed, k) for k in changes)
 
 
 def _within(spec: Any, parent: Any, failed: Any) -> bool:
