@@ -65,15 +65,20 @@ NEXT_LEVERS_SECTION = "Next levers"
 
 
 def next_levers(plan: str, known: Iterable[str]) -> list[str]:
-    """The ids of `known` that the plan's `## Next levers` section names, in its order (an
-    unknown id, prose, or a plan without the section gives nothing)."""
+    """The ids of `known` that the plan's `## Next levers` section names, in its order, with
+    words joined by spaces or hyphens read as one id (an unknown id, or a plan without the
+    section, gives nothing)."""
     match = re.search(rf"^##[ \t]+{NEXT_LEVERS_SECTION}[^\n]*\n(.*?)(?=^##[ \t]|\Z)", plan,
                       re.M | re.S | re.I)
     if not match:
         return []
-    ids = set(known)
-    named = re.findall(r"[a-z][a-z0-9_]*", match.group(1).lower())
-    return list(dict.fromkeys(i for i in named if i in ids))
+    text = re.sub(r"[ \t-]+", "_", match.group(1).lower())  # "block skipping" names block_skipping
+    found = {}
+    for lever_id in known:
+        hit = re.search(rf"(?<![a-z0-9]){re.escape(lever_id)}(?![a-z0-9])", text)
+        if hit:
+            found[lever_id] = hit.start()
+    return sorted(found, key=found.__getitem__)
 
 
 def fix_summary(text: str) -> dict[str, str]:

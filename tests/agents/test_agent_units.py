@@ -98,6 +98,8 @@ def test_a_plans_next_levers_are_the_known_ids_its_last_section_names_in_order()
     assert next_levers(named, known) == ["block_skipping", "block_shape"]
     before = named.replace("## Expected effect", "## Next levers\n- precision\n\n## Expected effect")
     assert next_levers(before, known) == ["precision"]  # the section ends at the next heading
+    prose = plan + "\n## Next levers\n1. Block skipping on the diagonal, then block-shape.\n"
+    assert next_levers(prose, known) == ["block_skipping", "block_shape"]
 
 
 def test_sandbox_paths_are_removed_from_diagnostics() -> None:
