@@ -72,13 +72,16 @@ def next_levers(plan: str, known: Iterable[str]) -> list[str]:
                       re.M | re.S | re.I)
     if not match:
         return []
-    text = re.sub(r"[ \t-]+", "_", match.group(1).lower())  # "block skipping" names block_skipping
-    found = {}
-    for lever_id in known:
-        hit = re.search(rf"(?<![a-z0-9]){re.escape(lever_id)}(?![a-z0-9])", text)
-        if hit:
-            found[lever_id] = hit.start()
-    return sorted(found, key=found.__getitem__)
+    words = re.findall(r"[a-z0-9]+", match.group(1).lower())  # block_skipping, block skipping
+    ids = sorted(((tuple(i.split("_")), i) for i in known), key=lambda p: -len(p[0]))
+    found: list[str] = []
+    at = 0
+    while at < len(words):  # the longest id at each word: mxu_alignment is not alignment
+        hit = next(((parts, i) for parts, i in ids if tuple(words[at:at + len(parts)]) == parts), None)
+        if hit is not None and hit[1] not in found:
+            found.append(hit[1])
+        at += len(hit[0]) if hit else 1
+    return found
 
 
 def fix_summary(text: str) -> dict[str, str]:

@@ -100,6 +100,10 @@ def test_a_plans_next_levers_are_the_known_ids_its_last_section_names_in_order()
     assert next_levers(before, known) == ["precision"]  # the section ends at the next heading
     prose = plan + "\n## Next levers\n1. Block skipping on the diagonal, then block-shape.\n"
     assert next_levers(prose, known) == ["block_skipping", "block_shape"]
+    longest = plan + "\n## Next levers\n- mxu_alignment\n- alignment\n"
+    assert next_levers(longest, ["alignment", "mxu_alignment"]) == ["mxu_alignment", "alignment"]
+    assert next_levers(plan + "\n## Next levers\n- mxu alignment\n", ["alignment", "mxu_alignment"]) == [
+        "mxu_alignment"]
 
 
 def test_sandbox_paths_are_removed_from_diagnostics() -> None:
