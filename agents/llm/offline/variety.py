@@ -258,11 +258,15 @@ def writable(facts: TaskFacts, spec: Any, ctx: dict[str, Any]) -> bool:
     nothing, not refuse the task."""
     from agents.llm.offline.check import checked_source
 
-    try:
-        checked_source(WRITERS[facts.kernel_class].render(facts, spec, str(ctx.get("task_name") or "task")))
-    except Exception:  # the refusal, or the writer failing on a combination it has no code for
-        return False
-    return True
+    memo = facts.__dict__.setdefault("_writable_specs", {})  # a plan asks of tens of specs, again and again
+    key = (spec, str(ctx.get("task_name") or "task"))
+    if key not in memo:
+        try:
+            checked_source(WRITERS[facts.kernel_class].render(facts, spec, key[1]))
+            memo[key] = True
+        except Exception:  # the refusal, or the writer failing on a combination it has no code for
+            memo[key] = False
+    return memo[key]
 
 
 def next_levers(facts: TaskFacts, spec: Any, chip: dict[str, Any] | None) -> list[str]:
