@@ -335,6 +335,11 @@ def test_a_variant_the_writer_cannot_write_is_left_out_of_the_plan(monkeypatch: 
     plan = _ask("plan", _ctx(task, hint="[lever=reduction_in_one_block class=attention]",
                              seed=3001, written_plans=[first, stair], parent=parent), seed=3001)
     assert "the author cannot write their kernel (reduction_in_one_block" in plan
+    # nor does the staircase's own plan, asked again under the patch, name it as a next lever
+    again = _ask("plan", _ctx(task, hint="[lever=block_skipping class=attention]", seed=2001,
+                              written_plans=[first]), seed=2001)
+    assert "reduction_in_one_block" in next_levers(first, [lv.id for lv in catalogue()])
+    assert "reduction_in_one_block" not in next_levers(again, [lv.id for lv in catalogue()])
     assert not _plan_json(plan)["spec"]["kv_in_one_block"]
     assert "def build" in extract_code(_ask("implement", {**_ctx(task), "plan": plan}))
 
@@ -358,3 +363,4 @@ def test_a_variant_carrying_every_change_of_a_wrong_answer_goes_last() -> None:
     plan = lever("transcendentals", **after, failures=wrong)
     assert _plan_json(plan)["spec"]["mxu_dtype"] == _plan_json(alone)["spec"]["mxu_dtype"]
     assert "each makes every change of a kernel this trajectory saw give a wrong answer" in plan
+

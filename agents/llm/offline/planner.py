@@ -282,7 +282,7 @@ def _choose_spec(facts: TaskFacts, ctx: dict[str, Any], parent: dict[str, Any] |
     return {"no_gain": False, "kernel_class": c, "levers": list(FIXED_LEVERS[c]) + list(choice.spec.levers),
             "params": params, "spec": spec, "not_applicable": choice.not_applicable,
             "evidence": evidence, "lever": choice.lever,
-            "next_levers": variety.next_levers(facts, choice.spec, chip)}
+            "next_levers": variety.next_levers(facts, choice.spec, ctx)}
 
 
 def _written_elsewhere(facts: TaskFacts, ctx: dict[str, Any], chip: dict[str, Any]) -> list[Any]:

@@ -269,14 +269,19 @@ def writable(facts: TaskFacts, spec: Any, ctx: dict[str, Any]) -> bool:
     return memo[key]
 
 
-def next_levers(facts: TaskFacts, spec: Any, chip: dict[str, Any] | None) -> list[str]:
-    """The class's levers that change `spec` (each has a variant that differs from it), in
+def next_levers(facts: TaskFacts, spec: Any, ctx: dict[str, Any]) -> list[str]:
+    """The class's levers that change `spec` into a kernel the author can write, in
     `WORK_FIRST`'s order: what a policy may try next on the kernel written from `spec`."""
     c = facts.kernel_class
     ids = list(REGISTRY.get(c, {}))
     ids = [i for i in WORK_FIRST if i in ids] + [i for i in ids if i not in WORK_FIRST]
-    lctx = LeverContext(facts, dict(chip or {}))
-    return [i for i in ids if not isinstance(variants(c, spec, i, lctx), NotApplicable)]
+    lctx = LeverContext(facts, dict(ctx.get("chip") or {}))
+
+    def changes(lid: str) -> bool:
+        got = variants(c, spec, lid, lctx)
+        return not isinstance(got, NotApplicable) and any(writable(facts, s, ctx) for s in got)
+
+    return [i for i in ids if changes(i)]
 
 
 def pick_index(seed: int, ctx: dict[str, Any]) -> int:
