@@ -40,7 +40,10 @@
   policy (`--race-policies`, default all five) at the same candidate budget, 3 seeds each;
   per policy the mean and spread of the candidates its runs needed to reach the best
   `parallel` found on the same task and seed (goal: one policy needs at most half of
-  parallel's). `--race-db LOG` reads them from a kept bench log.
+  parallel's). Where parallel never climbed, its best is its first kernel and every policy
+  reaches it at once, so the same figures are also given against the race's best on each
+  task (the best any run found there; a run that never reached it counts as the budget plus
+  one). `--race-db LOG` reads them from a kept bench log (repeat it to read several).
 """
 
 from __future__ import annotations
@@ -295,34 +298,40 @@ def race(tasks: list[str], policies_: str, budget: int, repeat: int, jobs: int,
     args = [*tasks, "--policy", policies_, "--budget-candidates", str(budget), "--repeat",
             str(repeat), "--jobs", str(jobs)]
     command = " ".join(["kernelgraph", "bench", *(Path(a).name if "/" in a else a for a in args)])
-    return _bench_log(args, keep, lambda db, wall: {**race_figures(db), "wall_s": round(wall, 1),
+    return _bench_log(args, keep, lambda db, wall: {**race_figures(db, budget=budget),
+                                                    "wall_s": round(wall, 1),
                                                     "command": command})
 
 
-def race_figures(db: Path) -> dict[str, Any]:
+def race_figures(*dbs: Path, budget: int | None = None) -> dict[str, Any]:
     """Per policy: how many candidates (1-based, in log order, every finished iteration one,
     as `projections.metrics.Efficiency` counts them) each run needed to reach the best that
     `parallel` found on the same task with the same seed; mean and spread over the runs that
-    reached it, and how many did."""
+    reached it, and how many did. Then the same against the race's best on each task (the
+    best any run of any policy found there), where a run that never reached it counts as
+    `budget + 1`: parallel's best is its first kernel wherever parallel did not climb, and
+    there every policy reaches it at candidate 1. Several logs are read as one race."""
     import statistics
 
-    from eventstore.events import IterationFinished, RunRequested
+    from eventstore.events import IterationFinished, RunFinished, RunRequested
     from eventstore.log import EventLog
 
     trails: dict[tuple[str, str, int], list[float | None]] = {}
-    with EventLog(db, read_only=True) as log:
-        for run in log.runs():
-            events = list(log.events(run_id=run.run_id))
-            requested = next((e for e in events if isinstance(e, RunRequested)), None)
-            if requested is None:
-                continue
-            trails[(requested.task_name, requested.policy, requested.seed)] = [
-                e.speedup if e.valid else None for e in events if isinstance(e, IterationFinished)]
-    reached = {key: max(found) for key, trail in sorted(trails.items())
-               if (found := [x for x in trail if x is not None])}
-    mark = {(task, seed): b for (task, policy, seed), b in reached.items() if policy == "parallel"}
+    for db in dbs:
+        with EventLog(db, read_only=True) as log:
+            for run in log.runs():
+                events = list(log.events(run_id=run.run_id))
+                requested = next((e for e in events if isinstance(e, RunRequested)), None)
+                if requested is None or not any(isinstance(e, RunFinished) for e in events):
+                    continue  # a run stopped before its end has no figure to give
+                trails[(requested.task_name, requested.policy, requested.seed)] = [
+                    e.speedup if e.valid else None for e in events
+                    if isinstance(e, IterationFinished)]
+    bests = {key: max(found) for key, trail in sorted(trails.items())
+             if (found := [x for x in trail if x is not None])}
+    mark = {(task, seed): b for (task, policy, seed), b in bests.items() if policy == "parallel"}
     best: dict[str, list[float]] = {}
-    for (_task, policy, _seed), b in reached.items():
+    for (_task, policy, _seed), b in bests.items():
         best.setdefault(policy, []).append(b)
     needed: dict[str, list[int | None]] = {}
     for (task, policy, seed), trail in sorted(trails.items()):
@@ -347,7 +356,46 @@ def race_figures(db: Path) -> dict[str, Any]:
     halves = [p for p, f in out.items() if p != "parallel" and base and f["mean_candidates"]
               and f["reached"] == f["runs"] and f["mean_candidates"] <= base / 2]
     return {"to_reach_parallels_best": out, "policies_needing_at_most_half_of_parallel": halves,
+            "parallel_never_climbed": sorted({task for (task, seed), b in mark.items()
+                                              if _first_valid(trails[(task, "parallel", seed)]) >= b}),
+            **_to_reach_the_race_best(trails, bests, budget),
             "label": "simulated speedups (sim-tpu-v6e cost model), offline author"}
+
+
+def _first_valid(trail: list[float | None]) -> float:
+    return next((x for x in trail if x is not None), 0.0)
+
+
+def _to_reach_the_race_best(trails: dict[tuple[str, str, int], list[float | None]],
+                            bests: dict[tuple[str, str, int], float],
+                            budget: int | None) -> dict[str, Any]:
+    """Candidates each run needed to reach its task's best over the whole race; never: the
+    budget plus one (censored), so a policy that stays at its first kernel is not counted
+    as fast where the others climbed."""
+    import statistics
+
+    cap = (budget or max((len(t) for t in trails.values()), default=0)) + 1
+    goal: dict[str, float] = {}
+    for (task, _policy, _seed), b in bests.items():
+        goal[task] = max(goal.get(task, 0.0), b)
+    per: dict[str, dict[str, Any]] = {}
+    for (task, policy, seed), trail in sorted(trails.items()):
+        at = next((i for i, x in enumerate(trail, 1)
+                   if x is not None and task in goal and x >= goal[task] * (1 - 1e-9)), None)
+        row = per.setdefault(policy, {"runs": 0, "reached": 0, "per_run": []})
+        row["runs"] += 1
+        row["reached"] += at is not None
+        row["per_run"].append({"task": task, "seed": seed, "at": at})
+    for row in per.values():
+        ats = [r["at"] or cap for r in row["per_run"]]
+        row["mean_candidates_censored"] = round(statistics.mean(ats), 2)
+        row["stdev_candidates_censored"] = round(statistics.stdev(ats), 2) if len(ats) > 1 else None
+    base = per.get("parallel", {}).get("mean_candidates_censored")
+    halves = [p for p, row in per.items() if p != "parallel" and base
+              and row["mean_candidates_censored"] <= base / 2]
+    return {"race_best_per_task": {t: round(b, 3) for t, b in sorted(goal.items())},
+            "to_reach_the_race_best": per, "never_reached_counts_as": cap,
+            "policies_needing_at_most_half_of_parallel_to_the_race_best": halves}
 
 
 def main() -> None:
@@ -365,8 +413,9 @@ def main() -> None:
                         help="--part race: the policies compared")
     parser.add_argument("--race-budget", type=int, default=12, help="--part race: candidates per run")
     parser.add_argument("--race-repeat", type=int, default=3, help="--part race: seeds per policy")
-    parser.add_argument("--race-db", type=Path, default=None,
-                        help="--part race: read the figures from this kept bench log, run nothing")
+    parser.add_argument("--race-db", type=Path, action="append", default=None,
+                        help="--part race: read the figures from this kept bench log, run "
+                             "nothing (repeat it to read several logs as one race)")
     parser.add_argument("--climb-db", type=Path, default=None,
                         help="--part climb: read the figures from this kept bench log, run nothing")
     parser.add_argument("--climb-budget", type=int, default=12,
@@ -398,7 +447,7 @@ def main() -> None:
                                                     args.keep_db))
     if "race" in parts:
         chosen = tasks if args.tasks_given else [str(ROOT / "tasks")]
-        out["race"] = (race_figures(args.race_db) if args.race_db else
+        out["race"] = (race_figures(*args.race_db, budget=args.race_budget) if args.race_db else
                        race(chosen, args.race_policies, args.race_budget, args.race_repeat,
                             args.jobs, args.keep_db))
     print(json.dumps(out, indent=None if args.json else 2))
