@@ -83,8 +83,12 @@ def test_the_honest_reordering_fails_without_the_conditioning_term(heldout: Any)
     bare = msgspec.structs.replace(case, conditioning=())
     check = compare_case(bare, [flash([a.numpy() for a in case.inputs])], heldout.tolerance)
     assert not check.passed
-    assert re.search(r"max-abs error 90\d exceeds 2x the reference's own error 38\.2",
-                     check.outputs[0].problems[0])
+    # The figures are this one ill-conditioned row's (902 and 38 with XLA:CPU's optimised host
+    # code; the test run compiles without LLVM's passes, tests/conftest.py, and its last bits
+    # differ), so the rule is asserted, not the figures.
+    found = re.search(r"max-abs error ([\d.]+) exceeds 2x the reference's own error ([\d.]+)",
+                      check.outputs[0].problems[0])
+    assert found and float(found[1]) > 5 * float(found[2]), check.outputs[0].problems
 
 
 @pytest.mark.slow
