@@ -64,6 +64,7 @@ class FakeGemini:
                                                 else (200, ok_body(), {}))
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                done = False
                 try:
                     time.sleep(fake.delay_s)
                     data = json.dumps(payload).encode()
@@ -73,10 +74,16 @@ class FakeGemini:
                     for name, value in headers.items():
                         self.send_header(name, value)
                     self.end_headers()
-                    self.wfile.write(data)
-                finally:
+                    # Out of flight before the body goes: a client that has the whole answer
+                    # may send its next request before this thread runs again.
                     with fake._lock:
                         fake.in_flight -= 1
+                    done = True
+                    self.wfile.write(data)
+                finally:
+                    if not done:
+                        with fake._lock:
+                            fake.in_flight -= 1
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
