@@ -338,8 +338,7 @@ def race_figures(*dbs: Path, budget: int | None = None) -> dict[str, Any]:
         goal = mark.get((task, seed))
         if goal is None:
             continue
-        at = next((i for i, x in enumerate(trail, 1) if x is not None and x >= goal * (1 - 1e-9)),
-                  None)
+        at = _first_reaching(trail, goal)
         needed.setdefault(policy, []).append(at)
     out: dict[str, Any] = {}
     for policy, ats in needed.items():
@@ -362,6 +361,12 @@ def race_figures(*dbs: Path, budget: int | None = None) -> dict[str, Any]:
             "label": "simulated speedups (sim-tpu-v6e cost model), offline author"}
 
 
+def _first_reaching(trail: list[float | None], goal: float) -> int | None:
+    """The 1-based candidate whose speedup first reaches ``goal``; None: none did."""
+    return next((i for i, x in enumerate(trail, 1) if x is not None and x >= goal * (1 - 1e-9)),
+                None)
+
+
 def _first_valid(trail: list[float | None]) -> float:
     return next((x for x in trail if x is not None), 0.0)
 
@@ -380,8 +385,7 @@ def _to_reach_the_race_best(trails: dict[tuple[str, str, int], list[float | None
         goal[task] = max(goal.get(task, 0.0), b)
     per: dict[str, dict[str, Any]] = {}
     for (task, policy, seed), trail in sorted(trails.items()):
-        at = next((i for i, x in enumerate(trail, 1)
-                   if x is not None and task in goal and x >= goal[task] * (1 - 1e-9)), None)
+        at = _first_reaching(trail, goal[task]) if task in goal else None
         row = per.setdefault(policy, {"runs": 0, "reached": 0, "per_run": []})
         row["runs"] += 1
         row["reached"] += at is not None
