@@ -9,7 +9,7 @@ import jax.numpy as jnp
 NAME = "grouped_matmul"
 # (rows, K, N, experts): the first is the tuning point; the rest are unseen shapes, one of
 # them with a row count that is not a multiple of 8. Group sizes are data (random per seed).
-SHAPES = [(256, 256, 256, 4), (100, 128, 256, 3), (128, 256, 128, 8)]
+SHAPES = [(4096, 512, 256, 16), (100, 128, 256, 3), (128, 256, 128, 8)]
 
 
 def reference(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array) -> jax.Array:

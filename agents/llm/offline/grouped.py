@@ -5,12 +5,19 @@ The group sizes are scalar-prefetched into SMEM. Grid (row blocks, column blocks
 blocks): the first two `parallel`, group blocks `arbitrary` and innermost, into an f32 VMEM
 accumulator. A step holds `groups_per_step` (G) groups' rhs, a (G, K, block_n) block, and
 loops over them (a static loop: G dots in the body): each group's rows [start, end) follow
-from the sizes before it (a short scalar loop to the step's first group, then a running
-sum), the matmul is skipped with `pl.when` when the row block holds none of the group's rows,
+from the sizes before it (a static scalar sum over the groups, masked to those before the
+step's first, then a running sum: no loop whose trip count the cost model cannot read, so
+the skips below are priced as they run), the matmul is skipped with `pl.when` when the row
+block holds none of the group's rows,
 and otherwise the block is multiplied with the rows outside the group selected to zero
 (before the dot, and again after it, so an inf or NaN in this group's rhs never reaches
 another group's rows): a row block that straddles groups gets each group's product on its
 own rows. Rows in no group stay zero, as `ragged_dot` leaves them. K is one block.
+
+The rhs index map clamps the group step to the steps whose groups hold some of the row
+block's rows (the groups of its first and last rows, from the sizes): a step outside them
+repeats its neighbour's block index, so the pipeline fetches no rhs block the body skips.
+Without it every row block reads every group's rhs, rows/block_m times the weights.
 
 Why G: with whole rows and columns in one tile, the grid is one step per group and the fixed
 per-step cost dominates; G groups per step divide the steps by G at the same bytes and
@@ -35,7 +42,8 @@ from agents.llm.offline.common import (
     tunables_literal,
 )
 
-LEVERS = ["scalar_prefetch_group_sizes", "skip_blocks_outside_group", "f32_accumulator"]
+LEVERS = ["scalar_prefetch_group_sizes", "skip_blocks_outside_group", "skip_rhs_fetch_outside_row_block",
+          "f32_accumulator"]
 STRATEGY = ("Row and column tiles parallel, groups arbitrary and innermost: each tile sums "
             "its groups' products on their own rows; group sizes scalar-prefetched.")
 
@@ -107,7 +115,9 @@ def _kernel(sizes_ref, lhs_ref, rhs_ref, o_ref, acc_ref):
             acc_ref[...] += jnp.where(mine, product, 0.0)
 
     first_group = step * groups_per_step
-    start = lax.fori_loop(0, first_group, lambda h, total: total + sizes_ref[h], jnp.int32(0))
+    start = jnp.int32(0)
+    for h in range(groups):  # the rows before the step's first group, in a loop the model can price
+        start = start + jnp.where(h < first_group, sizes_ref[h], 0)
     for slot in range(groups_per_step):
         g = first_group + slot
         # a tail step's slots past the last group read no size (SMEM is not bounds-checked)
@@ -119,6 +129,26 @@ def _kernel(sizes_ref, lhs_ref, rhs_ref, o_ref, acc_ref):
     @pl.when(step == pl.num_programs(2) - 1)
     def _store():
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def _group_of(sizes_ref, row):
+    """The group that holds `row`: how many groups end at or before it (the last group for a
+    row in no group)."""
+    groups = sizes_ref.shape[0]
+    end, before = jnp.int32(0), jnp.int32(0)
+    for h in range(groups):
+        end = end + sizes_ref[h]
+        before = before + jnp.where(end <= row, 1, 0)
+    return jnp.minimum(before, groups - 1)
+
+
+def _clamped_step(sizes_ref, b, i, *, bm, m, per_step):
+    """Group step `b` of row block `i`, clamped to the steps whose groups hold some of the
+    block's rows: outside them the body adds nothing, and the clamped index repeats its
+    neighbour's, so no rhs block is fetched for them."""
+    first = _group_of(sizes_ref, i * bm) // per_step
+    last = _group_of(sizes_ref, jnp.minimum((i + 1) * bm, m) - 1) // per_step
+    return jnp.minimum(jnp.maximum(b, first), last)
 
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "groups_per_step"))
@@ -144,7 +174,8 @@ def %NAME%(%ARGS%, *statics, block_m: int = %BM%, block_n: int = %BN%,
         grid=(pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(groups, per_step)),
         in_specs=[
             pl.BlockSpec((bm, k), lambda i, j, b, sizes: (i, 0)),
-            pl.BlockSpec((per_step, k, bn), lambda i, j, b, sizes: (b, 0, j)),
+            pl.BlockSpec((per_step, k, bn), lambda i, j, b, sizes: (
+                _clamped_step(sizes, b, i, bm=bm, m=m, per_step=per_step), 0, j)),
         ],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, b, sizes: (i, j)),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
