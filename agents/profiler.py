@@ -19,6 +19,7 @@ from bus.registry import register
 from bus.service import PermanentError
 from eventstore.events import Event, ProfileCaptured
 from tools import api
+from tools.performance.profile import MODEL_CAVEAT
 
 AT_ROOFLINE = 0.9
 
@@ -33,9 +34,10 @@ def worth_more(profile: dict[str, Any]) -> bool:
 
 
 def top_lever(profile: dict[str, Any]) -> str:
-    suggestions = profile.get("suggestions") or []
-    if suggestions:
-        return str(suggestions[0])
+    """The first suggestion that is a next step (a model caveat is not), else the bound's."""
+    steps = [str(s) for s in profile.get("suggestions") or [] if MODEL_CAVEAT not in str(s)]
+    if steps:
+        return steps[0]
     return {"overhead": "larger blocks (fewer grid steps)",
             "memory": "fewer HBM bytes: fuse, avoid refetching, narrower dtypes",
             "compute": "MXU-friendly tiles (multiples of the MXU size), f32 accumulation"}.get(

@@ -67,6 +67,9 @@ def test_profile_judgement() -> None:
     assert worth_more({"bound": "memory", "achieved_bandwidth_fraction": 0.5})
     assert worth_more({"bound": "overhead"})
     assert top_lever({"bound": "compute", "suggestions": []}).startswith("MXU")
+    caveat = "_kernel: model caveat: index maps and conditions evaluated on this case's values"
+    assert top_lever({"bound": "memory", "suggestions": [caveat]}).startswith("fewer HBM bytes")
+    assert top_lever({"bound": "memory", "suggestions": [caveat, "_kernel: 8 grid steps"]}) == "_kernel: 8 grid steps"
 
 
 def test_answers_are_parsed_strictly() -> None:

@@ -62,6 +62,8 @@ class Profile(msgspec.Struct, frozen=True):
 
 OUTSIDE_SHARE = 0.2
 """From this share of the time on, the ops around the kernels are named as the next step."""
+MODEL_CAVEAT = "model caveat: "
+"""Marks a suggestion that says what the model could not see: a caveat, not a next step."""
 
 
 def _fraction(amount: float, rate: float, seconds: float) -> float:
@@ -181,7 +183,7 @@ def suggest(p: Profile) -> list[str]:
                 "contracting and output dims multiples of the MXU size (256 on v6e/v7, 128 on v5e)."
             )
         for c in k.caveats:
-            out.append(f"{k.name}: model caveat: {c}")
+            out.append(f"{k.name}: {MODEL_CAVEAT}{c}")
     if p.vmem_bytes and p.vmem_limit_bytes and p.vmem_bytes > 0.8 * p.vmem_limit_bytes:
         out.append(
             f"VMEM use is {p.vmem_bytes / p.vmem_limit_bytes:.0%} of the scoped limit; larger "
