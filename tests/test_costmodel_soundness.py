@@ -102,6 +102,42 @@ def test_scalar_prefetch_values_price_the_masked_matmul() -> None:
     assert whole.kernels[0].matmul_flops == seen.matmul_flops
 
 
+def test_prefetch_operands_a_wrapper_lays_out_are_known_and_computed_ones_are_not() -> None:
+    """A table the wrapper flattens, transposes, slices or widens moves values the model can
+    follow from the case's inputs (priced as if passed as they are); an operand it computes
+    (a cumulative sum) stays unknown, so every block counts, never fewer."""
+    import numpy as np
+
+    from tests.perf_kernels import sparse
+    from tools.performance.roofline import estimate_program
+
+    mask, prev = _masked_inputs([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1], [1, 1, 1, 1]])
+    mask_2d = mask.reshape(4, 4)
+    prev_wide = np.concatenate([prev.reshape(4, 4).T, np.zeros((4, 2), np.int32)], 1).astype(np.int16)
+
+    def laid_out(m2, pw, a, b):
+        return sparse.masked_matmul(m2.reshape(-1), pw[:, :4].T.reshape(-1).astype(jnp.int32), a, b)
+
+    def computed(m2, pw, a, b):
+        return sparse.masked_matmul(m2.reshape(-1), jnp.cumsum(pw[:, :4].reshape(-1)).astype(jnp.int32), a, b)
+
+    a = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
+    chip = get_chip("v6e")
+    direct = estimate_kernel(parse_lowered(lower(sparse.masked_matmul, jnp.asarray(mask), jnp.asarray(prev), a, a)).kernels[0],
+                             chip, [mask, prev])
+    program = parse_lowered(lower(laid_out, jnp.asarray(mask_2d), jnp.asarray(prev_wide), a, a))
+    (k,) = program.kernels
+    assert k.prefetch_sources == (0, 1)
+    assert [[kind for kind, _ in steps] for steps in k.prefetch_steps] == [
+        ["reshape"], ["slice", "transpose", "reshape", "convert"]]
+    seen = estimate_program(program, chip, [mask_2d, prev_wide, None, None]).kernels[0]
+    assert (seen.matmul_flops, seen.fetches) == (direct.matmul_flops, direct.fetches)
+    program = parse_lowered(lower(computed, jnp.asarray(mask_2d), jnp.asarray(prev_wide), a, a))
+    assert program.kernels[0].prefetch_sources[1] is None
+    blind = estimate_program(program, chip, [mask_2d, prev_wide, None, None]).kernels[0]
+    assert blind.matmul_flops == 64 * 2 * 128**3 > seen.matmul_flops
+
+
 def test_causal_attention_is_priced_on_the_blocks_it_runs() -> None:
     """Conditions and clamped index maps on program ids are evaluated per step: 10 of the
     16 (q, kv) blocks are multiplied, 9 of 16 k/v blocks fetched (not all 16)."""

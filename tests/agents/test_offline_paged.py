@@ -163,5 +163,11 @@ def test_the_cost_model_prices_more_pages_and_sequences_per_step_soundly_in_fewe
     assert all(e.sound for e in got), [e.reasons for e in got]
     kernels = [e.breakdown[0] for e in got]
     assert [k.steps for k in kernels] == [8, 4, 1]  # batch 4 x 2 pages, 4 x 1, 1 x 1
-    assert len({k.bytes for k in kernels}) == 1  # the same pages, fetched in fewer steps
+    # One page per step fetches only the pages the sequences own (lengths 53, 22, 14, 63 of
+    # 32-token pages: 6 of 8), each K and V page (2 kv heads x 32 x 128 f32) once, plus the
+    # queries, the output and the SMEM table and lengths; two per step fetch a one-page
+    # sequence's page into both slots, the same 8 in either grid.
+    page, q_and_out, smem = 2 * 2 * 32 * 128 * 4, 2 * 4 * 2 * 128 * 4, (8 + 4) * 4
+    assert kernels[0].bytes == 6 * page + q_and_out + smem
+    assert kernels[1].bytes == kernels[2].bytes == 8 * page + q_and_out + smem
     assert got[0].latency_s > got[1].latency_s > got[2].latency_s

@@ -12,6 +12,41 @@ import numpy as np
 from tools.lowered.scalar import UNKNOWN, IndexMap, Instr, run_with_memory
 from tools.lowered.types import MAX_GRID_STEPS, MosaicError, nbytes
 
+PrefetchStep = tuple[str, Any]
+"""One layout op between a program argument and a scalar-prefetch operand: ("reshape",
+shape), ("transpose", permutation), ("slice", (starts, limits, strides)) or ("convert", dtype)."""
+PREFETCH_STEPS = frozenset({"stablehlo.reshape", "stablehlo.transpose", "stablehlo.slice",
+                            "stablehlo.convert"})
+"""The ops a scalar-prefetch operand may be computed with from an argument and still be known
+to the model: a wrapper that flattens or transposes a page table moves values, not makes them."""
+
+
+def _integer_dtype(name: Any) -> np.dtype | None:
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        return None
+    return dtype if dtype.kind in "biu" else None
+
+
+def prefetch_value(argument: Any, steps: Sequence[PrefetchStep]) -> np.ndarray | None:
+    """The operand `steps` compute from `argument` (a program input's value), or None where a
+    step does not apply to it (a convert to or from anything but an integer type)."""
+    value = np.asarray(argument)
+    for kind, detail in steps:
+        if kind == "reshape":
+            value = value.reshape(detail)
+        elif kind == "transpose":
+            value = value.transpose(detail)
+        elif kind == "slice":
+            starts, limits, strides = detail
+            value = value[tuple(slice(a, b, c) for a, b, c in zip(starts, limits, strides, strict=True))]
+        elif kind == "convert" and _integer_dtype(detail) is not None and value.dtype.kind in "biu":
+            value = value.astype(_integer_dtype(detail))
+        else:
+            return None
+    return value
+
 
 @dataclass(frozen=True)
 class Window:
@@ -152,9 +187,12 @@ class MosaicKernel:
     vmem_limit_bytes: int | None  # from CompilerParams(vmem_limit_bytes=...), if set
     unmodelled_ops: tuple[str, ...]
     output_operand_aliases: tuple[tuple[int, int], ...] = ()
-    # Which argument of the program's main function each scalar-prefetch operand is (None:
-    # computed inside the program), and whether the body only ever reads those refs.
+    # Which argument of the program's main function each scalar-prefetch operand is computed
+    # from (None: anything else computes it), and whether the body only ever reads those refs.
     prefetch_sources: tuple[int | None, ...] = ()
+    # The layout ops that compute each operand from its argument, in order (empty: the
+    # argument itself); :func:`prefetch_value` applies them.
+    prefetch_steps: tuple[tuple[PrefetchStep, ...], ...] = ()
     prefetch_read_only: bool = True
     # The largest vector value the body produces, scf.for/scf.if regions included.
     largest_value: VectorValue | None = None

@@ -22,6 +22,7 @@ from tools.lowered.kernel import (
     Scratch,
     VectorValue,
     Window,
+    prefetch_value,
 )
 from tools.lowered.parse import parse_lowered
 from tools.lowered.scalar import IndexMap
@@ -42,4 +43,5 @@ __all__ = [
     "dtype_bits",
     "nbytes",
     "parse_lowered",
+    "prefetch_value",
 ]

@@ -28,7 +28,14 @@ from typing import Any
 
 from tools import jaxprivate
 from tools.lowered.body import BodyReader
-from tools.lowered.kernel import LoweredProgram, MosaicKernel, Scratch, Window
+from tools.lowered.kernel import (
+    PREFETCH_STEPS,
+    LoweredProgram,
+    MosaicKernel,
+    PrefetchStep,
+    Scratch,
+    Window,
+)
 from tools.lowered.ops import Slots, attr_str, first_line, instr, int_attr, ir_module, op_name
 from tools.lowered.scalar import INDEX_MAP_OPS, IndexMap, Instr
 from tools.lowered.types import DTYPE_BITS, MosaicError, nbytes, split_shaped
@@ -79,8 +86,10 @@ def parse_lowered(stablehlo_text: str) -> LoweredProgram:
                     kernel = _parse_custom_call(op)
                     n_prefetch = len(kernel.scalar_prefetch)
                     operands = list(op.operation.operands)
-                    found = tuple(sources.of(v) for v in operands[:n_prefetch])
-                    kernels.append(dataclasses.replace(kernel, prefetch_sources=found))
+                    derived = [sources.derived(v) for v in operands[:n_prefetch]]
+                    kernels.append(dataclasses.replace(
+                        kernel, prefetch_sources=tuple(d and d[0] for d in derived),
+                        prefetch_steps=tuple(d[1] if d else () for d in derived)))
                     for _, operand in kernel.output_operand_aliases:
                         # A caller's buffer the program was not given to keep: XLA copies it
                         # before the kernel writes into it.
@@ -112,9 +121,13 @@ def _value_bytes(value: Any) -> int:
     return nbytes(shape, dtype) if kind == "tensor" and dtype in DTYPE_BITS else 0
 
 
-def _permutation(op: Any) -> list[int]:
-    text = attr_str(op, "permutation") or ""
+def _i64_array(op: Any, key: str) -> list[int]:
+    text = attr_str(op, key) or ""
     return [int(x) for x in re.findall(r"-?\d+", text.split(":")[-1] if "array<" in text else text)]
+
+
+def _permutation(op: Any) -> list[int]:
+    return _i64_array(op, "permutation")
 
 
 def _cancelled_transposes(top_ops: Any) -> list[Any]:
@@ -150,6 +163,43 @@ class _ArgumentSources:
                 if op_name(op) == "func.call":
                     callee = (attr_str(op, "callee") or "").strip().lstrip("@").strip('"')
                     self.calls.setdefault(callee, []).append(op)
+
+    def derived(self, value: Any, depth: int = 0) -> tuple[int, tuple[PrefetchStep, ...]] | None:
+        """Which argument of `main` `value` is computed from, and the layout ops that compute
+        it (reshapes, transposes, slices, converts: see :data:`PREFETCH_STEPS`), in order; None
+        where anything else computes it."""
+        ir = ir_module()
+        if depth > 32:
+            return None
+        if isinstance(value, ir.BlockArgument):
+            owner = value.owner.owner
+            if op_name(owner) != "func.func":
+                return None
+            sym = (attr_str(owner, "sym_name") or "").strip('"')
+            if sym == "main":
+                return int(value.arg_number), ()
+            sites = self.calls.get(sym, [])
+            if len(sites) != 1:  # called from several places: not one argument of main
+                return None
+            return self.derived(sites[0].operation.operands[value.arg_number], depth + 1)
+        if not isinstance(value, ir.OpResult):
+            return None
+        op = value.owner
+        name = op_name(op)
+        if name not in PREFETCH_STEPS or len(op.operation.operands) != 1:
+            return None
+        shape, dtype = _tensor(value.type)
+        if name == "stablehlo.reshape":
+            step: PrefetchStep = ("reshape", tuple(shape))
+        elif name == "stablehlo.convert":
+            step = ("convert", dtype)
+        elif name == "stablehlo.transpose":
+            step = ("transpose", tuple(_permutation(op)))
+        else:
+            step = ("slice", tuple(tuple(_i64_array(op, key)) for key in
+                                   ("start_indices", "limit_indices", "strides")))
+        inner = self.derived(op.operation.operands[0], depth + 1)
+        return None if inner is None else (inner[0], (*inner[1], step))
 
     def of(self, value: Any, depth: int = 0) -> int | None:
         ir = ir_module()

@@ -77,7 +77,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.lowered.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel
+from tools.lowered.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel, prefetch_value
 from tools.performance.chips import Chip
 from tools.performance.dmapair import price_dma_waits
 
@@ -445,10 +445,14 @@ def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[
     if inputs is None or not kernel.scalar_prefetch:
         return None
     found = []
-    for source in kernel.prefetch_sources:
-        if source is None or source >= len(inputs):
+    steps = kernel.prefetch_steps or ((),) * len(kernel.prefetch_sources)
+    for source, ops in zip(kernel.prefetch_sources, steps, strict=True):
+        if source is None or source >= len(inputs) or inputs[source] is None:
             return None
-        found.append(np.asarray(inputs[source]))
+        value = prefetch_value(inputs[source], ops)
+        if value is None:
+            return None
+        found.append(value)
     return found if len(found) == len(kernel.scalar_prefetch) else None
 
 
