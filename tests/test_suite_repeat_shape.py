@@ -110,7 +110,7 @@ def test_a_small_tuning_point_keeps_todays_suite(tmp_path: Path) -> None:
 
 
 LARGE_TUNING_POINTS = {"matmul": 1, "matmul_bias_gelu": 1, "matmul_bias_gelu_bf16": 1, "matmul_scale_residual": 1,
-                       "swiglu_mlp": 2}
+                       "swiglu_mlp": 2, "grouped_matmul": 2}
 """Shipped tasks whose tuning point runs once, and the shape their repeats run at."""
 
 
