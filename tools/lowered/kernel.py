@@ -299,3 +299,19 @@ class LoweredProgram:
     # (kernel, bytes): an aliased kernel operand that is an argument the caller keeps; XLA
     # copies it before the kernel writes into it (`input_output_aliases` without donation).
     alias_copies: list[tuple[str, int]] = field(default_factory=list)
+
+
+def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[Any] | None:
+    """The values of `kernel`'s scalar-prefetch operands among the program's `inputs`."""
+    if inputs is None or not kernel.scalar_prefetch:
+        return None
+    found = []
+    steps = kernel.prefetch_steps or ((),) * len(kernel.prefetch_sources)
+    for source, ops in zip(kernel.prefetch_sources, steps, strict=True):
+        if source is None or source >= len(inputs) or inputs[source] is None:
+            return None
+        value = prefetch_value(inputs[source], ops)
+        if value is None:
+            return None
+        found.append(value)
+    return found if len(found) == len(kernel.scalar_prefetch) else None

@@ -22,6 +22,7 @@ from tools.lowered.kernel import (
     Scratch,
     VectorValue,
     Window,
+    kernel_prefetch,
     prefetch_value,
 )
 from tools.lowered.parse import parse_lowered
@@ -41,6 +42,7 @@ __all__ = [
     "VectorValue",
     "Window",
     "dtype_bits",
+    "kernel_prefetch",
     "nbytes",
     "parse_lowered",
     "prefetch_value",

@@ -32,13 +32,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.lowered.mosaic import LoweredProgram
+from tools.lowered.mosaic import LoweredProgram, kernel_prefetch
 from tools.performance.chips import Chip
 from tools.performance.llo_cycles import KernelCycles, fractions, step_cycles, total_cycles
 from tools.performance.roofline import (
     ProgramEstimate,
     estimate_kernel,
-    kernel_prefetch,
     step_sides,
 )
 

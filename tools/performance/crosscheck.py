@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from tools.lowered.mosaic import LoweredProgram, MosaicKernel
+from tools.lowered.mosaic import LoweredProgram, MosaicKernel, kernel_prefetch
 from tools.performance.chips import Chip
-from tools.performance.roofline import changed_steps, estimate_kernel, kernel_prefetch
+from tools.performance.roofline import changed_steps, estimate_kernel
 
 
 def _moves(kernel: MosaicKernel, steps: np.ndarray,

@@ -77,7 +77,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tools.lowered.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel, prefetch_value
+from tools.lowered.mosaic import BodyOp, Branch, Loop, LoweredProgram, MosaicKernel, kernel_prefetch
 from tools.performance.chips import Chip
 from tools.performance.dmapair import price_dma_waits
 
@@ -440,22 +440,6 @@ def _kernel_steps(kernel: MosaicKernel, chip: Chip,
                   prefetch_bytes, fetches, caveats, unsound)
 
 
-def kernel_prefetch(kernel: MosaicKernel, inputs: Sequence[Any] | None) -> list[Any] | None:
-    """The values of `kernel`'s scalar-prefetch operands among the program's `inputs`."""
-    if inputs is None or not kernel.scalar_prefetch:
-        return None
-    found = []
-    steps = kernel.prefetch_steps or ((),) * len(kernel.prefetch_sources)
-    for source, ops in zip(kernel.prefetch_sources, steps, strict=True):
-        if source is None or source >= len(inputs) or inputs[source] is None:
-            return None
-        value = prefetch_value(inputs[source], ops)
-        if value is None:
-            return None
-        found.append(value)
-    return found if len(found) == len(kernel.scalar_prefetch) else None
-
-
 OUTSIDE_FROM_XLA_TPU = "XLA:TPU's compiled program of the candidate"
 
 
@@ -495,7 +479,6 @@ __all__ = [
     "ProgramEstimate",
     "estimate_kernel",
     "estimate_program",
-    "kernel_prefetch",
     "padded_matmul_flops",
     "roofline_floor_s",
 ]
