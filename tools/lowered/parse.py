@@ -201,21 +201,10 @@ class _ArgumentSources:
         inner = self.derived(op.operation.operands[0], depth + 1)
         return None if inner is None else (inner[0], (*inner[1], step))
 
-    def of(self, value: Any, depth: int = 0) -> int | None:
-        ir = ir_module()
-        if not isinstance(value, ir.BlockArgument) or depth > 32:
-            return None
-        arg = ir.BlockArgument(value)
-        owner = arg.owner.owner
-        if op_name(owner) != "func.func":
-            return None
-        sym = (attr_str(owner, "sym_name") or "").strip('"')
-        if sym == "main":
-            return int(arg.arg_number)
-        sites = self.calls.get(sym, [])
-        if len(sites) != 1:  # called from several places: not one argument of main
-            return None
-        return self.of(sites[0].operation.operands[arg.arg_number], depth + 1)
+    def of(self, value: Any) -> int | None:
+        """Which argument of `main` `value` is itself (through calls), with no op between."""
+        found = self.derived(value)
+        return found[0] if found is not None and not found[1] else None
 
 
 def _tensor_bytes(op: Any) -> int:
