@@ -5,6 +5,7 @@ its own group's rows, and the planner's block moves that climb the rows and G to
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,38 @@ def test_bigger_blocks_climbs_the_rows_and_groups_per_step_until_vmem_stops_it()
     text = planner.plan_text(facts, child, {"chip": _chip()}, "grouped_matmul")
     assert "cdiv(groups, 4)" in text and "About 16 grid steps" in text
     assert planner._apply(facts, "bigger_blocks", params, _chip()) == params
+
+
+def test_once_every_block_moved_together_was_written_one_knob_moves_alone() -> None:
+    """Where the climb stalled: from 512 rows and 8 groups per step, doubling every block
+    (1024 rows, 16 groups) and halving them (256, 4) were written, and the planner had no
+    other move. Now each knob moves alone, one new kernel per child, among them G doubled
+    alone (512 rows, 16 groups), until every such move is written too."""
+    facts = _facts()
+    best = {"block_m": 512, "block_n": 256, "groups_per_step": 8}
+    tried = [dict(best, block_m=1024, groups_per_step=16), dict(best, block_m=256, block_n=128,
+                                                               groups_per_step=4)]
+
+    def plan(params: dict[str, int]) -> str:
+        decision = {"no_gain": False, "kernel_class": "grouped_matmul",
+                    "levers": list(grouped.LEVERS), "params": params, "evidence": []}
+        return planner.plan_text(facts, decision, {"chip": _chip()}, "grouped_matmul")
+
+    written, moves = [plan(p) for p in tried], []
+    for _ in range(8):
+        child = _child(best, "[lever=lane_dense_layout]", written)
+        if child["no_gain"]:
+            assert "already wrote" in child["stop"]
+            break
+        moves.append((child["levers"][-1], child["params"]))
+        written.append(plan(child["params"]))
+    else:
+        pytest.fail(f"no stop after {moves}")
+    assert ("double_groups_per_step", dict(best, groups_per_step=16)) in moves, moves
+    assert ("halve_block_m", dict(best, block_m=256)) in moves, moves
+    assert all(lever.startswith(("double_", "halve_")) for lever, _ in moves), moves
+    assert len({json.dumps(p, sort_keys=True) for _, p in moves}) == len(moves) == 5, moves
+    assert planner._apply(facts, "double_block_n", best, _chip()) == best  # N is 256: no move
 
 
 def test_an_overhead_bound_parent_gets_more_groups_per_step() -> None:

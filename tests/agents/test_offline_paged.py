@@ -128,7 +128,9 @@ def test_vmem_counts_the_pages_and_sequences_of_a_step() -> None:
 def test_bigger_blocks_children_fold_more_pages_and_sequences_per_step_and_then_stop() -> None:
     """A search stopped after one kernel, the class had no knob: now the root writes one page
     of one sequence per step, children asked for bigger blocks (fewer steps) fold more of
-    both, and the run stops once every block move gives a kernel it already wrote."""
+    both, then one knob at a time (all sequences of a step, one page each: a kernel that
+    doubling both never writes), and the run stops once every block move gives a kernel it
+    already wrote."""
     facts = _facts(PAGED)
     root = planner.choose(facts, {"chip": _chip(), "seed": 1, "hint": "", "parent": None, "failures": []})
     assert root["params"] == {"pages_per_step": 1, "seqs_per_step": 1} and not root["no_gain"]
@@ -148,6 +150,7 @@ def test_bigger_blocks_children_fold_more_pages_and_sequences_per_step_and_then_
         pytest.fail(f"no stop after {moves}")
     assert moves[:2] == [("bigger_blocks", 2, 2), ("bigger_blocks", 2, 4)], moves
     assert "grid (cdiv(batch, 4), cdiv(pages_per_sequence, 2))" in written[2]
+    assert ("double_seqs_per_step", 1, 4) in moves, moves
     assert len(set(moves)) == len(moves)
 
 

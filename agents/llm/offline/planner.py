@@ -41,6 +41,10 @@ FIXED_LEVERS = {
 }
 WRITERS: dict[str, Any] = {"paged_attention": paged, "linear_attention": scan,
                            "grouped_matmul": grouped, "convolution": conv, "generic": generic}  # classes whose writer sizes its blocks
+ONE_KNOB_VMEM_SHARE = 0.75
+"""How much of the scoped VMEM a one-knob move may fill (moves of every knob keep to half):
+one knob of a kernel that compiled grows its blocks less, and the compile check, whose VMEM
+failure stops every later growth, has the last word."""
 TUNING_LEVERS = ("bigger_blocks", "smaller_blocks", "full_k", "mxu_aligned_tiles", "whole_kv_row")
 
 
@@ -200,7 +204,8 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     hinted = _hint_levers(ctx.get("hint", ""))
     if hinted:
         evidence.append(f"hint asks for: {', '.join(hinted)}")
-    ordered = list(dict.fromkeys(hinted + candidates + (["bigger_blocks", "smaller_blocks"] if parent else [])))
+    ordered = list(dict.fromkeys(hinted + candidates + (["bigger_blocks", "smaller_blocks"] if parent else [])
+                                 + (_knob_moves(knobs) if parent and not variety.has_spec(c) else [])))
     usable = [lv for lv in ordered if lv not in failed and not (vmem_failed and lv == "bigger_blocks")]
     if failed:
         evidence.append(f"not repeating failed levers: {', '.join(sorted(failed))}")
@@ -228,6 +233,13 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
             f"(blocks {json.dumps(params, sort_keys=True)})")}
     return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
             "evidence": evidence}
+
+
+def _knob_moves(knobs: tuple[str, ...]) -> list[str]:
+    """One knob at a time, after the moves of every knob together: where doubling all blocks
+    overshoots (a bigger row block multiplies more groups' rows, say), one knob alone may not,
+    and the space is not spent after two moves."""
+    return [f"{verb}_{knob}" for knob in knobs for verb in ("double", "halve")] if len(knobs) > 1 else []
 
 
 def _written_params(facts: TaskFacts, ctx: dict[str, Any],
@@ -327,6 +339,14 @@ def _apply(facts: TaskFacts, lever: str, params: dict[str, int], chip: dict[str,
         out["block_k"] = ext["block_k"]
         if vmem_bytes(facts, out)[0] > budget:
             out["block_k"] = params["block_k"]
+    elif lever.startswith(("double_", "halve_")) and lever.partition("_")[2] in out:
+        verb, _, k = lever.partition("_")
+        if verb == "halve":
+            out[k] = _align(k, max(out[k] // 2, 1))
+            return out
+        out[k] = min(_align(k, out[k] * 2), max(ext.get(k, out[k]), knob_floor(k)))
+        if vmem_bytes(facts, out)[0] > ONE_KNOB_VMEM_SHARE * scoped_vmem(chip):
+            return dict(params)
     elif lever == "mxu_aligned_tiles":
         mxu = int(chip.get("mxu_dim") or chip.get("mxu_size") or 256)
         for k in ("block_m", "block_n", "block_k"):
