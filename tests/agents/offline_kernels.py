@@ -20,6 +20,19 @@ def first_kernel(task: Path, name: str = "candidate") -> str:
     return candidate_source(facts, planner.default_params(facts, {}), name)
 
 
+def implemented(task: Path, decision: dict[str, Any]) -> str:
+    """The implementer's kernel for a planner decision: the offline provider reads the plan's
+    json back, as a run does, not the decision's params directly."""
+    from agents.llm.offline import planner
+    from agents.llm.offline.classify import classify_task
+    from agents.llm.offline.provider import OfflineProvider
+
+    plan = planner.plan_text(classify_task(task), decision, {}, task.stem)
+    answer = OfflineProvider()._implement({"task_path": str(task), "task_name": task.stem,
+                                           "plan": plan, "chip": None})
+    return answer.split("```python", 1)[1].split("```", 1)[0]
+
+
 def assert_matches_reference(task: Path, source: str, seed: int, *, rtol: float = 1e-4,
                              atol: float = 1e-4, **knobs: Any) -> None:
     """`build(**knobs)` of `source` equals the reference at the tuning point and every unseen

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from offline_kernels import assert_matches_reference, assert_verifies, first_kernel
+from offline_kernels import assert_matches_reference, assert_verifies, first_kernel, implemented
 
 from agents.llm.offline import conv
 from agents.llm.offline.classify import classify_task
@@ -132,6 +132,26 @@ def test_packed_taps_fill_the_mxu_depth_and_are_a_tunable() -> None:
     assert "'taps_per_dot': [9, 1]" in source and "taps_per_dot: int = 9" in source
     assert "'fuse_epilogue': [1, 0]" in source
     assert "packed_taps" in source.split('"""')[1]
+
+
+def test_a_block_move_keeps_the_packing_its_parent_was_tuned_to() -> None:
+    """A child of a parent the tuner moved to one tap per matmul keeps it as its default (the
+    configuration the compile check prices against the parent): a block move changes the
+    images per step, not the packing."""
+    from agents.llm.offline import planner
+
+    facts = classify_task(TASKS / "conv2d_nhwc_strided.py")
+    chip = {"vmem_bytes": 128 * 2**20}
+    root = planner.choose(facts, {"chip": chip, "seed": 1, "hint": "", "parent": None, "failures": []})
+    plan = planner.plan_text(facts, root, {"chip": chip}, "conv2d_nhwc_strided")
+    tuned = {**root["params"], "taps_per_dot": 1, "fuse_epilogue": 1}
+    child = planner.choose(facts, {"chip": chip, "seed": 2, "hint": "[lever=block_shape]",
+                                   "parent": {"plan": plan, "config": tuned}, "failures": [],
+                                   "written_plans": [plan]})
+    assert child["params"]["taps_per_dot"] == 1
+    assert child["params"]["block_images"] != root["params"]["block_images"]
+    source = implemented(TASKS / "conv2d_nhwc_strided.py", child)
+    assert "'taps_per_dot': [1, 9]" in source and "taps_per_dot: int = 1" in source
 
 
 @pytest.mark.parametrize(("name", "taps_per_dot"), [

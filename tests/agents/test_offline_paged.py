@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_kernels import assert_matches_reference
+from offline_kernels import assert_matches_reference, implemented
 
 from agents.llm.offline import paged, planner
 from agents.llm.offline.author import candidate_source
@@ -174,3 +174,23 @@ def test_the_cost_model_prices_more_pages_and_sequences_per_step_soundly_in_fewe
     assert kernels[0].bytes == 6 * page + q_and_out + smem
     assert kernels[1].bytes == kernels[2].bytes == 8 * page + q_and_out + smem
     assert got[0].latency_s > got[1].latency_s > got[2].latency_s
+
+
+def test_a_block_move_keeps_the_table_layout_its_parent_was_tuned_to() -> None:
+    """A child of a parent the tuner gave the page-major table keeps it as its default (the
+    configuration the compile check prices against the parent), in its TUNABLES and build():
+    before, every child went back to the flat table and was priced below its parent."""
+    import inspect
+
+    facts = _facts(PAGED)
+    root = planner.choose(facts, {"chip": _chip(), "seed": 1, "hint": "", "parent": None, "failures": []})
+    plan = planner.plan_text(facts, root, {"chip": _chip()}, "paged_attention")
+    tuned = {**root["params"], "seqs_per_step": 2, "page_major_table": 1}
+    child = planner.choose(facts, {"chip": _chip(), "seed": 2, "hint": "[lever=block_shape]",
+                                   "parent": {"plan": plan, "config": tuned}, "failures": [],
+                                   "written_plans": [plan]})
+    assert child["params"] == {"pages_per_step": 2, "seqs_per_step": 4, "page_major_table": 1}
+    namespace: dict[str, Any] = {}
+    exec(compile(implemented(PAGED, child), str(PAGED), "exec"), namespace)
+    assert namespace["TUNABLES"]["page_major_table"] == [1, 0]
+    assert inspect.signature(namespace["build"]).parameters["page_major_table"].default == 1

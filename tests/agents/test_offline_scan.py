@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_kernels import assert_matches_reference
+from offline_kernels import assert_matches_reference, implemented
 
+from agents.llm.offline import planner
 from agents.llm.offline.author import candidate_source
 from agents.llm.offline.classify import classify_task
 
@@ -35,3 +36,33 @@ def test_the_layout_is_a_knob_the_tuner_reaches() -> None:
     exec(compile(_source(), str(LINEAR), "exec"), namespace)
     assert namespace["TUNABLES"]["seq_on_lanes"] == [0, 1]  # as written first
     assert namespace["TUNABLES"]["block_groups"] == [1, 2]
+
+
+def test_a_block_move_keeps_the_layout_its_parent_was_tuned_to() -> None:
+    """A child of a parent the tuner moved onto the lanes is written on the lanes (its
+    TUNABLES' default, the one the compile check prices against the parent): before, every
+    block move went back to the rows and was priced at a third of its parent, so a search
+    stopped at its second kernel. The blocks still move; the layout is no move itself."""
+    import inspect
+
+    facts = classify_task(LINEAR)
+    chip = {"vmem_bytes": 128 * 2**20}
+    root = planner.choose(facts, {"chip": chip, "seed": 1, "hint": "", "parent": None, "failures": []})
+    plan = planner.plan_text(facts, root, {"chip": chip}, "linear_attention")
+    tuned = {**root["params"], "block_groups": 2, "seq_on_lanes": 1}
+    child = planner.choose(facts, {"chip": chip, "seed": 2, "hint": "[lever=block_shape]",
+                                   "failures": [], "parent": {"plan": plan, "config": tuned},
+                                   "written_plans": [plan]})
+    assert child["params"]["seq_on_lanes"] == 1 and child["levers"][-1] == "bigger_blocks"
+    assert child["params"]["block_groups"] == 4
+    namespace: dict[str, Any] = {}
+    exec(compile(implemented(LINEAR, child), str(LINEAR), "exec"), namespace)
+    assert namespace["TUNABLES"]["seq_on_lanes"] == [1, 0]
+    assert inspect.signature(namespace["build"]).parameters["seq_on_lanes"].default == 1
+    # the same blocks with the layout carried are the same move: no second kernel of them
+    again = planner.choose(facts, {"chip": chip, "seed": 3, "hint": "[lever=block_shape]",
+                                   "failures": [], "parent": {"plan": plan, "config": tuned},
+                                   "written_plans": [plan, planner.plan_text(
+                                       facts, child, {"chip": chip}, "linear_attention")]})
+    assert again["no_gain"] or {k: again["params"][k] for k in ("block_seq", "block_groups")} != {
+        k: child["params"][k] for k in ("block_seq", "block_groups")}

@@ -426,6 +426,11 @@ def applied_levers(facts: TaskFacts, taps_per_dot: int, fuse_epilogue: int) -> l
     return [lever for lever in LEVERS if lever not in skip]
 
 
+CARRIED_KNOBS = ("taps_per_dot", "fuse_epilogue")
+"""Knobs a child keeps at its parent's tuned value (the default of its TUNABLES): a block
+move changes the images per step, not the packing or fusion the parent's tuner found faster."""
+
+
 def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
                 chip: dict[str, Any] | None = None) -> str:
     d = facts.detail

@@ -161,7 +161,7 @@ def _kernel(tables_ref, lengths_ref, *refs, scale, page_size, pages, batch, page
 
 
 @functools.partial(jax.jit, static_argnames=("pages_per_step", "seqs_per_step", "page_major_table"))
-def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = 0):
+def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = %PMT%):
     q, k_pages, v_pages, tables, lengths, starts = %Q%, %K%, %V%, %T%, %L%, %S%
     if PAGES_HEADS_THIRD:  # (pages, page_size, kv_heads, depth) -> (kv_heads, pages, ...)
         k_pages, v_pages = (jnp.transpose(x, (2, 0, 1, 3)) for x in (k_pages, v_pages))
@@ -229,10 +229,15 @@ def %NAME%(%ARGS%, *, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, pag
     return out[:batch].reshape(batch, heads, depth)  # rows past the batch: a tail's padding
 
 
-def build(*, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = 0):
+def build(*, pages_per_step: int = %PP%, seqs_per_step: int = %SS%, page_major_table: int = %PMT%):
     return functools.partial(%NAME%, pages_per_step=pages_per_step, seqs_per_step=seqs_per_step,
                              page_major_table=page_major_table)
 """
+
+
+CARRIED_KNOBS = ("page_major_table",)
+"""Knobs a child keeps at its parent's tuned value (the default of its TUNABLES): a block
+move changes the blocks, not the table layout the parent's tuner found faster."""
 
 
 def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
@@ -251,7 +256,8 @@ def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         default, *others = tunables["pages_per_step"]
         tunables["pages_per_step"] = list(dict.fromkeys([default, filled, *others]))
     # the table as a 2-D (pages, batch) array: where XLA:TPU keeps it pages-first, a bitcast
-    tunables = {**tunables, "page_major_table": [0, 1]}
+    major = 1 if params.get("page_major_table") == 1 else 0  # a tuned parent's layout, carried
+    tunables = {**tunables, "page_major_table": [major, 1 - major]}
     pp, ss = knobs["pages_per_step"], knobs["seqs_per_step"]
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
@@ -264,7 +270,7 @@ def paged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]])
             .replace("%V%", names[d["v"]]).replace("%T%", names[d["tables"]])
             .replace("%L%", names[d["lengths"]]).replace("%SCALE%", scale)
-            .replace("%PP%", str(pp)).replace("%SS%", str(ss))
+            .replace("%PP%", str(pp)).replace("%SS%", str(ss)).replace("%PMT%", str(major))
             .replace("%S%", names[d["starts"]] if d.get("starts") is not None else "None"))
     heads_third = f"PAGES_HEADS_THIRD = {d.get('layout') == 'pshd'}  # pages given as (pages, page, heads, depth)\n"
     return header(doc) + "\n" + tunables_literal(tunables) + "\n" + heads_third + body

@@ -231,7 +231,12 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
             f"the offline author writes the {c} kernel from its block sizes alone, and every "
             f"block move it has here (moves: {', '.join(usable) or 'none'}) gives a kernel this run already wrote "
             f"(blocks {json.dumps(params, sort_keys=True)})")}
-    return {"no_gain": False, "kernel_class": c, "levers": levers, "params": params,
+    carried = {k: base_config[k] for k in getattr(WRITERS.get(c), "CARRIED_KNOBS", ())
+               if isinstance(base_config.get(k), int)}
+    if carried:
+        evidence.append("kept from the parent's tuned configuration: " + ", ".join(
+            f"{k}={v}" for k, v in carried.items()))
+    return {"no_gain": False, "kernel_class": c, "levers": levers, "params": {**params, **carried},
             "evidence": evidence}
 
 
@@ -247,10 +252,12 @@ def _written_params(facts: TaskFacts, ctx: dict[str, Any],
     """The block sizes this run already wrote a kernel of this class from: other nodes' plans,
     the parent's plan, and the parent's tuned configuration (its default moved there is the
     same program under other defaults)."""
-    def params_of(text: str) -> dict[str, Any] | None:
+    def params_of(text: str) -> dict[str, Any] | None:  # its blocks: a carried knob is no move
         decisions = plan_spec(text)
         given = decisions.get("params")
-        return dict(given) if decisions.get("kernel_class") == facts.kernel_class and isinstance(given, dict) else None
+        knobs = BLOCK_KNOBS[facts.kernel_class]
+        return {k: v for k, v in given.items() if k in knobs} if decisions.get(
+            "kernel_class") == facts.kernel_class and isinstance(given, dict) else None
 
     seen = [p for p in map(params_of, map(str, ctx.get("written_plans") or [])) if p is not None]
     own = params_of(str((parent or {}).get("plan") or ""))

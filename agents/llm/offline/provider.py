@@ -88,6 +88,8 @@ class OfflineProvider(Provider):
         params = planner.default_params(facts, ctx.get("chip"))
         given = spec.get("params") if isinstance(spec.get("params"), dict) else {}
         params.update({k: int(v) for k, v in given.items() if k in params and isinstance(v, int) and v > 0})
+        carried = getattr(planner.WRITERS.get(facts.kernel_class), "CARRIED_KNOBS", ())
+        params.update({k: int(v) for k, v in given.items() if k in carried and isinstance(v, int) and v >= 0})
         wanted = spec.get("kernel_class")
         kernel_class = "single_block" if wanted == "single_block" else facts.kernel_class
         note = (f"Kernel class {facts.kernel_class}"

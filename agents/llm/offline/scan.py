@@ -128,7 +128,7 @@ def _kernel_seq_on_lanes(q_ref, k_ref, v_ref, o_ref, state_ref, *, seq, scale):
 
 
 @functools.partial(jax.jit, static_argnames=("block_seq", "block_groups", "seq_on_lanes"))
-def %NAME%(%ARGS%, *, block_seq: int = %BS%, block_groups: int = %BG%, seq_on_lanes: int = 0):
+def %NAME%(%ARGS%, *, block_seq: int = %BS%, block_groups: int = %BG%, seq_on_lanes: int = %SOL%):
     q, k, v = %Q%, %K%, %V%
     if q.ndim not in (3, 4) or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"{q.shape=}, {k.shape=}, {v.shape=} are not linear-attention operands")
@@ -163,10 +163,15 @@ def %NAME%(%ARGS%, *, block_seq: int = %BS%, block_groups: int = %BG%, seq_on_la
     return (jnp.swapaxes(out, 1, 2) if seq_on_lanes else out).reshape(v.shape)
 
 
-def build(block_seq: int = %BS%, block_groups: int = %BG%, seq_on_lanes: int = 0):
+def build(block_seq: int = %BS%, block_groups: int = %BG%, seq_on_lanes: int = %SOL%):
     return functools.partial(%NAME%, block_seq=block_seq, block_groups=block_groups,
                              seq_on_lanes=seq_on_lanes)
 '''
+
+
+CARRIED_KNOBS = ("seq_on_lanes",)
+"""Knobs a child keeps at its parent's tuned value (the default of its TUNABLES): a block
+move changes the blocks, not the layout the parent's tuner found faster."""
 
 
 def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
@@ -183,7 +188,8 @@ def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         "block_seq": list(dict.fromkeys([value, max(SUBLANES, value // 2), value * 2])),
         "block_groups": list(dict.fromkeys([groups, max(1, groups // 2), groups * 2]))},
         {"block_seq": sub})
-    tunables = {**tunables, "seq_on_lanes": [0, 1]}
+    lanes = 1 if params.get("seq_on_lanes") == 1 else 0  # a tuned parent's layout, carried
+    tunables = {**tunables, "seq_on_lanes": [lanes, 1 - lanes]}
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
     doc = (f"chunked causal linear-attention kernel for {task_name}: intra-chunk causal block "
@@ -191,5 +197,6 @@ def scan_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
            + "\n".join(f"Class evidence: {r}" for r in facts.reasons))
     body = (_TEMPLATE.replace("%NAME%", "linear_attention_kernel").replace("%ARGS%", ", ".join(names))
             .replace("%Q%", names[d["q"]]).replace("%K%", names[d["k"]]).replace("%V%", names[d["v"]])
-            .replace("%SCALE%", scale).replace("%BS%", str(value)).replace("%BG%", str(groups)))
+            .replace("%SCALE%", scale).replace("%BS%", str(value)).replace("%BG%", str(groups))
+            .replace("%SOL%", str(lanes)))
     return header(doc) + "\n" + tunables_literal(tunables) + "\n" + body
