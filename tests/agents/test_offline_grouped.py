@@ -188,6 +188,23 @@ def test_once_every_block_moved_together_was_written_one_knob_moves_alone() -> N
     assert planner._apply(facts, "double_block_n", best, _chip()) == best  # N is 256: no move
 
 
+def test_a_hinted_lever_the_class_lacks_is_said_and_the_move_is_named() -> None:
+    """A policy's hint names a catalogue lever (masking) the grouped kernel has no variant of:
+    the plan says so, names the block move it made instead, and its Strategy starts with
+    that move, which the progress line shows (before, the hint was passed over in silence)."""
+    facts = _facts()
+    child = _child(planner.default_params(facts, _chip()), "[lever=masking] Handle the ragged "
+                   "last block with an iota mask.", [])
+    move = child["levers"][-1]
+    assert not child["no_gain"] and child["lever"] == move and move not in grouped.LEVERS
+    said = [e for e in child["evidence"] if "masking" in e]
+    assert said and "no such variant" in said[0] and f"({move})" in said[0], child["evidence"]
+    text = planner.plan_text(facts, child, {"chip": _chip()}, "grouped_matmul")
+    assert f"## Strategy\nLever {move}: " in text
+    plain = _child(planner.default_params(facts, _chip()), "[lever=block_shape] bigger", [])
+    assert not [e for e in plain["evidence"] if "no such variant" in e]
+
+
 def test_an_overhead_bound_parent_gets_more_groups_per_step() -> None:
     """The profile, not only a hint: a parent bound by per-step overhead gets G doubled."""
     facts = _facts()

@@ -236,8 +236,21 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
     if carried:
         evidence.append("kept from the parent's tuned configuration: " + ", ".join(
             f"{k}={v}" for k, v in carried.items()))
+    moved = levers[-1] if len(levers) > len(FIXED_LEVERS[c]) else ""
+    untaken = _untaken_hint_levers(str(ctx.get("hint") or ""))
+    if untaken:
+        evidence.append(f"hint asks for catalogue lever(s) {', '.join(untaken)}: the {c} kernel "
+                        "is written from its block sizes alone and has no such variant"
+                        + (f"; a block move instead ({moved})" if moved else ""))
     return {"no_gain": False, "kernel_class": c, "levers": levers, "params": {**params, **carried},
-            "evidence": evidence}
+            "evidence": evidence, **({"lever": moved} if moved else {})}
+
+
+def _untaken_hint_levers(hint: str) -> list[str]:
+    """The catalogue levers a hint's tag names that no block move stands for: what a class
+    written from its block sizes alone cannot do, said in its plan rather than passed over."""
+    tag = re.match(r"\[lever=([\w+]+)", hint.lower())
+    return [i for i in (tag.group(1).split("+") if tag else []) if i not in CATALOGUE_LEVERS]
 
 
 def _knob_moves(knobs: tuple[str, ...]) -> list[str]:
