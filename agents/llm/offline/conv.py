@@ -54,6 +54,7 @@ from agents.llm.offline.levers import raised_vmem_limit
 
 LEVERS = ["window_tap_matmuls", "packed_taps", "f32_accumulator", "stride_phase_split",
           "image_blocks_parallel", "epilogue_in_conv_kernel", "epilogue_kernel_per_image_block"]
+CARRIED_KNOBS = ("taps_per_dot", "fuse_epilogue")  # a child keeps its tuned parent's (planner)
 STRATEGY = ("Convolution as MXU matmuls over the window's taps (several taps' windows side by "
             "side in one matmul when the channels are few) on a phase-split, flattened image "
             "slab, f32 accumulation; image blocks and feature groups parallel; the epilogue "
@@ -424,11 +425,6 @@ def applied_levers(facts: TaskFacts, taps_per_dot: int, fuse_epilogue: int) -> l
     skip |= {"epilogue_kernel_per_image_block"} if fuse_epilogue or not d["batch"] else set()
     skip |= set() if fuse_epilogue else {"epilogue_in_conv_kernel"}
     return [lever for lever in LEVERS if lever not in skip]
-
-
-CARRIED_KNOBS = ("taps_per_dot", "fuse_epilogue")
-"""Knobs a child keeps at its parent's tuned value (the default of its TUNABLES): a block
-move changes the images per step, not the packing or fusion the parent's tuner found faster."""
 
 
 def conv_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
