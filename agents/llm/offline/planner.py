@@ -142,11 +142,15 @@ CATALOGUE_LEVERS = {
 """The catalogue's levers (a search policy's `[lever=...]` hint) this author can act on."""
 
 
+def _tagged_levers(hint: str) -> list[str]:
+    """The catalogue lever ids a hint's `[lever=a+b]` tag names (none without a tag)."""
+    tag = re.match(r"\[lever=([\w+]+)", (hint or "").lower())
+    return tag.group(1).split("+") if tag else []
+
+
 def _hint_levers(hint: str) -> list[str]:
     text = (hint or "").lower()
-    tag = re.match(r"\[lever=([\w+]+)", text)
-    wanted = [CATALOGUE_LEVERS[i] for i in (tag.group(1).split("+") if tag else [])
-              if i in CATALOGUE_LEVERS]
+    wanted = [CATALOGUE_LEVERS[i] for i in _tagged_levers(hint) if i in CATALOGUE_LEVERS]
     wanted += [lever for lever in TUNING_LEVERS if lever in text or lever.replace("_", " ") in text]
     if re.search(r"\b(larger|bigger|fewer steps|per-step overhead)\b", text):
         wanted.append("bigger_blocks")
@@ -249,8 +253,7 @@ def choose(facts: TaskFacts, ctx: dict[str, Any]) -> dict[str, Any]:
 def _untaken_hint_levers(hint: str) -> list[str]:
     """The catalogue levers a hint's tag names that no block move stands for: what a class
     written from its block sizes alone cannot do, said in its plan rather than passed over."""
-    tag = re.match(r"\[lever=([\w+]+)", hint.lower())
-    return [i for i in (tag.group(1).split("+") if tag else []) if i not in CATALOGUE_LEVERS]
+    return [i for i in _tagged_levers(hint) if i not in CATALOGUE_LEVERS]
 
 
 def _knob_moves(knobs: tuple[str, ...]) -> list[str]:
