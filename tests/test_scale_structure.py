@@ -51,22 +51,51 @@ def test_the_command_line_says_the_scale_used_once() -> None:
     assert "groupnorm_fixed_groups" in result.output and "kernelgraph-scaled" not in result.output
 
 
-def test_a_factor_with_no_fit_is_refused_saying_none_keeps_the_structure() -> None:
-    path = TASKS / "fixed_lengths" / "baseline.py"  # lengths fixed at 64: the sequence must stay 64
-    with pytest.raises(TaskError, match=r"integer input 1 keeps values up to 64.*no factor near "
-                       r"0\.125 keeps the task's structure either; the smallest factor that "
-                       r"keeps it is 0\.9375") as caught:
-        scaled_task(path, "0.125")
-    assert "kernelgraph-scaled" not in str(caught.value)  # named as given, not the scaled copy
+def test_lengths_fixed_at_the_sequence_keep_the_sequence_whole_and_the_rest_shrinks() -> None:
+    """Lengths fixed at 64 in Python mean "the whole sequence" only while the sequence is 64
+    long: no factor near 0.125 keeps them, so the sequence is kept at full size (scaling it
+    alone breaks the task) and the features shrink."""
+    path = scaled_task(TASKS / "fixed_lengths" / "baseline.py", "0.125")
+    config = load_task(path)._configs[0]
+    assert (config["seq_len"], config["emb_dim"]) == (64, 16)
+    (note, *_) = scale_notes(path)
+    assert "integer input 1 keeps values up to 64" in note, note
+    assert "seq_len kept at full size (scaling it alone breaks the task)" in note, note
 
 
 def test_a_refusal_names_the_smallest_factor_that_keeps_the_structure() -> None:
-    """24 sequences of 200 tokens fixed in Python in a batch of 32: a batch below 24 breaks
-    the input maker and shorter sequences the lengths, so --scale 0.125 has no fit within
-    reach, and the refusal names the smallest factor that loads (0.75: 24 sequences, and
-    the feature axis, 16 wide, stays whole)."""
-    path = TASKS / "fixed_sequences" / "baseline.py"
-    with pytest.raises(TaskError, match=r"no factor near 0\.125 keeps the task's structure "
-                       r"either; the smallest factor that keeps it is 0\.75 \(--scale 0\.75\)"):
-        scaled_task(path, "0.125")
-    assert load_task(scaled_task(path, "0.75")).scales == (0.75,)  # and it does load
+    """Every entry of `fixed_batch` breaks the task scaled alone, so none can be kept at
+    full size, and no factor within reach of 0.0625 holds: the refusal names the smallest
+    factor that loads (0.375: 24 sequences, 16 features)."""
+    path = TASKS / "fixed_batch" / "baseline.py"
+    with pytest.raises(TaskError, match=r"no factor near 0\.0625 keeps the task's structure "
+                       r"either; the smallest factor that keeps it is 0\.375 \(--scale 0\.375\)"):
+        scaled_task(path, "0.0625")
+    assert load_task(scaled_task(path, "0.375")).scales == (0.375,)  # and it does load
+
+
+def test_sequences_and_lengths_fixed_in_python_keep_the_batch_and_sequence_whole() -> None:
+    """24 sequences of 200 tokens fixed in Python: a batch below 24 cannot be padded and a
+    sequence below 256 changes what the lengths mask, so both are kept at full size and
+    only the features shrink."""
+    path = scaled_task(TASKS / "fixed_sequences" / "baseline.py", "0.125")
+    config = load_task(path)._configs[0]
+    assert (config["max_seqs"], config["seq_len"], config["emb_dim"]) == (32, 256, 8)
+    (note, *_) = scale_notes(path)
+    assert "max_seqs, seq_len kept at full size" in note, note
+
+
+def test_a_page_table_fixed_in_python_keeps_tokens_and_pages_whole_and_shrinks_the_heads(
+) -> None:
+    """Lengths, query starts and a page table fixed in Python mean the same only where the
+    tokens they index and the page size their lengths count in stay whole: those two are
+    kept at full size, heads and depth shrink, and the note says so."""
+    path = scaled_task(TASKS / "fixed_pages" / "baseline.py", "0.125")
+    task = load_task(path)
+    config = task._configs[0]
+    assert (config["tokens"], config["page_size"]) == (64, 16)
+    assert (config["heads"], config["head_dim"]) == (8, 8)
+    (note, *_) = scale_notes(path)
+    assert "tokens, page_size kept at full size" in note, note
+    q, kv, *_ = task.input_specs(0)
+    assert q.shape == (64, 8, 8) and kv.shape == (16, 16, 8, 8)

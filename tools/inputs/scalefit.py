@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 GRID = 32  # factors tried are multiples of 1/GRID
 REACH = 4.0  # a fitted factor is within this ratio of the one asked
 MAX_PROBES = 6  # distinct configs tried per factor before giving up on it
-BUDGET_S = 60.0  # seconds of probing per task: a task whose every probe is slow stops here
+BUDGET_S = 120.0  # seconds of probing per task: a task whose every probe is slow stops here
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ Each scaled config is then checked, without running the workload: the input make
 reference must trace at it, and integer inputs must shrink at least as much as the sizes
 (an index that did not follow would point past the end), unless they are a ratio of sizes
 (tokens per expert stay the same when tokens and experts both shrink; such a value moves
-when one size alone is doubled, a fixed index does not). A scaled config that fails is
+when one size alone is doubled, a fixed index does not). An integer input whose values
+do not change at all must instead be used against the same extents as at full size
+(:mod:`tools.inputs.indexing`): a page table and query offsets fixed in Python hold where
+the entries sizing what they index are kept at full size and only heads shrink, and break
+where one of those entries is scaled, even alone. A scaled config that fails is
 dropped with a note; a tuning point that fails refuses the task with the reason. Configs
 whose inputs come out the same shapes are one shape. A task whose inputs no entry sizes
 runs at its own sizes only, and an explicit ``--scale`` for it is refused.
@@ -247,13 +251,61 @@ def _config_problem(task: Task, index: int, config: dict[str, Any], base: dict[s
             return _first_line(exc), shapes
         for position, big in full.items():
             small = (scaled or {}).get(position)
+            if small is None or not small.size:
+                continue
+            if big.shape == small.shape and np.array_equal(big, small):
+                if not _used_as_at_full_size(task, index, config, base, position):
+                    return (f"integer input {position} keeps values up to "
+                            f"{int(np.abs(small).max())} while an extent it indexes or is "
+                            "compared with shrinks (an index fixed in Python that does not "
+                            "follow CONFIG)"), shapes
+                continue
             bound = float(np.abs(big).max(initial=0)) * ratio + 1
-            if small is not None and small.size and float(np.abs(small).max()) > bound \
+            if float(np.abs(small).max()) > bound \
                     and not _ratio_of_sizes(task.module, base, roles.sizes, position, small):
                 return (f"integer input {position} keeps values up to "
                         f"{int(np.abs(small).max())} while sizes shrink to {ratio:.3g} of "
                         "the original (an index that does not follow CONFIG)"), shapes
     return None, shapes
+
+
+_SIGNATURES: dict[tuple[int, str], Any] = {}  # (module, config) -> index_signature
+
+
+def _signature(task: Task, index: int, config: dict[str, Any]) -> dict[int, Any]:
+    """:func:`tools.inputs.indexing.index_signature` of the reference at ``config``, keyed
+    by the positions of ``create_inputs``' outputs (static arguments put back)."""
+    from tools.inputs.indexing import index_signature
+
+    key = (id(task.module), repr(sorted(config.items())))
+    if key not in _SIGNATURES:
+        if len(_SIGNATURES) > 64:
+            _SIGNATURES.clear()
+        statics = sorted(position for position, _ in task.statics_at(index))
+        specs = task.input_specs(index)
+        by_argument = index_signature(task.reference_at(index), specs)
+        made = [p for p in range(len(specs) + len(statics)) if p not in statics]
+        _SIGNATURES[key] = {made[a]: counts for a, counts in by_argument.items()}
+    return _SIGNATURES[key]
+
+
+def _used_as_at_full_size(task: Task, index: int, config: dict[str, Any],
+                          base: dict[str, Any], position: int) -> bool:
+    """Whether an integer input whose values did not change with the config is used
+    against the same extents as at full size: every extent it indexes or is compared with
+    (:mod:`tools.inputs.indexing`) kept, by entries held at full size or not scaled. Page
+    tables and query offsets fixed in Python hold this way when tokens and pages are kept
+    and only heads shrink; a length that meets a shrunken axis does not."""
+    if config == base:
+        return True
+    full_probe = dataclasses.replace(task, shapes=({"scale": None},), _configs=(base,),
+                                     _specs={}, _statics={})
+    try:
+        at_full = _signature(full_probe, 0, base).get(position)
+        scaled = _signature(task, index, config).get(position)
+    except Exception:  # a reference that cannot be traced here says nothing: not shown
+        return False
+    return at_full == scaled
 
 
 def _ratio_of_sizes(module: ModuleType, base: dict[str, Any], sizes: Sequence[str],

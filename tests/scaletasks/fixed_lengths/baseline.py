@@ -1,5 +1,5 @@
 """A JAXBench-style task whose lengths are fixed in Python at the full sequence length: no
-smaller scale keeps them inside the sequence, so --scale 0.125 has no fit."""
+smaller sequence keeps their meaning, so --scale 0.125 keeps the sequence whole."""
 import jax
 import jax.numpy as jnp
 

@@ -1,7 +1,7 @@
 """A JAXBench-style task with its active sequences and their lengths fixed in Python (24
 sequences of 200 tokens, as a serving step fixes its batch), padded to the configured batch:
-a batch below 24 cannot be padded, and the lengths do not shrink with the sequence, so no
-factor near 0.125 keeps the task, nor does keeping the entries that break it alone."""
+a batch below 24 cannot be padded, and the lengths mean the same only over the whole
+sequence, so --scale 0.125 keeps the batch and the sequence at full size."""
 import jax
 import jax.numpy as jnp
 
