@@ -34,6 +34,11 @@ SUBLANES, LANES = 8, 128
 SHRINK_TO = 256  # the other sizes of a one-size shape: a multiple of 128, so still aligned
 _MIN_SIZE = 16  # smaller integers (heads, groups, kernel sizes) are left as they are
 _OFFSET = 5  # a multiple of 8 minus 5 is never a multiple of 8 (nor of 128)
+DEGENERATE_CHECK_BYTES = 64 << 20
+"""Inputs larger than this are not run to see whether a derived shape is degenerate: a
+shape derived from a large tuning point (one size near full, 1 GiB of inputs) would cost
+seconds before anything else is checked, a memory refusal included. The suite's own
+vacuity check still runs every shape it freezes."""
 
 Pattern = frozenset[tuple[int, str]]
 
@@ -211,6 +216,9 @@ def _degenerate(task: Task, index: int) -> bool:
     from tools.correctness.vacuity import degenerate
 
     try:
+        if sum(s.size * s.dtype.itemsize for s in task.input_specs(index)) \
+                > DEGENERATE_CHECK_BYTES:
+            return False
         outputs = jax.tree.leaves(jax.jit(task.reference_at(index))(*task.make_inputs(0, index)))
     except Exception:  # the suite runs it again and says why
         return False
