@@ -23,18 +23,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-INDEXING = {
-    "gather": lambda eqn: [_gathered_extents(eqn)],
-    "scatter": lambda eqn: [_scattered_extents(eqn)],
-    "scatter-add": lambda eqn: [_scattered_extents(eqn)],
-    "scatter_add": lambda eqn: [_scattered_extents(eqn)],
-    "scatter-mul": lambda eqn: [_scattered_extents(eqn)],
-    "scatter_mul": lambda eqn: [_scattered_extents(eqn)],
-    "scatter-min": lambda eqn: [_scattered_extents(eqn)],
-    "scatter-max": lambda eqn: [_scattered_extents(eqn)],
-}
-"""Primitives whose index operand (position 1) addresses the operand's extents listed."""
-
 Signature = dict[int, Counter]
 
 
@@ -50,6 +38,14 @@ def _gathered_extents(eqn: Any) -> tuple[int, ...]:
 def _scattered_extents(eqn: Any) -> tuple[int, ...]:
     shape = _shape(eqn.invars[0])
     return tuple(shape[d] for d in eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
+
+
+INDEX_EXTENTS: dict[str, Callable[[Any], tuple[int, ...]]] = {
+    "gather": _gathered_extents,
+    **{name: _scattered_extents for name in ("scatter", "scatter-add", "scatter-sub",
+                                             "scatter-mul", "scatter-min", "scatter-max")},
+}
+"""Primitives whose index operand (position 1) addresses the operand extents given."""
 
 
 def _is_literal(var: Any) -> bool:
@@ -105,9 +101,8 @@ class _Walk:
             extents = frozenset().union(*ins_iota)
             if name == "iota":
                 extents = extents | {int(eqn.params["shape"][eqn.params["dimension"]])}
-            if name in INDEXING and len(ins_taint) > 1 and ins_taint[1]:
-                for extent_list in INDEXING[name](eqn):
-                    self._record(ins_taint[1], ("index", extent_list))
+            if name in INDEX_EXTENTS and len(ins_taint) > 1 and ins_taint[1]:
+                self._record(ins_taint[1], ("index", INDEX_EXTENTS[name](eqn)))
             if name in ("dynamic_slice", "dynamic_update_slice"):
                 first = 1 if name == "dynamic_slice" else 2
                 shape = _shape(eqn.invars[0])
