@@ -246,6 +246,14 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def _vacuous(outcome: RunOutcome, events: Sequence[Event]) -> bool:
+    """Whether the run ended on a vacuous suite: read from its log, where the run's reason
+    keeps the test synthesiser's error name (the outcome's reason is in the user's terms,
+    which drop it), or from the reason where there is no log."""
+    return VACUOUS_MARK in outcome.reason or any(
+        VACUOUS_MARK in getattr(e, "reason", "") for e in events if e.type_name == "RunFinished")
+
+
 def suite_summary(found: int, outcomes: Sequence[RunOutcome],
                   events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
     """Tasks found, loaded (passed the request check), that froze a suite in some run, and
@@ -254,6 +262,7 @@ def suite_summary(found: int, outcomes: Sequence[RunOutcome],
     at fault, not the search."""
     froze = {o.task for o in outcomes if o.run_id and any(
         e.type_name == "TestSuiteFrozen" for e in events_by_run.get(o.run_id, ()))}
-    vacuous = sorted({o.task for o in outcomes if VACUOUS_MARK in o.reason} - froze)
+    vacuous = sorted({o.task for o in outcomes
+                      if _vacuous(o, events_by_run.get(o.run_id or "", ()))} - froze)
     return {"found": found, "loaded": len({o.task for o in outcomes}), "froze_suite": len(froze),
             "verified": len({o.task for o in outcomes if o.verified}), "vacuous": vacuous}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from instant_search import search
 
+from eventstore.events import RunFinished
 from kernelgraph.bench import (
     RunOutcome,
     candidates_to_best,
@@ -63,6 +64,14 @@ async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> Non
                           "test_synth: VacuousSuite: const.py: reference output 0 is constant")
     line = suite_summary(3, [*outcomes, constant], by_run)
     assert line["vacuous"] == ["const"] and line["loaded"] == 2 and line["verified"] == 1
+    # where the outcome's reason is in the user's terms (no error names), the run's log says it
+    finished = RunFinished.create(run_id="r-zero", producer="auto@1", status="failed",
+                                  reason="preparation failed: VacuousSuite: zero.py: "
+                                         "reference output 0 is all zero in shape0-seed0")
+    zero = RunOutcome("zero", "auto", 1, "r-zero", "failed",
+                      "preparation failed: zero.py: reference output 0 is all zero in shape0-seed0")
+    line = suite_summary(4, [*outcomes, constant, zero], {**by_run, "r-zero": [finished]})
+    assert line["vacuous"] == ["const", "zero"]
 
 
 def test_a_refusal_keeps_its_last_words() -> None:
