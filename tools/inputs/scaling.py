@@ -226,9 +226,14 @@ def probe_config(task: Task, config: dict[str, Any], roles: ConfigRoles,
                  full: dict[int, np.ndarray] | None) -> str | None:
     """Why ``config`` does not hold for ``task`` (None: it does), ``task`` being loaded at
     its full sizes and ``full`` its integer inputs there: the check a scaled config gets."""
-    probe = dataclasses.replace(task, shapes=({"scale": None},), _configs=(config,),
-                                _specs={}, _statics={})
-    return _config_problem(probe, 0, config, dict(task.module.CONFIG), roles, full)[0]
+    return _config_problem(_at_config(task, config), 0, config, dict(task.module.CONFIG),
+                           roles, full)[0]
+
+
+def _at_config(task: Task, config: dict[str, Any]) -> Task:
+    """``task`` with ``config`` as its only shape, nothing of its own shapes cached."""
+    return dataclasses.replace(task, shapes=({"scale": None},), _configs=(config,),
+                               _specs={}, _statics={})
 
 
 def _config_problem(task: Task, index: int, config: dict[str, Any], base: dict[str, Any],
@@ -298,10 +303,8 @@ def _used_as_at_full_size(task: Task, index: int, config: dict[str, Any],
     and only heads shrink; a length that meets a shrunken axis does not."""
     if config == base:
         return True
-    full_probe = dataclasses.replace(task, shapes=({"scale": None},), _configs=(base,),
-                                     _specs={}, _statics={})
     try:
-        at_full = _signature(full_probe, 0, base).get(position)
+        at_full = _signature(_at_config(task, base), 0, base).get(position)
         scaled = _signature(task, index, config).get(position)
     except Exception:  # a reference that cannot be traced here says nothing: not shown
         return False
