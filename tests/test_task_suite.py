@@ -208,7 +208,8 @@ def test_offline_kernel_passes_or_is_refused(name: str, tmp_path: Path) -> None:
 
     task = shipped_tasks()[name]
     loaded = load_task(task)  # validates: inputs deterministic, the reference runs
-    assert any(not is_aligned(loaded.make_inputs(0, i)) for i in range(len(loaded.shapes))), \
+    # shapes only (traced, never run): the tuning point's inputs are made once, in the suite
+    assert any(not is_aligned(loaded.input_specs(i)) for i in range(len(loaded.shapes))), \
         f"{name}: no shape (declared or derived) exercises tails"
     # Two seeds, not the verifier's three: the seed-pair and perturbation checks still run,
     # and one case fewer keeps 21 verifications affordable (benchmarks/tasks.py uses three).
