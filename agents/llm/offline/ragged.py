@@ -15,19 +15,20 @@ sequence runs one small chunk, a prefill sequence cdiv(q_len, block_q) chunks of
 rows, each over cdiv(kv_len, pages_per_block x page_size) key blocks): the kernel does the
 work the lengths ask for and no grid step is spent on an empty (chunk, page) pair. The
 packed queries and the output are one VMEM block each, lane-dense as (tokens, heads x
-depth), fetched once and written back once; a chunk reads its rows from an aligned window
-and a 0/1 matmul shifts them into place (and back, for the output, where only the chunk's
-own rows are replaced). The pages stay in HBM (`memory_space=ANY`): each key block's pages
-are copied through the table into one of two VMEM slots while the other is folded into an
-online softmax (running max, sum and f32 accumulator in VMEM scratch).
+depth), fetched once and written back once; a chunk loads an aligned window of rows and
+rolls its first row to the top (and back, for the output, where only the chunk's own rows
+are replaced). The pages stay in HBM (`memory_space=ANY`): each key block's pages are
+copied through the table into one of two VMEM slots while the other is folded into an
+online softmax (running max, sum and f32 accumulator per kv head). A chunk's slots and
+state are its own (`pl.run_scoped`).
 
-Heads without lane slicing: pages are read as rows of 2 x kv_heads x depth lanes (a
-reshape outside the kernel), and each query head's depth lanes are moved onto its key
-head's lanes by a 0/1 matmul (`spread`), so one matmul of all heads' rows against whole
-page rows gives every head's scores (the other heads' lanes meet zeros) and one matmul of
-the probabilities against the same rows every head's product, of which `gather` keeps each
-head's value lanes. The MXU pads a depth below its width to its width anyway, so the
-scores and products cost what per-head matmuls would.
+Pages are read as rows of 2 x kv_heads x depth lanes (a reshape outside the kernel: the
+pool is relaid out either way, and this way it stays lane-dense), so one DMA brings a
+page's keys and values for every head; a kv head's keys and values are lane slices of
+the block, and the query heads that read it are stacked along rows, one matmul each for
+the scores and the product. Nothing moves data by arithmetic (no 0/1 matmuls, no
+multiplying by masked zeros across heads or rows), so a NaN or infinity stays on the rows
+and heads the reference puts it on.
 
 Knobs: `block_q`, the query rows of a prefill chunk (the rows of one matmul pass: the MXU's
 M), and `pages_per_block`, the pages of one key block (its N for the scores, K for the
@@ -44,10 +45,10 @@ from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, header, sublane_tile, tiled_bytes, tunables_literal
 
 LEVERS = ["scalar_prefetch_page_table", "in_kernel_loops_from_lengths", "manual_page_dma",
-          "double_buffered_pages", "online_softmax", "heads_by_selection_matmuls"]
+          "double_buffered_pages", "online_softmax", "lane_dense_pages"]
 STRATEGY = ("One grid step per sequence; loops over its query chunks and key blocks bounded by "
             "the scalar-prefetched lengths; pages DMAed through the table into a double buffer "
-            "and folded into an online softmax; heads spread onto page lanes by 0/1 matmuls.")
+            "and folded into an online softmax, one kv head's lane slice at a time.")
 
 KEYS_PER_BLOCK = 256
 """Keys one block folds in by default, as many pages as hold them: the MXU's width (v6e),
@@ -94,37 +95,20 @@ def grid_text(params: dict[str, int]) -> str:
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
     z = _sizes(facts)
     bq, pp = params.get("block_q", ROWS_PER_CHUNK), params.get("pages_per_block", 1)
-    heads, width, item = z["heads"], z["width"], z["itemsize"]
+    heads, width, item, depth = z["heads"], z["width"], z["itemsize"], z["depth"]
     rows = -(-(z["tokens"] + bq + z["align"]) // z["align"]) * z["align"]
-    io = 2 * 2 * tiled_bytes((rows, heads * z["depth"]), item)
-    selections = 2 * 2 * heads * tiled_bytes((heads * z["depth"], width), item)
+    io = 2 * 2 * tiled_bytes((rows, heads * depth), item)
     pages = 2 * pp * tiled_bytes((z["page"], width), item)
-    stats = 2 * tiled_bytes((heads * bq, 1), 4) + tiled_bytes((heads * bq, width), 4)
-    scores = tiled_bytes((heads * bq, pp * z["page"]), 4)
-    total = io + selections + pages + stats + scores
-    return total, (f"2 x 2 x {rows}x{heads * z['depth']} q,out + 2 x 2 x {heads} x "
-                   f"{heads * z['depth']}x{width} selections + 2 x {pp} x {z['page']}x{width} "
-                   f"pages + 4 B x {heads * bq} x ({width} acc + 2 x {LANES} padded m,l) + "
-                   f"4 B x {heads * bq}x{pp * z['page']} scores = {total:,} B")
+    state = heads * (2 * tiled_bytes((bq, 1), 4) + tiled_bytes((bq, depth), 4))
+    scores = tiled_bytes((bq, pp * z["page"]), 4)
+    total = io + pages + state + scores
+    return total, (f"2 x 2 x {rows}x{heads * depth} q,out + 2 x {pp} x {z['page']}x{width} pages "
+                   f"+ 4 B x {heads} heads x {bq} rows x ({depth} acc padded to {LANES} + 2 x "
+                   f"{LANES} padded m,l) + 4 B x {bq}x{pp * z['page']} scores = {total:,} B")
 
 
 _TEMPLATE = '''
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
-
-
-def _head_selections(heads, kv_heads, depth, dtype):
-    """0/1 matrices: `spread[h]` (heads x depth, 2 x kv_heads x depth) moves query head h's
-    lanes onto its key head's lanes of a page row, `gather[h]` the transpose shape moves its
-    value head's lanes of a product back to head h's output lanes."""
-    group = heads // kv_heads
-    spread = np.zeros((heads, heads * depth, 2 * kv_heads * depth), np.float32)
-    gather = np.zeros((heads, 2 * kv_heads * depth, heads * depth), np.float32)
-    lanes = np.arange(depth)
-    for h in range(heads):
-        key_head = 2 * (h // group)  # K at even combined heads, V right after it
-        spread[h, h * depth + lanes, key_head * depth + lanes] = 1
-        gather[h, (key_head + 1) * depth + lanes, h * depth + lanes] = 1
-    return jnp.asarray(spread, dtype), jnp.asarray(gather, dtype)
 
 
 def _whole(shape):
@@ -132,20 +116,14 @@ def _whole(shape):
     return pl.BlockSpec(shape, lambda i, *prefetch: (0,) * len(shape))
 
 
-def _shift(rows, window, offset, dtype):
-    """(rows, window) 0/1: row r picks window row r + offset."""
-    picked = lax.broadcasted_iota(jnp.int32, (rows, window), 1)
-    return (picked == lax.broadcasted_iota(jnp.int32, (rows, window), 0) + offset).astype(dtype)
-
-
-def _kernel(lengths_ref, tables_ref, starts_ref, count_ref, q_ref, spread_ref, gather_ref,
-            pages_hbm, o_ref, pages_buf, m_ref, l_ref, acc_ref, sems, *, scale, block_q,
-            pages_per_block, pages, decode_rows, align):
+def _kernel(lengths_ref, tables_ref, starts_ref, count_ref, q_ref, pages_hbm, o_ref, sems, *,
+            scale, block_q, pages_per_block, pages, page_size, heads, kv_heads, depth,
+            decode_rows, align):
     """Sequence `program_id(0)`: its query rows in chunks, each chunk's keys in blocks of
     `pages_per_block` pages, double-buffered; nothing for an inactive slot."""
     seq = pl.program_id(0)
-    heads = spread_ref.shape[0]
-    _, _, page_size, width = pages_buf.shape
+    group = heads // kv_heads
+    width = 2 * kv_heads * depth
     block_kv = pages_per_block * page_size
     dtype = q_ref.dtype
 
@@ -157,79 +135,91 @@ def _kernel(lengths_ref, tables_ref, starts_ref, count_ref, q_ref, spread_ref, g
     q_start = starts_ref[seq]
     q_len = starts_ref[seq + 1] - q_start
     kv_len = jnp.minimum(lengths_ref[seq], pages * page_size)
-    kv_blocks = pl.cdiv(kv_len, block_kv)
+    kv_blocks = jnp.maximum(pl.cdiv(kv_len, block_kv), 1)
     last_page = jnp.maximum(kv_len - 1, 0) // page_size
 
-    def page_copy(block, t, slot):
-        """Page t of key block `block` into VMEM slot `slot` (past the length: the last page
-        the sequence owns, so no page is read past the table)."""
-        page = jnp.minimum(block * pages_per_block + t, last_page)
-        return pltpu.make_async_copy(pages_hbm.at[tables_ref[seq * pages + page]],
-                                     pages_buf.at[slot, t], sems.at[slot])
+    def attend(first, rows, pages_buf, m_ref, l_ref, acc_ref):
+        """Query rows first .. first + rows - 1 of the sequence (those below q_len), with
+        this chunk's own page slots and softmax state (`pl.run_scoped`)."""
 
-    def attend(first, rows):
-        """Query rows first .. first + rows - 1 of the sequence (those below q_len)."""
+        def page_copy(block, t, slot):
+            """Page t of key block `block` into slot `slot` (past the length: the last page
+            the sequence owns, so no page is read past the table)."""
+            page = jnp.minimum(block * pages_per_block + t, last_page)
+            return pltpu.make_async_copy(pages_hbm.at[tables_ref[seq * pages + page]],
+                                         pages_buf.at[slot, t], sems.at[slot])
+
         for t in range(pages_per_block):
             page_copy(0, t, 0).start()
         row0 = q_start + first
         offset = row0 % align
         base = pl.multiple_of(row0 - offset, align)  # an aligned window holds the chunk
-        window = q_ref[pl.ds(base, rows + align), :]
-        q = jnp.dot(_shift(rows, rows + align, offset, dtype), window,
-                    preferred_element_type=jnp.float32).astype(dtype)  # (rows, heads x depth)
-        q_heads = jnp.concatenate(  # (heads x rows, width): head h's rows on its key lanes
-            [jnp.dot(q, spread_ref[h], preferred_element_type=jnp.float32) for h in range(heads)],
-            axis=0).astype(dtype)
-        n = heads * rows
-        m_ref[:n] = jnp.full((n, 1), MASK_VALUE, jnp.float32)
-        l_ref[:n] = jnp.zeros((n, 1), jnp.float32)
-        acc_ref[:n] = jnp.zeros((n, width), jnp.float32)
+        window = q_ref[pl.ds(base, rows + align), :].astype(jnp.float32)
+        q = pltpu.roll(window, rows + align - offset, 0)[:rows].astype(dtype)  # row 0 = row0
+        # (group x rows, depth) per kv head: the query heads that read it, stacked
+        q_heads = [jnp.concatenate([q[:, h * depth:(h + 1) * depth]
+                                    for h in range(k * group, (k + 1) * group)], axis=0)
+                   for k in range(kv_heads)]
+        m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
+        l_ref[...] = jnp.zeros_like(l_ref)
+        acc_ref[...] = jnp.zeros_like(acc_ref)
         position = first + lax.broadcasted_iota(jnp.int32, (rows, block_kv), 0)
 
-        def fold(block, carry):
+        def fold(block):
+            """Key block `block` (waited for in its slot) into each kv head's online softmax."""
             slot = block % 2
-
-            @pl.when(block + 1 < kv_blocks)
-            def _prefetch_next():
-                for t in range(pages_per_block):
-                    page_copy(block + 1, t, 1 - slot).start()
-
             for t in range(pages_per_block):
                 page_copy(block, t, slot).wait()
-            kv = pages_buf[slot].reshape(block_kv, width)
-            s = lax.dot_general(q_heads, kv, (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32) * scale
+            kv = pages_buf[slot].reshape(block_kv, width)  # K0 V0 K1 V1 ... along lanes
             key = block * block_kv + lax.broadcasted_iota(jnp.int32, (rows, block_kv), 1)
             seen = (key <= kv_len - q_len + position) & (key < kv_len)
-            s = jnp.where(jnp.broadcast_to(seen[None], (heads, rows, block_kv)).reshape(n, block_kv),
-                          s, MASK_VALUE)
-            m_prev = m_ref[:n]
-            m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-            alpha = jnp.exp(m_prev - m_new)
-            p = jnp.exp(s - m_new)
-            l_ref[:n] = alpha * l_ref[:n] + jnp.sum(p, axis=1, keepdims=True)
-            acc_ref[:n] = alpha * acc_ref[:n] + jnp.dot(p.astype(kv.dtype), kv,
-                                                        preferred_element_type=jnp.float32)
-            m_ref[:n] = m_new
+            seen = jnp.concatenate([seen] * group, axis=0) if group > 1 else seen
+            for k in range(kv_heads):
+                keys = kv[:, 2 * k * depth:(2 * k + 1) * depth]
+                values = kv[:, (2 * k + 1) * depth:(2 * k + 2) * depth]
+                s = lax.dot_general(q_heads[k], keys, (((1,), (1,)), ((), ())),
+                                    preferred_element_type=jnp.float32) * scale
+                s = jnp.where(seen, s, MASK_VALUE)
+                m_prev = m_ref[k]
+                m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+                alpha = jnp.exp(m_prev - m_new)
+                p = jnp.exp(s - m_new)
+                l_ref[k] = alpha * l_ref[k] + jnp.sum(p, axis=1, keepdims=True)
+                acc_ref[k] = alpha * acc_ref[k] + jnp.dot(p.astype(values.dtype), values,
+                                                          preferred_element_type=jnp.float32)
+                m_ref[k] = m_new
+
+        def prefetch_and_fold(block, carry):
+            for t in range(pages_per_block):  # the next block into the other slot meanwhile
+                page_copy(block + 1, t, 1 - block % 2).start()
+            fold(block)
             return carry
 
-        lax.fori_loop(0, kv_blocks, fold, 0)
-        o = (acc_ref[:n] / l_ref[:n]).astype(dtype)  # (heads x rows, width)
-        out = jnp.dot(o[:rows], gather_ref[0], preferred_element_type=jnp.float32)
-        for h in range(1, heads):
-            out += jnp.dot(o[h * rows:(h + 1) * rows], gather_ref[h], preferred_element_type=jnp.float32)
-        placed = jnp.dot(_shift(rows + align, rows, -offset, dtype), out.astype(dtype),
-                         preferred_element_type=jnp.float32).astype(dtype)
+        lax.fori_loop(0, kv_blocks - 1, prefetch_and_fold, 0)
+        fold(kv_blocks - 1)  # the last block: nothing left to prefetch
+        o = acc_ref[...] / l_ref[...]  # (kv_heads, group x rows, depth)
+        out = jnp.concatenate([o[h // group, (h % group) * rows:(h % group + 1) * rows]
+                               for h in range(heads)], axis=1).astype(dtype)  # (rows, heads x depth)
+        out = jnp.concatenate([out, jnp.zeros((align, heads * depth), dtype)], axis=0)
+        placed = pltpu.roll(out.astype(jnp.float32), offset, 0).astype(dtype)  # row0 at offset
         line = lax.broadcasted_iota(jnp.int32, placed.shape, 0)
         own = (line >= offset) & (line < offset + jnp.minimum(rows, q_len - first))
         o_ref[pl.ds(base, rows + align), :] = jnp.where(own, placed, o_ref[pl.ds(base, rows + align), :])
 
+    def scoped(first, rows):
+        """`attend` with VMEM of its own: two slots of pages, running max, sum, accumulator."""
+        pl.run_scoped(functools.partial(attend, first, rows),
+                      pltpu.VMEM((2, pages_per_block, page_size, width), pages_hbm.dtype),
+                      pltpu.VMEM((kv_heads, group * rows, 1), jnp.float32),
+                      pltpu.VMEM((kv_heads, group * rows, 1), jnp.float32),
+                      pltpu.VMEM((kv_heads, group * rows, depth), jnp.float32))
+
     @pl.when(active & (q_len > 0) & (q_len <= decode_rows))
     def _decode():
-        attend(0, decode_rows)
+        scoped(0, decode_rows)
 
     def prefill_chunk(c, carry):
-        attend(c * block_q, block_q)
+        scoped(c * block_q, block_q)
         return carry
 
     lax.fori_loop(0, jnp.where(active & (q_len > decode_rows), pl.cdiv(q_len, block_q), 0),
@@ -255,28 +245,22 @@ def %NAME%(%ARGS%, *, block_q: int = %BQ%, pages_per_block: int = %PP%):
     width = combined * depth  # a page row: every kv head's key and value lanes
     padded = pl.cdiv(tokens + block_q + align, align) * align  # room for a chunk's window
     q = jnp.pad(queries.reshape(tokens, heads * depth), ((0, padded - tokens), (0, 0)))
-    spread, gather = _head_selections(heads, kv_heads, depth, queries.dtype)
     out = pl.pallas_call(
         functools.partial(_kernel, scale=float(%SCALE%), block_q=block_q,
-                          pages_per_block=pages_per_block, pages=pages, decode_rows=align,
+                          pages_per_block=pages_per_block, pages=pages, page_size=page_size,
+                          heads=heads, kv_heads=kv_heads, depth=depth, decode_rows=align,
                           align=align),
         out_shape=jax.ShapeDtypeStruct(q.shape, queries.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
             grid=(batch,),
-            in_specs=[_whole(q.shape), _whole(spread.shape), _whole(gather.shape),
-                      pl.BlockSpec(memory_space=pl.ANY)],  # pages stay in HBM
+            in_specs=[_whole(q.shape), pl.BlockSpec(memory_space=pl.ANY)],  # pages stay in HBM
             out_specs=_whole(q.shape),
-            scratch_shapes=[
-                pltpu.VMEM((2, pages_per_block, page_size, width), kv_pages.dtype),
-                pltpu.VMEM((heads * block_q, 1), jnp.float32),  # running max
-                pltpu.VMEM((heads * block_q, 1), jnp.float32),  # running sum
-                pltpu.VMEM((heads * block_q, width), jnp.float32),  # accumulator
-                pltpu.SemaphoreType.DMA((2,)),
-            ]),
+            scratch_shapes=[pltpu.SemaphoreType.DMA((2,))],  # a chunk's VMEM is its own
+        ),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
     )(lengths.astype(jnp.int32), tables.reshape(-1).astype(jnp.int32), starts.astype(jnp.int32),
-      count.astype(jnp.int32), q, spread, gather, kv_pages.reshape(total_pages, page_size, width))
+      count.astype(jnp.int32), q, kv_pages.reshape(total_pages, page_size, width))
     return out[:tokens].reshape(tokens, heads, depth)
 
 
@@ -305,7 +289,7 @@ def ragged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
     doc = (f"ragged paged attention kernel (mixed prefill and decode) for {task_name}: one grid "
            "step per sequence, in-kernel loops over its query chunks and key blocks bounded by "
            "the scalar-prefetched lengths, pages DMAed through the block table into a double "
-           "buffer, online softmax in VMEM, heads moved onto page lanes by 0/1 matmuls.\n\n"
+           "buffer, online softmax in VMEM, one kv head's lane slice of each page block at a time.\n\n"
            f"Schedule: grid ({z['batch']},) arbitrary, one step per sequence slot; a sequence "
            f"of at most {align} query rows (a decode) is one chunk of {align} rows; a longer one "
            f"is chunks of block_q = {bq} rows; keys in blocks of pages_per_block = {pp} pages "
