@@ -50,12 +50,13 @@ STRATEGY = ("One grid step per sequence; loops over its query chunks and key blo
             "the scalar-prefetched lengths; pages DMAed through the table into a double buffer "
             "and folded into an online softmax, one kv head's lane slice at a time.")
 
-KEYS_PER_BLOCK = 256
-"""Keys one block folds in by default, as many pages as hold them: the MXU's width (v6e),
-the N of the scores matmul, so a block is one pass of it."""
-ROWS_PER_CHUNK = 256
-"""Query rows of a prefill chunk by default: the M of the matmuls; a 512-row prefill takes
-two chunks, each reading its pages once."""
+KEYS_PER_BLOCK = 512
+"""Keys one block folds in by default, as many pages as hold them: two passes of the v6e
+MXU's width per matmul, and half the blocks (and their fixed work: waits, loop trips,
+softmax rescales) of one pass each."""
+ROWS_PER_CHUNK = 512
+"""Query rows of a prefill chunk by default: the M of the matmuls; a 512-row prefill chunk
+is one chunk, so its pages are read once."""
 
 
 def _sizes(facts: TaskFacts) -> dict[str, int]:
@@ -168,8 +169,9 @@ def _kernel(lengths_ref, tables_ref, starts_ref, count_ref, q_ref, pages_hbm, o_
         def fold(block):
             """Key block `block` (waited for in its slot) into each kv head's online softmax."""
             slot = block % 2
-            for t in range(pages_per_block):
-                page_copy(block, t, slot).wait()
+            # One wait for all the block's pages: the semaphore counts the bytes they bring.
+            pltpu.make_async_copy(pages_hbm.at[pl.ds(0, pages_per_block)], pages_buf.at[slot],
+                                  sems.at[slot]).wait()
             kv = pages_buf[slot].reshape(block_kv, width)  # K0 V0 K1 V1 ... along lanes
             key = block * block_kv + lax.broadcasted_iota(jnp.int32, (rows, block_kv), 1)
             seen = (key <= kv_len - q_len + position) & (key < kv_len)
