@@ -6,7 +6,18 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline import (
+    attention,
+    conv,
+    generic,
+    grouped,
+    matmul,
+    paged,
+    ragged,
+    rows,
+    scan,
+    variety,
+)
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
     LANE_KNOBS,
@@ -55,6 +66,8 @@ def _source(facts: TaskFacts, params: dict[str, Any], task_name: str, chip: dict
         return attention.attention_source(facts, params, task_name, chip)
     if c == "paged_attention":
         return paged.paged_source(facts, params, task_name, chip)
+    if c == "ragged_paged_attention":
+        return ragged.ragged_source(facts, params, task_name, chip)
     if c == "linear_attention":
         return scan.scan_source(facts, params, task_name, chip)
     if c == "grouped_matmul":

@@ -8,8 +8,8 @@ the same axis. The classes, tried in order:
 2. `rowwise`: reductions over the last axis only, broadcast back, rows independent;
 3. `matmul_epilogue`: one dot_general of two inputs, then elementwise ops on its result;
 4. `attention`: softmax(q k^T * scale) v (optionally causal, optionally grouped-query),
-   checked against the numbers; so are `paged_attention`, `linear_attention` and
-   `grouped_matmul` (`patterns`), tried first, then `convolution` (one
+   checked against the numbers; so are `paged_attention`, `ragged_paged_attention`,
+   `linear_attention` and `grouped_matmul` (`patterns`), tried first, then `convolution` (one
    `conv_general_dilated` fed by layout ops, then any epilogue: `conv_match`);
 5. `rows_generic`: anything whose rows (leading axis) are independent, checked by probing;
 6. `generic`: a grid over the output axes no op of the jaxpr mixes (`generic_axes`);
@@ -40,8 +40,8 @@ from agents.llm.offline.jaxpr_source import EmitError, flatten, function_source
 from agents.llm.offline.rewrites import rewritten
 
 CLASSES = ("elementwise", "rowwise", "matmul_epilogue", "attention", "paged_attention",
-           "linear_attention", "grouped_matmul", "convolution", "rows_generic", "generic",
-           "single_block")
+           "ragged_paged_attention", "linear_attention", "grouped_matmul", "convolution",
+           "rows_generic", "generic", "single_block")
 
 UNARY = {
     "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "neg", "abs", "sqrt", "rsqrt",
@@ -422,6 +422,15 @@ def _decide_special(facts: TaskFacts, reference: Any, inputs: tuple[Any, ...],
             facts.reasons.append("softmax attention of one query per sequence over key/value "
                                  "pages gathered through an integer block table, masked to "
                                  f"`lengths`; scale {paged['scale']} (checked on the tuning inputs)")
+            return True
+        mixed = patterns.match_mixed_paged_attention(reference, inputs)
+        if mixed is not None:
+            facts.kernel_class, facts.detail = "ragged_paged_attention", mixed
+            facts.reasons.append("causal softmax attention of each active sequence's run of query "
+                                 "rows (cumulative query lengths, an active count) over its "
+                                 "key/value pages, keys and values in one page array, gathered "
+                                 "through an integer block table and masked to `lengths`; scale "
+                                 f"{mixed['scale']} (checked on the tuning inputs)")
             return True
     if names & {"scan", "cumsum", "while"}:
         linear = patterns.match_linear_attention(reference, inputs)

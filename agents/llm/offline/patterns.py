@@ -9,6 +9,9 @@ the tuning inputs, must then give the reference's output, or the class is not cl
   multiple of k's heads (query head h reads key/value head h // (q_heads / kv_heads)).
 - `paged_attention`: one query token per sequence over key/value pages gathered through a
   block table, the first `lengths[b]` cached tokens only.
+- `ragged_paged_attention`: mixed prefill and decode: each active sequence's run of query
+  rows (from cumulative query lengths) attends causally to its pages, whose keys and values
+  share one array (K at even combined heads, V at odd); rows of no active sequence are 0.
 - `linear_attention`: causal linear attention, o_t = q_t sum_{s<=t} k_s v_s^T.
 - `grouped_matmul`: `ragged_dot`, consecutive row groups of lhs against one rhs each.
 """
@@ -233,6 +236,91 @@ def match_ragged_paged_attention(reference: Any, inputs: tuple[Any, ...]) -> dic
     del page
     return {"q": qi, "k": ki, "v": vi, "tables": ti, "lengths": li, "starts": si,
             "scale": scale_kind, "layout": "pshd"}
+
+
+def _mixed_model(q: np.ndarray, kv: np.ndarray, tables: np.ndarray, lengths: np.ndarray,
+                 starts: np.ndarray, count: int, scale: float) -> np.ndarray:
+    """Sequence b < count: query rows starts[b]..starts[b + 1] - 1 against its first
+    lengths[b] cached tokens, row r seeing key j <= lengths[b] - q_len + r (the query rows
+    are the sequence's last ones); every other row 0."""
+    tokens, heads, depth = q.shape
+    page, kv_heads = kv.shape[1], kv.shape[2] // 2
+    out = np.zeros((tokens, heads, depth))
+    for b in range(count):
+        start, end = int(starts[b]), int(starts[b + 1])
+        length = min(int(lengths[b]), tables.shape[1] * page)
+        if end <= start or length <= 0:
+            continue
+        pages = kv[tables[b]].reshape(-1, 2 * kv_heads, depth)[:length]
+        k, v = (np.repeat(pages[:, i::2], heads // kv_heads, axis=1).transpose(1, 0, 2)
+                for i in (0, 1))  # (heads, length, depth)
+        s = np.matmul(q[start:end].transpose(1, 0, 2), k.transpose(0, 2, 1)) * scale
+        frontier = length - (end - start) + np.arange(end - start)
+        s = np.where(np.arange(length)[None, :] <= frontier[:, None], s, -np.inf)
+        top = np.max(s, axis=-1, keepdims=True)
+        p = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+        p = p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+        out[start:end] = np.matmul(p, v).transpose(1, 0, 2)
+    return out
+
+
+def _mixed_roles(arrays: list[np.ndarray]) -> list[dict[str, int]]:
+    """(q, kv, tables, lengths, starts, count) by shape: q (tokens, heads, depth), kv (pages,
+    page_size, 2 x kv_heads, depth), int tables (B, n), lengths (B,), starts (B + 1,) and
+    the active count (1,); both orders where lengths and count are alike (B = 1)."""
+    import itertools
+
+    import jax.numpy as jnp
+
+    floats = [i for i, x in enumerate(arrays) if jnp.issubdtype(x.dtype, jnp.floating)]
+    ints = [i for i, x in enumerate(arrays) if np.issubdtype(x.dtype, np.integer)]
+    if len(floats) != 2 or len(ints) != 4 or len(arrays) != 6:
+        return []
+    qi = next((i for i in floats if arrays[i].ndim == 3), None)
+    ki = next((i for i in floats if arrays[i].ndim == 4), None)
+    ti = next((i for i in ints if arrays[i].ndim == 2), None)
+    if qi is None or ki is None or ti is None:
+        return []
+    (_, heads, depth), kv = arrays[qi].shape, arrays[ki].shape
+    combined = kv[2]
+    if kv[3] != depth or combined % 2 or heads % (combined // 2):
+        return []
+    batch = arrays[ti].shape[0]
+    found = []
+    for li, si, ci in itertools.permutations([i for i in ints if i != ti]):
+        if (arrays[li].shape, arrays[si].shape, arrays[ci].shape) == ((batch,), (batch + 1,), (1,)):
+            found.append({"q": qi, "kv": ki, "tables": ti, "lengths": li, "starts": si, "count": ci})
+    return found
+
+
+def match_mixed_paged_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:
+    """Ragged paged attention of mixed prefill and decode sequences (`_mixed_model`): which
+    inputs play which part, and the scale, or None. The integer inputs must describe sequences
+    in the buffers (ordered starts, known pages) for the model to be run at all."""
+    arrays = [np.asarray(x) for x in inputs]
+    roles = _mixed_roles(arrays)
+    if not roles:
+        return None
+    want, tol = np.asarray(reference(*inputs), np.float64), _tolerance(arrays[roles[0]["q"]].dtype)
+    q, kv = (arrays[roles[0][k]].astype(np.float64) for k in ("q", "kv"))
+    tables = arrays[roles[0]["tables"]]
+    if want.shape != q.shape or np.any(tables < 0) or np.any(tables >= kv.shape[0]):
+        return None
+    for role in roles:
+        lengths, starts, count = (arrays[role[k]] for k in ("lengths", "starts", "count"))
+        active = int(count[0])
+        if not 0 <= active <= tables.shape[0] or np.any(np.diff(starts[:active + 1]) < 0) or (
+                active and (starts[0] < 0 or starts[active] > q.shape[0])):
+            continue
+        fits = []
+        for scale_kind in ("rsqrt_d", "one"):
+            scale = q.shape[-1] ** -0.5 if scale_kind == "rsqrt_d" else 1.0
+            got = _mixed_model(q, kv, tables, lengths, starts, active, scale)
+            fits.append((_misfit(got, want), scale_kind))
+        error, scale_kind = min(fits)
+        if error <= tol:
+            return {**role, "scale": scale_kind}
+    return None
 
 
 def match_linear_attention(reference: Any, inputs: tuple[Any, ...]) -> dict[str, Any] | None:

@@ -15,7 +15,18 @@ import re
 from typing import Any
 
 from agents.llm.base import NO_GAIN_MARKER
-from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
+from agents.llm.offline import (
+    attention,
+    conv,
+    generic,
+    grouped,
+    matmul,
+    paged,
+    ragged,
+    rows,
+    scan,
+    variety,
+)
 from agents.llm.offline.author import plan_spec
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import LANES, SUBLANES, knob_floor, scoped_vmem
@@ -25,7 +36,8 @@ from agents.llm.parsing import NEXT_LEVERS_SECTION
 BLOCK_KNOBS = {
     "elementwise": ("block_rows",), "rowwise": ("block_rows",), "rows_generic": ("block_rows",),
     "matmul_epilogue": ("block_m", "block_n", "block_k"), "attention": ("block_q", "block_kv"),
-    "paged_attention": ("pages_per_step", "seqs_per_step"), "linear_attention": ("block_seq", "block_groups"),
+    "paged_attention": ("pages_per_step", "seqs_per_step"),
+    "ragged_paged_attention": ("block_q", "pages_per_block"), "linear_attention": ("block_seq", "block_groups"),
     "grouped_matmul": ("block_m", "block_n", "groups_per_step"), "convolution": ("block_images",), "single_block": (),
     "generic": (),  # its blocks live in the spec (one per tiled axis), moved by its levers
 }
@@ -35,11 +47,12 @@ FIXED_LEVERS = {
     "rows_generic": ["reference_jaxpr_in_kernel", "row_blocks_parallel"],
     "matmul_epilogue": ["fuse_epilogue", "f32_accumulator", "k_axis_arbitrary_innermost"],
     "attention": ["online_softmax", "f32_accumulator", "kv_axis_arbitrary"],
-    "paged_attention": paged.LEVERS, "linear_attention": scan.LEVERS,
-    "grouped_matmul": grouped.LEVERS, "convolution": conv.LEVERS, "generic": generic.LEVERS,
+    "paged_attention": paged.LEVERS, "ragged_paged_attention": ragged.LEVERS,
+    "linear_attention": scan.LEVERS, "grouped_matmul": grouped.LEVERS, "convolution": conv.LEVERS, "generic": generic.LEVERS,
     "single_block": ["single_block"],
 }
-WRITERS: dict[str, Any] = {"paged_attention": paged, "linear_attention": scan,
+WRITERS: dict[str, Any] = {"paged_attention": paged, "ragged_paged_attention": ragged,
+                           "linear_attention": scan,
                            "grouped_matmul": grouped, "convolution": conv, "generic": generic}  # classes whose writer sizes its blocks
 ONE_KNOB_VMEM_SHARE = 0.75
 """How much of the scoped VMEM a one-knob move may fill (moves of every knob keep to half):
@@ -64,6 +77,8 @@ def default_params(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, i
         return conv.default_blocks(facts, chip)
     if c == "paged_attention":
         return paged.default_blocks(facts, chip)
+    if c == "ragged_paged_attention":
+        return ragged.default_blocks(facts, chip)
     return {}
 
 
@@ -85,6 +100,8 @@ def extents(facts: TaskFacts) -> dict[str, int]:
         return conv.extents(facts)
     if c == "paged_attention":
         return paged.extents(facts)
+    if c == "ragged_paged_attention":
+        return ragged.extents(facts)
     return {}
 
 
@@ -457,7 +474,8 @@ def _strategy(c: str) -> str:
         "matmul_epilogue": "Tiled matmul with an f32 VMEM accumulator; the epilogue runs on the "
                            "finished tile at the last K step, so the product never round-trips HBM.",
         "attention": "Flash attention: online softmax over KV blocks with running max/sum in VMEM.",
-        "paged_attention": paged.STRATEGY, "linear_attention": scan.STRATEGY,
+        "paged_attention": paged.STRATEGY, "ragged_paged_attention": ragged.STRATEGY,
+        "linear_attention": scan.STRATEGY,
         "grouped_matmul": grouped.STRATEGY, "convolution": conv.STRATEGY, "generic": generic.STRATEGY,
         "single_block": "One block holding the whole arrays; correctness first.",
     }[c]
