@@ -51,9 +51,11 @@ FIXED_LEVERS = {
     "linear_attention": scan.LEVERS, "grouped_matmul": grouped.LEVERS, "convolution": conv.LEVERS, "generic": generic.LEVERS,
     "single_block": ["single_block"],
 }
-WRITERS: dict[str, Any] = {"paged_attention": paged, "ragged_paged_attention": ragged,
-                           "linear_attention": scan,
-                           "grouped_matmul": grouped, "convolution": conv, "generic": generic}  # classes whose writer sizes its blocks
+# classes whose module gives the defaults and extents of their BLOCK_KNOBS
+KNOB_WRITERS: dict[str, Any] = {"paged_attention": paged, "ragged_paged_attention": ragged,
+                                "linear_attention": scan, "grouped_matmul": grouped,
+                                "convolution": conv}
+WRITERS: dict[str, Any] = {**KNOB_WRITERS, "generic": generic}  # classes whose writer sizes its blocks
 ONE_KNOB_VMEM_SHARE = 0.75
 """How much of the scoped VMEM a one-knob move may fill (moves of every knob keep to half):
 one knob of a kernel that compiled grows its blocks less, and the compile check, whose VMEM
@@ -69,17 +71,7 @@ def default_params(facts: TaskFacts, chip: dict[str, Any] | None) -> dict[str, i
         return matmul.default_blocks(facts, chip)
     if c == "attention":
         return attention.default_blocks(facts, chip)
-    if c == "linear_attention":
-        return scan.default_blocks(facts, chip)
-    if c == "grouped_matmul":
-        return grouped.default_blocks(facts, chip)
-    if c == "convolution":
-        return conv.default_blocks(facts, chip)
-    if c == "paged_attention":
-        return paged.default_blocks(facts, chip)
-    if c == "ragged_paged_attention":
-        return ragged.default_blocks(facts, chip)
-    return {}
+    return KNOB_WRITERS[c].default_blocks(facts, chip) if c in KNOB_WRITERS else {}
 
 
 def extents(facts: TaskFacts) -> dict[str, int]:
@@ -92,17 +84,7 @@ def extents(facts: TaskFacts) -> dict[str, int]:
     if c == "attention":
         q, k = attention.bhsd(facts, "q"), attention.bhsd(facts, "k")
         return {"block_q": q[-2], "block_kv": k[-2]}
-    if c == "linear_attention":
-        return scan.extents(facts)
-    if c == "grouped_matmul":
-        return grouped.extents(facts)
-    if c == "convolution":
-        return conv.extents(facts)
-    if c == "paged_attention":
-        return paged.extents(facts)
-    if c == "ragged_paged_attention":
-        return ragged.extents(facts)
-    return {}
+    return KNOB_WRITERS[c].extents(facts) if c in KNOB_WRITERS else {}
 
 
 def vmem_bytes(facts: TaskFacts, params: dict[str, int]) -> tuple[int, str]:
