@@ -6,18 +6,7 @@ import json
 import re
 from typing import Any
 
-from agents.llm.offline import (
-    attention,
-    conv,
-    generic,
-    grouped,
-    matmul,
-    paged,
-    ragged,
-    rows,
-    scan,
-    variety,
-)
+from agents.llm.offline import attention, conv, generic, grouped, matmul, paged, rows, scan, variety
 from agents.llm.offline.classify import TaskFacts
 from agents.llm.offline.common import (
     LANE_KNOBS,
@@ -27,6 +16,7 @@ from agents.llm.offline.common import (
     drop_unused_imports,
     knob_floor,
 )
+from agents.llm.offline.ragged import ragged_source
 
 FALLBACK_VMEM_LIMIT = 48 * 1024 * 1024  # below the VMEM of every chip the targets model
 _JSON_BLOCK = re.compile(r"^```json[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -67,7 +57,7 @@ def _source(facts: TaskFacts, params: dict[str, Any], task_name: str, chip: dict
     if c == "paged_attention":
         return paged.paged_source(facts, params, task_name, chip)
     if c == "ragged_paged_attention":
-        return ragged.ragged_source(facts, params, task_name, chip)
+        return ragged_source(facts, params, task_name, chip)
     if c == "linear_attention":
         return scan.scan_source(facts, params, task_name, chip)
     if c == "grouped_matmul":
