@@ -42,7 +42,15 @@ from typing import Any
 import numpy as np
 
 from agents.llm.offline.classify import TaskFacts
-from agents.llm.offline.common import LANES, header, sublane_tile, tiled_bytes, tunables_literal
+from agents.llm.offline.common import (
+    LANES,
+    aligned,
+    aligned_tunables,
+    header,
+    sublane_tile,
+    tiled_bytes,
+    tunables_literal,
+)
 
 LEVERS = ["scalar_prefetch_page_table", "in_kernel_loops_from_lengths", "manual_page_dma",
           "double_buffered_pages", "online_softmax", "lane_dense_pages"]
@@ -280,11 +288,10 @@ def ragged_source(facts: TaskFacts, params: dict[str, Any], task_name: str,
         given = params.get(key)
         knobs[key] = given if isinstance(given, int) and given > 0 else knobs[key]
     align = z["align"]
-    knobs["block_q"] = max(align, knobs["block_q"] // align * align)
-    tunables = params.get("tunables") or {  # the default first, then its neighbours
+    knobs["block_q"] = aligned(knobs["block_q"], align)
+    tunables = aligned_tunables(params.get("tunables") or {  # the default first, then its neighbours
         key: list(dict.fromkeys([v, max(1, v // 2), min(v * 2, max(ext[key], v))]))
-        for key, v in knobs.items()}
-    tunables["block_q"] = list(dict.fromkeys(max(align, v // align * align) for v in tunables["block_q"]))
+        for key, v in knobs.items()}, {"block_q": align})
     bq, pp = knobs["block_q"], knobs["pages_per_block"]
     names = [a.name for a in facts.args]
     scale = "depth ** -0.5" if d["scale"] == "rsqrt_d" else "1.0"
