@@ -116,7 +116,9 @@ def requests_of(plan: BenchPlan) -> list[tuple[BenchTask, str, int, KernelReques
 
 
 def check_tasks(plan: BenchPlan) -> list[Skipped]:
-    """Drop the tasks that cannot run (one line each), keeping the rest in the plan."""
+    """Drop the tasks that cannot run (one line each), keeping the rest in the plan, the
+    largest tuning point (input bytes) first: the longest runs start first, so a bench of many
+    runs at `jobs` at a time does not end on one long run started last."""
     from tools import api
 
     skipped, kept = [], []
@@ -124,15 +126,16 @@ def check_tasks(plan: BenchPlan) -> list[Skipped]:
         try:
             if plan.scale:
                 task = BenchTask(path=api.scaled_task(task.path, plan.scale), name=task.name)
-            check_request(replace(plan.request, task=task.path, policy=plan.policies[0]))
+            checked = check_request(replace(plan.request, task=task.path,
+                                            policy=plan.policies[0]))
         except RequestError as exc:
             skipped.append(Skipped(task.path, first_line(exc)))
         except Exception as exc:  # a task whose module fails to load or validate
             skipped.append(Skipped(task.path, f"{type(exc).__name__}: {first_line(exc)}"
                                    if str(exc) else type(exc).__name__))
         else:
-            kept.append(task)
-    plan.tasks = kept
+            kept.append((checked.tuning_bytes or 0, task))
+    plan.tasks = [task for _, task in sorted(kept, key=lambda sized: -sized[0])]
     return skipped
 
 

@@ -122,6 +122,9 @@ class CheckedTask:
     needs_input_maker: bool
     policy_params: dict[str, Any] = field(default_factory=dict)
     """The policy's parameters, typed and with defaults filled in."""
+    tuning_bytes: int | None = None
+    """The inputs' bytes at the tuning point (None: not known before the input maker is
+    written); a bench starts the largest first."""
 
 
 def check_request(request: KernelRequest) -> CheckedTask:
@@ -158,8 +161,11 @@ def check_request(request: KernelRequest) -> CheckedTask:
                 raise RequestError(f"{request.task}: {exc}") from None
             return CheckedTask(name=_literal_name(source) or request.task.stem,
                                needs_input_maker=True, policy_params=params)
-    return CheckedTask(name=api.load_task(request.task).name, needs_input_maker=False,
-                       policy_params=params)
+    from tools.correctness.testsuite import input_bytes
+
+    task = api.load_task(request.task)
+    return CheckedTask(name=task.name, needs_input_maker=False, policy_params=params,
+                       tuning_bytes=input_bytes(task, 0))
 
 
 def check_policy(request: KernelRequest) -> dict[str, Any]:

@@ -10,13 +10,17 @@ from instant_search import search
 
 from eventstore.events import RunFinished
 from kernelgraph.bench import (
+    BenchPlan,
+    BenchTask,
     RunOutcome,
     candidates_to_best,
+    check_tasks,
     find_tasks,
     first_line,
     suite_summary,
     summarise,
 )
+from kernelgraph.client import KernelRequest
 from projections.metrics import geomean_floored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +41,23 @@ def test_tasks_are_found_in_files_task_folders_and_jaxbench_folders(tmp_path: Pa
                        "nope": "no such file or directory"}
     shipped, _ = find_tasks([ROOT / "tasks"])
     assert {"gelu", "rmsnorm", "matmul"} <= {t.name for t in shipped}
+
+
+def test_the_largest_tuning_point_runs_first_and_a_broken_task_is_dropped(tmp_path: Path) -> None:
+    """Runs start in the order of their tuning point's input bytes, largest first, so a bench
+    of many runs does not end on a long one started last."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("def reference(x):\n    return x\n\ndef make_inputs(key, shape_index=0):\n"
+                      "    raise RuntimeError('no inputs')\n")
+    names = ("gelu", "matmul", "rmsnorm")
+    plan = BenchPlan(tasks=[BenchTask(ROOT / "tasks" / f"{n}.py", n) for n in names]
+                     + [BenchTask(broken, "broken")], policies=["auto"],
+                     request=KernelRequest(task=ROOT / "tasks" / "gelu.py"))
+    skipped = check_tasks(plan)
+    # tuning points: matmul 2048x8192 + 8192x2048 f32 (128 MiB), gelu 1024x1024 (4 MiB),
+    # rmsnorm 2048x512 + 512 (4 MiB + 2 KiB)
+    assert [t.name for t in plan.tasks] == ["matmul", "rmsnorm", "gelu"]
+    assert [s.path for s in skipped] == [broken] and "no inputs" in skipped[0].reason
 
 
 async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> None:
