@@ -12,7 +12,7 @@ has the same price. The lowerings go in `LOWERINGS_AT_ONCE` batches, each one sa
 worker and one runner however many configurations it holds (`wire.EvalBatch`). On simulated
 targets that lowering also prices each configuration (`api.price_configs`, the cost model
 the verdict uses), and only the `TESTED_AFTER_PRICING`
-priced fastest, and faster than the default, are tested, one at a time until one passes:
+priced fastest, and faster than the default by `MIN_TUNED_GAIN`, are tested, one at a time until one passes:
 the rest cannot win the sweep, and a test run costs many lowerings' worth of interpret mode (`configs_priced`, with each
 one's fate in the tuning table). The default is not lowered again where the iteration
 already priced it (`known_default`: the test run's verdict, or the compile check the
@@ -44,6 +44,10 @@ LOWERINGS_AT_ONCE = 2
 """Batches of sandboxed lowerings run at once (a batch: one worker and one runner)."""
 TESTED_AFTER_PRICING = 2
 """On simulated targets, the configurations priced fastest that go through the full suite."""
+MIN_TUNED_GAIN = 0.01
+"""A configuration is tested only when priced at least this fraction under the default's
+price: a smaller gain is below the cost model's resolution and not worth a test run (at a
+large tuning point, minutes of interpret mode)."""
 
 
 def narrow(configs: list[dict[str, Any]], profile: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str]:
@@ -146,13 +150,14 @@ def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
 def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
                   keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
                   ) -> tuple[list[dict[str, Any]], list[Json]]:
-    """The `keep` configurations priced fastest that beat the default's price (every one
-    priced, when the default's own lowering failed) and are priced under `below_s` when
+    """The `keep` configurations priced fastest that beat the default's price by
+    `MIN_TUNED_GAIN` (every one priced, when the default's own lowering failed) and are priced under `below_s` when
     given, and a row per configuration saying what became of it."""
     ranked = sorted((p for p in priced if p.latency_s is not None),
                     key=lambda p: p.latency_s or 0.0)
+    bar_s = None if default.latency_s is None else default.latency_s * (1.0 - MIN_TUNED_GAIN)
     chosen = [p for p in ranked
-              if (default.latency_s is None or (p.latency_s or 0.0) < default.latency_s)
+              if (bar_s is None or (p.latency_s or 0.0) < bar_s)
               and (below_s is None or (p.latency_s or 0.0) < below_s)][:keep]
     rows: list[Json] = []
     for p in priced:
@@ -162,6 +167,9 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
             fate = f"not priced: {p.problem}"
         elif default.latency_s is not None and p.latency_s >= default.latency_s:
             fate = f"not tested: priced no faster than the default ({default.latency_s:.3g} s)"
+        elif bar_s is not None and p.latency_s >= bar_s:
+            fate = (f"not tested: priced within {MIN_TUNED_GAIN:.0%} of the default "
+                    f"({default.latency_s:.3g} s)")
         elif below_s is not None and p.latency_s >= below_s:
             fate = f"not tested: priced no faster than the parent to beat ({below_s:.3g} s)"
         else:

@@ -168,7 +168,7 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
 
     default = priced(256, 4.0)
     others = [priced(128, 5.0), priced(512, 2.0), priced(1024, None), priced(64, 3.0),
-              priced(32, 3.5)]
+              priced(32, 3.5), priced(16, 3.99)]
     chosen, rows = worth_testing(default, others, keep=2)
     assert chosen == [{"block": 512}, {"block": 64}]  # fastest first
     fates = {r["config"]["block"]: r["fate"] for r in rows}
@@ -176,10 +176,13 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
     assert fates[128].startswith("not tested: priced no faster than the default")
     assert fates[1024] == "not priced: vmem"
     assert fates[32] == "not tested: 2 others priced faster"
+    # a gain below the model's resolution is not worth a test run, even with room to test
+    assert fates[16] == "not tested: priced within 1% of the default (4 s)"
+    assert {"block": 16} not in worth_testing(default, others, keep=9)[0]
     assert worth_testing(priced(256, 1.0), others, keep=2)[0] == []  # nothing beats it
     unpriced_default = PricedConfig({"block": 256}, None, problem="did not lower")
     assert worth_testing(unpriced_default, others, keep=5)[0] == [
-        {"block": 512}, {"block": 64}, {"block": 32}, {"block": 128}]
+        {"block": 512}, {"block": 64}, {"block": 32}, {"block": 16}, {"block": 128}]
 
 
 def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:
