@@ -111,6 +111,28 @@ def test_a_mailbox_childs_wall_limit_counts_from_its_delivery() -> None:
     assert mailbox.deadline(100.0, 5.0) == 700.0  # waiting for its request
     mailbox.delivered_at = 400.0
     assert mailbox.deadline(100.0, 5.0) == 405.0
+    mailbox.delivered_wall_s = 50.0  # a delivery that set its own wall limit
+    assert mailbox.deadline(100.0, 5.0) == 450.0
+
+
+def test_the_runners_wall_limit_covers_its_phases_on_a_large_suite() -> None:
+    """The backstop is never below the phase limits summed (each shape traced, each case run,
+    once more under the second poison), and grows at most RUNNER_WALL_FACTOR-fold."""
+    from tools.verification.runner import RUNNER_WALL_FACTOR, runner_wall_s
+
+    def request(cases_per_shape: tuple[int, ...], case_s: float) -> wire.EvalRequest:
+        groups = tuple(wire.ShapeGroup(i, 0, tuple(wire.CaseRequest(f"{i}-{c}", ())
+                                                   for c in range(n)))
+                       for i, n in enumerate(cases_per_shape))
+        return wire.EvalRequest("candidate.py", {}, groups, 0, trace_limit_s=30.0,
+                                case_limit_s=case_s)
+
+    assert runner_wall_s(request((2, 1), 30.0), 300.0) == 300.0  # small: the launch's
+    # 7 cases + 2 second-poison runs at 40 s, 2 shapes at 30 s
+    assert runner_wall_s(request((5, 2), 40.0), 300.0) == 2 * 30.0 + 9 * 40.0
+    assert runner_wall_s(request((50,), 100.0), 300.0) == RUNNER_WALL_FACTOR * 300.0
+    unpoisoned = msgspec.structs.replace(request((5, 2), 40.0), second_poison="")
+    assert runner_wall_s(unpoisoned, 300.0) == 2 * 30.0 + 7 * 40.0
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,27 @@ def test_a_device_usable_through_its_group_keeps_the_uid_drop() -> None:
         assert "uid-65534" in box.isolation and "weak-sandbox-allowed" not in box.isolation
     finally:
         node.unlink(missing_ok=True)
+
+
+def test_a_delivery_sets_the_wall_limit_it_counts_from() -> None:
+    """A wall limit given with the request replaces the launch's, longer (a large suite's
+    runner) or shorter, and a child killed at it is told by that limit."""
+    sleeper = b"import time\ntime.sleep(4)\nraise RuntimeError('slept')\n"
+    for launch_s, delivered_s in ((1.0, 30.0), (60.0, 1.5)):
+        mailbox = Mailbox()
+        with ThreadPoolExecutor(1) as pool:
+            launched = pool.submit(run_sandboxed, "tools.child.worker", None, mailbox=mailbox,
+                                   files={"candidate.py": sleeper},
+                                   limits=Limits(wall_s=launch_s, cpu_wall_s=30.0))
+            try:
+                assert mailbox.started(60.0), "the child never started"
+                mailbox.deliver(wire.encode(_EMPTY), wall_s=delivered_s)
+                box = launched.result(90)
+            finally:
+                mailbox.kill()
+        assert box.limits.wall_s == delivered_s
+        if delivered_s > launch_s:
+            assert box.ok, box.failure()
+            assert "slept" in wire.decode(box.result, wire.EvalResponse).load_error
+        else:
+            assert box.timed_out and "time limit of 1.5 s" in box.failure()

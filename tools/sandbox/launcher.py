@@ -21,22 +21,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import re
 import resource
 import shutil
 import signal
-import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tools.sandbox import boxes, cgroups, namespaces, policy
+from tools.sandbox.mailbox import (
+    REQUEST_FILE,
+    Mailbox,
+    read_regular_file,
+)
 from tools.sandbox.namespaces import (  # noqa: F401  (part of this module's interface)
     SANDBOX_UID,
     accelerator_devices,
@@ -44,7 +46,6 @@ from tools.sandbox.namespaces import (  # noqa: F401  (part of this module's int
     namespaces_available,
 )
 
-REQUEST_FILE = "request.bin"
 RESULT_FILE = "result.bin"
 _TAIL = 4000
 
@@ -78,6 +79,9 @@ class Limits:
     # Processes and threads of the tree together (cgroup pids.max). An honest verification
     # child peaks at 21 tasks on 2 cores (JAX adds about 4 threads per core to 9 fixed).
     max_tasks: int = field(default_factory=_default_max_tasks)
+    # The wall the CPU-time backstop is sized for, where a delivery may extend the wall
+    # (:meth:`Mailbox.deliver`); None: wall_s.
+    cpu_wall_s: float | None = None
 
     @property
     def tree_memory_bytes(self) -> int | None:
@@ -162,83 +166,6 @@ def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
         kept[name] = value
     kept.setdefault("PATH", "/usr/bin:/bin")
     return {**kept, "JAX_ENABLE_COMPILATION_CACHE": "false"}
-
-
-class Mailbox:
-    """A request delivered after the child started (it starts, imports and then waits for
-    it), so a child's start-up overlaps the parent's other work; :meth:`cancel` ends a child
-    nothing was delivered to, :meth:`kill` any child.
-
-    The child's wall limit counts from the delivery; before it the child waits up to
-    ``wait_s``, by default as long as the parent takes (the parent delivers or kills it, and
-    a parent that dies takes the child along)."""
-
-    def __init__(self, wait_s: float = math.inf) -> None:
-        self._lock = threading.Lock()
-        self._started = threading.Event()
-        self._box: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._closed = False
-        self.wait_s = wait_s
-        self.delivered_at: float | None = None  # time.monotonic() of the delivery
-
-    def _attach(self, box: Path, proc: subprocess.Popen[bytes]) -> None:
-        with self._lock:
-            self._box, self._proc = box, proc
-            if self._closed:
-                _signal_group(proc)
-        self._started.set()
-
-    def started(self, timeout: float) -> bool:
-        """Whether the child process exists (waiting up to ``timeout`` seconds for it)."""
-        return self._started.wait(timeout)
-
-    def deliver(self, request: bytes, timeout: float = 120.0) -> None:
-        """Hand the child its request (atomically: it sees the whole file or none)."""
-        if not self._started.wait(timeout):
-            raise TimeoutError("the sandboxed child did not start")
-        with self._lock:
-            if self._closed or self._box is None:
-                raise RuntimeError("the sandbox was cancelled")
-            self._closed = True
-            staging = self._box / f".{REQUEST_FILE}.new"
-            staging.write_bytes(request)
-            os.replace(staging, self._box / REQUEST_FILE)
-            self.delivered_at = time.monotonic()
-
-    def cancel(self) -> None:
-        """Kill the child unless it was given its request (idempotent)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._proc is not None:
-                _signal_group(self._proc)
-
-    def kill(self) -> None:
-        """Kill the child whether or not it was given its request (its answer is not
-        wanted any more; idempotent)."""
-        with self._lock:
-            self._closed = True
-            if self._proc is not None:
-                _signal_group(self._proc)
-
-    def read(self, name: str, max_bytes: int) -> bytes | None:
-        """A file the running child put in its directory (renamed into place whole), read
-        like its result: a plain regular file or nothing (None, also before it exists)."""
-        with self._lock:
-            box = self._box
-        return None if box is None else read_regular_file(box / name, max_bytes)
-
-    def deadline(self, started: float, wall_s: float) -> float:
-        """When the child is out of time: the wall limit after the delivery, else the wait."""
-        delivered = self.delivered_at
-        return started + self.wait_s if delivered is None else delivered + wall_s
-
-
-def _signal_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def run_sandboxed(
@@ -343,6 +270,8 @@ def run_sandboxed(
                     _kill_tree(proc)
             delivered = mailbox.delivered_at if mailbox is not None else None
             wall = time.monotonic() - (started if delivered is None else delivered)
+            if mailbox is not None and mailbox.delivered_wall_s is not None:
+                limits = replace(limits, wall_s=mailbox.delivered_wall_s)
             group.kill_members()  # anything that left the session: before reading what came back
             result = None
             if proc.returncode == 0 and not timed_out and not disk_exceeded:
@@ -380,7 +309,8 @@ def _weak_only() -> bool:
 
 
 def _cpu_seconds(limits: Limits) -> int:
-    return int(limits.wall_s * 2) + 10  # two cores' worth of the wall limit, as a backstop
+    wall = max(limits.wall_s, limits.cpu_wall_s or 0.0)
+    return int(wall * 2) + 10  # two cores' worth of the wall limit, as a backstop
 
 
 def _prlimit_args(limits: Limits) -> list[str]:
@@ -464,32 +394,6 @@ def _tail(fd: int) -> str:
         return os.pread(fd, _TAIL, max(0, size - _TAIL)).decode(errors="replace")
     except OSError:
         return ""
-
-
-def read_regular_file(path: Path, max_bytes: int) -> bytes | None:
-    """A file the child wrote, or None unless it is a plain regular file of at most
-    `max_bytes` with one link: never a link followed, a FIFO waited on or a device read."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > max_bytes:
-            return None
-        chunks, left = [], info.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _die_with_parent(command: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -36,6 +36,8 @@ from tools.verification.deadlines import PhaseLimits
 RUNNER_MODULE = "tools.child.runner"
 WORKER_MODULE = "tools.child.worker"
 CANDIDATE_FILE = "candidate.py"
+RUNNER_WALL_FACTOR = 3.0
+"""The most the runner's wall limit grows for a large suite (:func:`runner_wall_s`)."""
 _POLL_S = 0.02
 
 
@@ -46,14 +48,16 @@ class PendingChild:
     mailbox: Mailbox
     result: Future[SandboxResult]
     pool: ThreadPoolExecutor
+    limits: Limits = field(default_factory=Limits)
 
-    def deliver(self, request: bytes) -> None:
-        """Hand it its request; a child that could not be started raises why."""
+    def deliver(self, request: bytes, *, wall_s: float | None = None) -> None:
+        """Hand it its request (``wall_s``: its wall limit from now, instead of the
+        launch's); a child that could not be started raises why."""
         while not self.mailbox.started(_POLL_S):
             if self.result.done():
                 self.result.result()  # the launch's own error
                 raise RuntimeError("the sandboxed child ended before it got its request")
-        self.mailbox.deliver(request)
+        self.mailbox.deliver(request, wall_s=wall_s)
 
     def cancel(self) -> None:
         """End it (killed unless it got its request) and wait until its sandbox directory
@@ -76,11 +80,24 @@ def _start(module: str, limits: Limits, files: dict[str, bytes] | None = None) -
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"kg-{module.rsplit('.', 1)[-1]}")
     result = pool.submit(run_sandboxed, module, None, files=files, limits=limits,
                          mailbox=mailbox)
-    return PendingChild(mailbox, result, pool)
+    return PendingChild(mailbox, result, pool, limits)
 
 
 def start_runner(limits: Limits) -> PendingChild:
-    return _start(RUNNER_MODULE, limits)
+    """The runner, its CPU backstop sized for the longest wall :func:`runner_wall_s` gives."""
+    return _start(RUNNER_MODULE, replace(limits, cpu_wall_s=RUNNER_WALL_FACTOR * limits.wall_s))
+
+
+def runner_wall_s(request: wire.EvalRequest, wall_s: float) -> float:
+    """The runner's wall limit: never below the sum of the phase limits its watchdog holds
+    each phase to (each shape traced and lowered, each case run, and run again under the
+    second poison), so a large suite's honest kernel, inside every phase's limit, is not
+    killed by the backstop when the machine is loaded; at most `RUNNER_WALL_FACTOR` times
+    the evaluation's wall limit."""
+    runs = sum(len(g.cases) + (min(request.second_poison_cases, len(g.cases))
+                               if request.second_poison else 0) for g in request.groups)
+    phases = len(request.groups) * request.trace_limit_s + runs * request.case_limit_s
+    return min(max(wall_s, phases), RUNNER_WALL_FACTOR * wall_s)
 
 
 def start_worker(candidate: bytes, limits: Limits) -> PendingChild:
@@ -115,7 +132,7 @@ def deliver_programs(runner: PendingChild, request: wire.EvalRequest,
         request, candidate_file="", send_programs=False, run_cases=run_cases),
         programs=programs)
     try:
-        runner.deliver(wire.encode(run))
+        runner.deliver(wire.encode(run), wall_s=runner_wall_s(request, runner.limits.wall_s))
     except Exception as exc:  # it never started, or died before taking the request
         runner.cancel()
         return f"the runner could not be given its programs ({exc})"
