@@ -117,8 +117,9 @@ def requests_of(plan: BenchPlan) -> list[tuple[BenchTask, str, int, KernelReques
 
 def check_tasks(plan: BenchPlan) -> list[Skipped]:
     """Drop the tasks that cannot run (one line each), keeping the rest in the plan, the
-    largest tuning point (input bytes) first: the longest runs start first, so a bench of many
-    runs at `jobs` at a time does not end on one long run started last."""
+    largest tuning point (input bytes) first, so a bench of many runs at `jobs` at a time
+    does not end on its largest run started last. Bytes are a rough proxy for a run's length:
+    a small task with much interpret-mode work (many grid steps or DMAs) can take longer."""
     from tools import api
 
     skipped, kept = [], []
