@@ -11,10 +11,10 @@ the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): th
 has the same price. The lowerings go in `LOWERINGS_AT_ONCE` batches, each one sandboxed
 worker and one runner however many configurations it holds (`wire.EvalBatch`). On simulated
 targets that lowering also prices each configuration (`api.price_configs`, the cost model
-the verdict uses), and only the `TESTED_AFTER_PRICING`
-priced fastest, and faster than the default by `MIN_TUNED_GAIN`, are tested, one at a time until one passes:
-the rest cannot win the sweep, and a test run costs many lowerings' worth of interpret mode (`configs_priced`, with each
-one's fate in the tuning table). The default is not lowered again where the iteration
+the verdict uses), and only the `TESTED_AFTER_PRICING` priced fastest, and faster than
+the default by `MIN_TUNED_GAIN`, are tested, one at a time until one passes: the rest cannot
+win the sweep, and a test run costs many lowerings' worth of interpret mode
+(`configs_priced`, with each one's fate in the tuning table). The default is not lowered again where the iteration
 already priced it (`known_default`: the test run's verdict, or the compile check the
 command passes on when the default was priced too slow to test): its price and program
 hash are the bar and the first program seen. Each configuration tested is one
@@ -151,8 +151,8 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
                   keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
                   ) -> tuple[list[dict[str, Any]], list[Json]]:
     """The `keep` configurations priced fastest that beat the default's price by
-    `MIN_TUNED_GAIN` (every one priced, when the default's own lowering failed) and are priced under `below_s` when
-    given, and a row per configuration saying what became of it."""
+    `MIN_TUNED_GAIN` (every one priced, when the default's own lowering failed) and are
+    priced under `below_s` when given, and a row per configuration saying what became of it."""
     ranked = sorted((p for p in priced if p.latency_s is not None),
                     key=lambda p: p.latency_s or 0.0)
     bar_s = None if default.latency_s is None else default.latency_s * (1.0 - MIN_TUNED_GAIN)
