@@ -9,9 +9,9 @@
 - Tests run in parallel under pytest-xdist (see pyproject.toml) with `--dist loadscope`:
   the tests of one module run on one worker, so a module-scoped fixture (a finished search,
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
-  under `tests/analysis/` are one unit, so the real search they share is run once; the
-  tests of `tests/test_task_suite.py` are one unit each, so the workers share its per-task
-  verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
+  that read `real_run` (tests/realrun.py: one real `kernelgraph search`) are one unit, so
+  that search is run once; the tests of `tests/test_task_suite.py` are one unit each, so the
+  workers share its per-task verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
   then by how many slow tests they hold, so no long one starts last; a worker that still has
   a long test to run takes a short unit next, so two long ones never queue on one worker.
 """
@@ -27,9 +27,12 @@ from typing import Any
 import pytest
 
 from bus.server import EmbeddedNats
+from tests import realrun
+from tests.realrun import real_run  # noqa: F401  (a session fixture, offered to every module)
 from tools import compilecache
 
-SHARED_UNITS = ("tests/analysis/",)  # modules that share a session fixture: one xdist unit
+# units of modules that share a session fixture (module paths or folders): one xdist unit each
+SHARED_UNITS = {"real_run": realrun.READERS}
 # modules of long, independent tests (no module- or session-scoped fixture): each test is a
 # unit of its own, so the workers share the module
 PER_TEST_UNITS = ("tests/test_task_suite.py",)
@@ -39,11 +42,10 @@ PER_TEST_UNITS = ("tests/test_task_suite.py",)
 # shorter than these, they even out the workers); the rest by how many slow tests they hold
 LONGEST_FIRST = ("tests/agents/test_offline_conv.py", "tests/agents/test_offline_fixed_dims.py",
                  "tests/test_verify.py", "tests/test_fairness.py",
-                 "tests/agents/test_search_run.py", "tests/agents/test_search_resume.py",
-                 "tests/analysis/",
+                 "real_run", "tests/agents/test_search_run.py",
+                 "tests/agents/test_search_resume.py",
                  "tests/agents/test_distributed.py", "tests/test_runner.py",
-                 "tests/agents/test_search_cli.py", "tests/agents/test_auto.py",
-                 "tests/agents/test_hitl.py", "tests/agents/test_auditor.py",
+                 "tests/agents/test_auto.py", "tests/agents/test_hitl.py",
                  "tests/test_time_limits.py", "tests/agents/test_offline_author.py",
                  "tests/agents/test_jaxpr_readable.py", "tests/agents/test_offline_levers.py",
                  "tests/test_scalar_fuzz.py", "tests/test_task_suite.py")
@@ -90,9 +92,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _group(nodeid: str) -> str:
-    """The module, or the SHARED_UNITS folder it lies in: what LONGEST_FIRST names."""
+    """The module, or the name of the SHARED_UNITS unit it is in: what LONGEST_FIRST names."""
     module = nodeid.split("::", 1)[0]
-    return next((u for u in SHARED_UNITS if module.startswith(u)), module)
+    return next((unit for unit, paths in SHARED_UNITS.items()
+                 if any(module.startswith(p) for p in paths)), module)
 
 
 def _long(nodeid: str) -> bool:
@@ -101,7 +104,7 @@ def _long(nodeid: str) -> bool:
 
 
 def _unit(nodeid: str) -> str | None:
-    """What one worker runs together: a SHARED_UNITS folder, a PER_TEST_UNITS test, or
+    """What one worker runs together: a SHARED_UNITS unit, a PER_TEST_UNITS test, or
     (None) what --dist loadscope makes of it (the module, or the class)."""
     group = _group(nodeid)
     if group in SHARED_UNITS:
@@ -110,7 +113,7 @@ def _unit(nodeid: str) -> str | None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """--dist loadscope, with the SHARED_UNITS folders as one unit each and the tests of
+    """--dist loadscope, with the SHARED_UNITS units as one unit each and the tests of
     PER_TEST_UNITS one unit each, handed out in collection order (LONGEST_FIRST): xdist's own
     reordering (the units with the most tests first) would start a long one-test unit last."""
     if config.getoption("dist") != "loadscope":

@@ -2,9 +2,9 @@
 
 Fast cases publish a hand-built run (real verdict records, a real signed receipt) straight
 onto the bus and ask for its audit: a clean run is clean, a lie is found, and without a
-recorder the audit fails closed. The slow case audits a real run end to end: the Auto
-trajectory asks for its final audit, which must be clean, and `kernelgraph audit` agrees
-from the log file.
+recorder the audit fails closed. The slow case audits a real run end to end (`real_run`,
+tests/realrun.py: a `kernelgraph search`): the Auto trajectory asked for its final audit,
+which must be clean, and `kernelgraph audit` agrees from the log file.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ from eventstore.events import (
 )
 from eventstore.log import EventLog
 from kernelgraph.cli import app, load_commands
-from kernelgraph.client import KernelRequest, submit, wait
 from kernelgraph.runtime import Runtime, RuntimeConfig
-
-TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
-SCRIPTED = "scripted_provider:ScriptedProvider"
+from tests.realrun import RealRun
 
 
 @pytest.fixture(autouse=True)
@@ -134,19 +131,8 @@ def test_without_a_recorder_the_audit_fails_closed(tmp_path: Path,
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_real_run_ends_only_after_a_clean_final_audit(tmp_path: Path) -> None:
-    db = tmp_path / "runs.duckdb"
-    request = KernelRequest(task=TASK, provider=SCRIPTED, iterations=1, tune_budget=1,
-                            provider_options={"script": "good", "tag": "audit"})
-
-    async def search() -> str:
-        async with Runtime(RuntimeConfig(db_path=db, concurrency={"executor": 2})) as runtime:
-            assert runtime.client is not None
-            run = await submit(runtime.client.nc, request)
-            await wait(runtime.client.nc, run.run_id, timeout=600)
-        return run.run_id
-
-    run_id = asyncio.run(search())
+def test_a_real_run_ends_only_after_a_clean_final_audit(real_run: RealRun) -> None:
+    db, run_id = real_run.db, real_run.summary["run_id"]
     with EventLog(db, read_only=True) as log:
         events = list(log.events(run_id=run_id))
     (audit,) = [e for e in events if isinstance(e, RunAudited)]

@@ -1,43 +1,34 @@
-"""`kernelgraph search` as a user runs it: offline author, embedded runtime, winner on disk."""
+"""`kernelgraph search` as a user runs it: offline author, embedded runtime, winner on disk.
+
+The search is `real_run` (tests/realrun.py), run once for the tests that read a real run.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eventstore.log import EventLog
 from projections.searchgraph import SearchGraph
-
-TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
-
-
-def kg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelgraph", *args], env=env,
-                          capture_output=True, text=True, timeout=900)
+from tests.realrun import TASK, RealRun, kg
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_search_writes_a_verified_winner_and_its_receipt_and_replays_alike(tmp_path: Path) -> None:
-    env = {**os.environ, "KG_WORKSPACE": str(tmp_path / "work"),
-           "KG_KNOWLEDGE_PATH": str(tmp_path / "knowledge")}
-    db = tmp_path / "runs.duckdb"
-    first = kg("search", str(TASK), "--db", str(db), "--iterations", "1", "--tune-budget", "2",
-               "--json", env=env)
-    assert first.returncode == 0, first.stderr[-3000:]
-    summary = json.loads(first.stdout)
+def test_search_writes_a_verified_winner_and_its_receipt_and_replays_alike(
+        real_run: RealRun, tmp_path: Path) -> None:
+    env, db = real_run.env, real_run.db
+    assert real_run.returncode == 0, real_run.stderr[-3000:]
+    summary = real_run.summary
     best = summary["best"]
     assert summary["status"] == "completed" and best["verified"] and best["measured_on"] == "simulated"
     assert best["speedup"] > 0 and summary["nodes"] == 1
     kernel = Path(best["kernel_path"])
-    assert kernel.parent == tmp_path / "runs.duckdb.winners" and "def build" in kernel.read_text()
-    assert "suite frozen" in first.stderr and "winner re-verified: pass" in first.stderr
+    assert kernel.parent == db.with_name(db.name + ".winners") and "def build" in kernel.read_text()
+    assert "suite frozen" in real_run.stderr and "winner re-verified: pass" in real_run.stderr
 
     # The file on disk is the kernel the run re-verified in a fresh sandbox, with the winning
     # configuration: its signed receipt names this file's sha256 (the standalone `verify`

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from eventstore.events import Event, ExpansionRequested, MeasuredOn, NodeEvaluated, RunRequested
 from eventstore.log import EventLog
 from eventstore.synthetic import synthetic_run
-
-
-@dataclass(frozen=True)
-class RealRun:
-    """The log of one real `kernelgraph search` and what it printed (`--json`)."""
-
-    db: Path
-    summary: dict[str, Any]
-    env: dict[str, str]
 
 
 def _as_policy(events: Iterator[Event], policy: str) -> list[Event]:

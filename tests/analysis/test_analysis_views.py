@@ -21,7 +21,8 @@ from eventstore.synthetic import synthetic_log
 from eventstore.views import VIEW_NAMES, VIEWS_SHA256
 from projections import Metrics
 from tests.analysis.agreement import check_views_agree
-from tests.analysis.logs import RealRun, mixed_runs, write_log
+from tests.analysis.logs import mixed_runs, write_log
+from tests.realrun import RealRun
 
 README = Path(__file__).parents[2] / "README.md"
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from eventstore.log import EventLog
 from eventstore.views import VIEW_NAMES
 from kernelgraph.cli import app, load_commands
-from tests.analysis.logs import RealRun, mixed_runs, write_log
+from tests.analysis.logs import mixed_runs, write_log
+from tests.realrun import RealRun
 
 load_commands()
 runner = CliRunner()

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelgraph.cli import app, load_commands
-from tests.analysis.logs import RealRun
+from tests.realrun import TASK, RealRun
 
 load_commands()
 runner = CliRunner()
@@ -92,7 +92,7 @@ def test_a_real_runs_report_loads_in_a_browser_with_every_chart(
     page = out / "index.html"
     text = page.read_text()
     run_id = real_run.summary["run_id"]
-    assert run_id in text and "gelu_small" in text and 'class="badge sim">simulated<' in text
+    assert run_id in text and TASK.stem in text and 'class="badge sim">simulated<' in text
     if real_run.summary["best"]["verified"]:
         assert "build" in text and real_run.summary["best"]["receipt_sha256"] in text
 
