@@ -184,20 +184,25 @@ def _kernel(lengths_ref, tables_ref, starts_ref, count_ref, q_ref, pages_hbm, o_
             key = block * block_kv + lax.broadcasted_iota(jnp.int32, (rows, block_kv), 1)
             seen = (key <= kv_len - q_len + position) & (key < kv_len)
             seen = jnp.concatenate([seen] * group, axis=0) if group > 1 else seen
+            # the softmax state of every kv head read once and written once per key block
+            m_all, l_all, acc_all = m_ref[...], l_ref[...], acc_ref[...]
+            m_next, l_next, acc_next = [], [], []
             for k in range(kv_heads):
                 keys = kv[:, 2 * k * depth:(2 * k + 1) * depth]
                 values = kv[:, (2 * k + 1) * depth:(2 * k + 2) * depth]
                 s = lax.dot_general(q_heads[k], keys, (((1,), (1,)), ((), ())),
                                     preferred_element_type=jnp.float32) * scale
                 s = jnp.where(seen, s, MASK_VALUE)
-                m_prev = m_ref[k]
-                m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-                alpha = jnp.exp(m_prev - m_new)
+                m_new = jnp.maximum(m_all[k], jnp.max(s, axis=1, keepdims=True))
+                alpha = jnp.exp(m_all[k] - m_new)
                 p = jnp.exp(s - m_new)
-                l_ref[k] = alpha * l_ref[k] + jnp.sum(p, axis=1, keepdims=True)
-                acc_ref[k] = alpha * acc_ref[k] + jnp.dot(p.astype(values.dtype), values,
-                                                          preferred_element_type=jnp.float32)
-                m_ref[k] = m_new
+                l_next.append(alpha * l_all[k] + jnp.sum(p, axis=1, keepdims=True))
+                acc_next.append(alpha * acc_all[k] + jnp.dot(
+                    p.astype(values.dtype), values, preferred_element_type=jnp.float32))
+                m_next.append(m_new)
+            m_ref[...] = jnp.stack(m_next)
+            l_ref[...] = jnp.stack(l_next)
+            acc_ref[...] = jnp.stack(acc_next)
 
         def prefetch_and_fold(block, carry):
             for t in range(pages_per_block):  # the next block into the other slot meanwhile
