@@ -178,6 +178,28 @@ def count_pallas_calls(closed_jaxpr: Any) -> int:
     return sum(1 for _ in _pallas_eqns(closed_jaxpr.jaxpr))
 
 
+def splits_across_cores(closed_jaxpr: Any) -> bool:
+    """Would a second simulated core run any grid point? Interpret mode divides only the
+    grid dimensions marked parallel between cores; an all-arbitrary grid runs on core 0 and
+    leaves core 1 idle, so there two cores cost time and check nothing one core does not.
+    A kernel over a mesh (``core_map``), or whose grid or semantics cannot be read, counts
+    as split."""
+    for eqn in _pallas_eqns(closed_jaxpr.jaxpr):
+        if eqn.params.get("mesh") is not None:
+            return True
+        grid = getattr(eqn.params.get("grid_mapping"), "grid", None)
+        params = eqn.params.get("compiler_params")
+        if isinstance(params, dict):  # older jax: keyed by backend
+            params = params.get("mosaic_tpu", params.get("mosaic"))
+        semantics = getattr(params, "dimension_semantics", None)
+        if grid is None:
+            return True
+        for size, kind in zip(grid, semantics or (), strict=False):
+            if "parallel" in str(kind).lower() and not (isinstance(size, int) and size <= 1):
+                return True
+    return False
+
+
 def interpreted(closed_jaxpr: Any, settings: InterpretSettings) -> Callable[..., list[Any]]:
     """A jitted function evaluating ``closed_jaxpr`` with every pallas_call interpreted."""
     import jax

@@ -199,9 +199,12 @@ def run_group(
     if request.run_cases:
         # Two simulated cores split the parallel grid between threads (the race detector
         # then sees cross-core conflicts) but cost about a second per call; one case of the
-        # repeat shape (the tuning point's, unless it runs once) gets them, every case gets
-        # NaN-poisoned memory and a randomised grid order.
-        multicore = request.multicore_cases if group.shape_index == repeat_shape(request) else 0
+        # repeat shape (the tuning point's, unless it runs once) gets them where a parallel
+        # grid dimension gives the second core work, every case gets NaN-poisoned memory
+        # and a randomised grid order.
+        multicore = request.multicore_cases if (
+            group.shape_index == repeat_shape(request)
+            and interpret.splits_across_cores(traced.jaxpr)) else 0
         runners: dict[int, Any] = {}
         order = list(group.cases)
         rng.shuffle(order)
