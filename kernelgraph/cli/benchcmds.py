@@ -68,6 +68,7 @@ def bench(
     from bus.connection import connect
     from kernelgraph.bench import (
         BenchPlan,
+        agent_concurrency,
         check_tasks,
         find_tasks,
         run_bench,
@@ -152,7 +153,7 @@ def bench(
                 return await collect(nc, from_bus)
             finally:
                 await nc.drain()
-        config = RuntimeConfig(db_path=db, concurrency={"executor": 2, "verifier": 1})
+        config = RuntimeConfig(db_path=db, concurrency=agent_concurrency(plan))
         async with Runtime(config) as runtime:
             assert runtime.client is not None and runtime.recorder is not None
             recorder = runtime.recorder

@@ -13,6 +13,7 @@ from kernelgraph.bench import (
     BenchPlan,
     BenchTask,
     RunOutcome,
+    agent_concurrency,
     candidates_to_best,
     check_tasks,
     find_tasks,
@@ -93,6 +94,21 @@ async def test_per_policy_figures_come_from_the_runs_logs(tmp_path: Path) -> Non
                       "preparation failed: zero.py: reference output 0 is all zero in shape0-seed0")
     line = suite_summary(4, [*outcomes, constant, zero], {**by_run, "r-zero": [finished]})
     assert line["vacuous"] == ["const", "zero"]
+
+
+@pytest.mark.parametrize(("target", "jobs", "want"), [
+    ("sim-tpu-v6e", 2, {"executor": 2, "verifier": 2}),
+    ("sim-tpu-v6e", 4, {"executor": 4, "verifier": 4}),
+    ("sim-tpu-v6e", 1, {"executor": 2, "verifier": 1}),
+    ("tpu", 2, {"executor": 2, "verifier": 1}),
+])
+def test_a_simulated_bench_verifies_as_many_winners_at_once_as_it_runs_jobs(
+        target: str, jobs: int, want: dict[str, int]) -> None:
+    """On a real device the winners' timings must not overlap; on a simulated target a run's
+    final check must not wait for another run's."""
+    plan = BenchPlan(tasks=[], policies=["auto"], jobs=jobs,
+                     request=KernelRequest(task=ROOT / "tasks" / "gelu.py", target=target))
+    assert agent_concurrency(plan) == want
 
 
 def test_a_refusal_keeps_its_last_words() -> None:
