@@ -1,0 +1,106 @@
+"""Figure: a suite bench read back per task (JAXBench's table).
+
+    python benchmarks/jaxbench.py --db BENCH.duckdb [--bench-json OUT.json] --json
+
+`kernelgraph bench <JAXBench>/benchmark --policy auto --iterations 1 --jobs 2
+--scale 0.125,0.0625 --db BENCH.duckdb --json > OUT.json` runs the suite; this reads its log
+and prints, per task: the kernel class the planner chose (from the run's first plan), the
+verdict of the winner's re-verification, its speedup over the XLA baseline (SIMULATED on a
+sim-* target, `speedup_simulated`; a real target's is `speedup_measured`), and the reason of
+any run without a verified kernel. With `--bench-json` (the bench's own `--json` output) the
+tasks the bench skipped before any run, and its wall time and summary line, come along.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# This folder holds scripts named like the project's packages (agents.py, tasks/): import
+# the project's, not them.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+
+def per_run(db: Path) -> dict[str, dict[str, Any]]:
+    """Every run of the log, by run id."""
+    from agents.llm.offline.author import plan_spec
+    from eventstore.events import PlanProposed, RunFinished, RunRequested, WinnerVerified
+    from eventstore.log import EventLog
+
+    runs: dict[str, dict[str, Any]] = {}
+    with EventLog(db, read_only=True) as log:
+        for run in log.runs():
+            events = list(log.events(run_id=run.run_id))
+            requested = next((e for e in events if isinstance(e, RunRequested)), None)
+            if requested is None:
+                continue
+            plan = next((e for e in events if isinstance(e, PlanProposed)), None)
+            spec = plan_spec(log.get_artifact(plan.plan_sha256).decode()) if plan else {}
+            verified = next((e for e in events if isinstance(e, WinnerVerified)), None)
+            finished = next((e for e in events if isinstance(e, RunFinished)), None)
+            passed = verified is not None and verified.verdict == "pass"
+            speedup = verified.speedup if passed and verified else None
+            measured = verified.measured_on if verified else "simulated"
+            reason = "" if passed else (
+                "; ".join(verified.reasons) if verified and verified.reasons
+                else finished.reason if finished else "the run did not finish")
+            runs[run.run_id] = {
+                "task": requested.task_name,
+                "kernel_class": spec.get("kernel_class"),
+                "verdict": verified.verdict if verified else "no kernel",
+                f"speedup_{measured}": round(speedup, 4) if speedup else None,
+                "reason": reason.strip().splitlines()[0][:300] if reason.strip() else "",
+            }
+    return runs
+
+
+def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> dict[str, Any]:
+    """The runs by task: named as the bench named them, with its reason (said in the user's
+    terms) where it gave one; without the bench's output, by the task's own name."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for run in (bench or {}).get("runs", []):
+        row = dict(runs.get(run.get("run_id") or "", {"kernel_class": None,
+                                                      "verdict": "no kernel"}))
+        row.pop("task", None)
+        if not run.get("verified"):
+            row["reason"] = (run.get("reason") or row.get("reason") or run.get("status", ""))
+            row["reason"] = row["reason"].strip().splitlines()[0][:300] if row["reason"] else ""
+        tasks[run["task"]] = row
+    if bench is None:
+        for row in runs.values():
+            tasks[row["task"]] = {k: v for k, v in row.items() if k != "task"}
+    return tasks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", type=Path, required=True, help="the bench's log (--db)")
+    parser.add_argument("--bench-json", type=Path, help="the bench's own --json output")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if not args.db.is_file():
+        parser.error(f"no bench log at {args.db}")
+    bench = json.loads(args.bench_json.read_text()) if args.bench_json else None
+    tasks = per_task(per_run(args.db), bench)
+    report: dict[str, Any] = {"tasks": tasks,
+                              "verdicts": dict(Counter(t["verdict"] for t in tasks.values())),
+                              "classes": dict(Counter(t["kernel_class"] for t in tasks.values()))}
+    if bench is not None:
+        report.update(summary=bench.get("summary"), wall_s=bench.get("wall_s"),
+                      skipped=bench.get("skipped"))
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+        return
+    for name in sorted(tasks, key=lambda n: (len(n.split("_")[0]), n)):
+        t = tasks[name]
+        speed = t.get("speedup_simulated") or t.get("speedup_measured")
+        print(f"{name:55} {t['kernel_class'] or '-':18} {t['verdict']:9} "
+              f"{f'{speed:.2f}x' if speed else '-':>7} {t['reason']}")
+
+
+if __name__ == "__main__":
+    main()
