@@ -130,25 +130,42 @@ def check_tasks(plan: BenchPlan) -> list[Skipped]:
     """Drop the tasks that cannot run (one line each), keeping the rest in the plan, the
     largest tuning point (input bytes) first, so a bench of many runs at `jobs` at a time
     does not end on its largest run started last. Bytes are a rough proxy for a run's length:
-    a small task with much interpret-mode work (many grid steps or DMAs) can take longer."""
-    from tools import api
+    a small task with much interpret-mode work (many grid steps or DMAs) can take longer.
 
-    skipped, kept = [], []
-    for task in plan.tasks:
-        try:
-            if plan.scale:
-                task = BenchTask(path=api.scaled_task(task.path, plan.scale), name=task.name)
-            checked = check_request(replace(plan.request, task=task.path,
-                                            policy=plan.policies[0]))
-        except RequestError as exc:
-            skipped.append(Skipped(task.path, first_line(exc)))
-        except Exception as exc:  # a task whose module fails to load or validate
-            skipped.append(Skipped(task.path, f"{type(exc).__name__}: {first_line(exc)}"
-                                   if str(exc) else type(exc).__name__))
-        else:
-            kept.append((checked.tuning_bytes or 0, task))
+    With `jobs` above one the tasks are checked in that many processes of their own: the
+    checks (scaling, tracing, the reference at derived shapes) hold one core each, and the
+    runs start only once every task is checked."""
+    workers = min(max(1, plan.jobs), len(plan.tasks))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")  # jax in this process is not fork-safe
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            checked = list(pool.map(_check_one, [plan] * len(plan.tasks), plan.tasks))
+    else:
+        checked = [_check_one(plan, task) for task in plan.tasks]
+    skipped = [c for c in checked if isinstance(c, Skipped)]
+    kept = [c for c in checked if not isinstance(c, Skipped)]
     plan.tasks = [task for _, task in sorted(kept, key=lambda sized: -sized[0])]
     return skipped
+
+
+def _check_one(plan: BenchPlan, task: BenchTask) -> tuple[int, BenchTask] | Skipped:
+    """One task of `check_tasks`: its tuning point's input bytes and the task as it runs (its
+    scaled file), or why it cannot run."""
+    from tools import api
+
+    try:
+        if plan.scale:
+            task = BenchTask(path=api.scaled_task(task.path, plan.scale), name=task.name)
+        checked = check_request(replace(plan.request, task=task.path, policy=plan.policies[0]))
+    except RequestError as exc:
+        return Skipped(task.path, first_line(exc))
+    except Exception as exc:  # a task whose module fails to load or validate
+        return Skipped(task.path, f"{type(exc).__name__}: {first_line(exc)}"
+                       if str(exc) else type(exc).__name__)
+    return checked.tuning_bytes or 0, task
 
 
 def first_line(exc: BaseException, width: int = 1000) -> str:

@@ -38,7 +38,9 @@ def bench(
         "get the same).")] = 8,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per task and policy "
                                         "(seeds seed..seed+R-1).")] = 1,
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Runs at once.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help=(
+        "Runs at once (tasks are checked in as many processes; on a sim-* target as many "
+        "winners are re-verified at once, on a real device one at a time)."))] = 1,
     scale: ScaleOpt = None,
     provider: ProviderOpt = "offline",
     target: TargetOpt = "sim-tpu-v6e",

@@ -44,15 +44,18 @@ def test_tasks_are_found_in_files_task_folders_and_jaxbench_folders(tmp_path: Pa
     assert {"gelu", "rmsnorm", "matmul"} <= {t.name for t in shipped}
 
 
-def test_the_largest_tuning_point_runs_first_and_a_broken_task_is_dropped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_largest_tuning_point_runs_first_and_a_broken_task_is_dropped(
+        tmp_path: Path, jobs: int) -> None:
     """Runs start in the order of their tuning point's input bytes, largest first, so a bench
-    of many runs does not end on a long one started last."""
+    of many runs does not end on a long one started last; with two jobs the tasks are checked
+    in two processes, with the same outcome."""
     broken = tmp_path / "broken.py"
     broken.write_text("def reference(x):\n    return x\n\ndef make_inputs(key, shape_index=0):\n"
                       "    raise RuntimeError('no inputs')\n")
     names = ("gelu", "matmul", "rmsnorm")
     plan = BenchPlan(tasks=[BenchTask(ROOT / "tasks" / f"{n}.py", n) for n in names]
-                     + [BenchTask(broken, "broken")], policies=["auto"],
+                     + [BenchTask(broken, "broken")], policies=["auto"], jobs=jobs,
                      request=KernelRequest(task=ROOT / "tasks" / "gelu.py"))
     skipped = check_tasks(plan)
     # tuning points: matmul 2048x8192 + 8192x2048 f32 (128 MiB), gelu 1024x1024 (4 MiB),
