@@ -88,7 +88,7 @@ def main() -> None:
     tasks = per_task(per_run(args.db), bench)
     report: dict[str, Any] = {"tasks": tasks,
                               "verdicts": dict(Counter(t["verdict"] for t in tasks.values())),
-                              "classes": dict(Counter(t["kernel_class"] for t in tasks.values()))}
+                              "classes": dict(Counter(t["kernel_class"] or "none" for t in tasks.values()))}
     if bench is not None:
         report.update(summary=bench.get("summary"), wall_s=bench.get("wall_s"),
                       skipped=bench.get("skipped"))
