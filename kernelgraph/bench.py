@@ -140,8 +140,12 @@ def check_tasks(plan: BenchPlan) -> list[Skipped]:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        from tools import compilecache
+
         context = multiprocessing.get_context("spawn")  # jax in this process is not fork-safe
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        # the checks run no candidate code: they share the command's compile cache
+        with ProcessPoolExecutor(workers, mp_context=context,
+                                 initializer=compilecache.enable) as pool:
             checked = list(pool.map(_check_one, [plan] * len(plan.tasks), plan.tasks))
     else:
         checked = [_check_one(plan, task) for task in plan.tasks]
