@@ -43,7 +43,7 @@ def per_run(db: Path) -> dict[str, dict[str, Any]]:
             verified = next((e for e in events if isinstance(e, WinnerVerified)), None)
             finished = next((e for e in events if isinstance(e, RunFinished)), None)
             passed = verified is not None and verified.verdict == "pass"
-            speedup = verified.speedup if passed and verified else None
+            speedup = verified.speedup if passed else None
             measured = verified.measured_on if verified else "simulated"
             reason = "" if passed else (
                 "; ".join(verified.reasons) if verified and verified.reasons
@@ -53,9 +53,14 @@ def per_run(db: Path) -> dict[str, dict[str, Any]]:
                 "kernel_class": spec.get("kernel_class"),
                 "verdict": verified.verdict if verified else "no kernel",
                 f"speedup_{measured}": round(speedup, 4) if speedup else None,
-                "reason": reason.strip().splitlines()[0][:300] if reason.strip() else "",
+                "reason": _first_line(reason),
             }
     return runs
+
+
+def _first_line(text: str, width: int = 300) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:width] if lines else ""
 
 
 def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> dict[str, Any]:
@@ -67,8 +72,8 @@ def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> d
                                                       "verdict": "no kernel"}))
         row.pop("task", None)
         if not run.get("verified"):
-            row["reason"] = (run.get("reason") or row.get("reason") or run.get("status", ""))
-            row["reason"] = row["reason"].strip().splitlines()[0][:300] if row["reason"] else ""
+            row["reason"] = _first_line(run.get("reason") or row.get("reason")
+                                        or run.get("status", ""))
         tasks[run["task"]] = row
     if bench is None:
         for row in runs.values():
@@ -86,9 +91,11 @@ def main() -> None:
         parser.error(f"no bench log at {args.db}")
     bench = json.loads(args.bench_json.read_text()) if args.bench_json else None
     tasks = per_task(per_run(args.db), bench)
-    report: dict[str, Any] = {"tasks": tasks,
-                              "verdicts": dict(Counter(t["verdict"] for t in tasks.values())),
-                              "classes": dict(Counter(t["kernel_class"] or "none" for t in tasks.values()))}
+    report: dict[str, Any] = {
+        "tasks": tasks,
+        "verdicts": dict(Counter(t["verdict"] for t in tasks.values())),
+        "classes": dict(Counter(t["kernel_class"] or "none" for t in tasks.values())),
+    }
     if bench is not None:
         report.update(summary=bench.get("summary"), wall_s=bench.get("wall_s"),
                       skipped=bench.get("skipped"))

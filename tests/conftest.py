@@ -11,9 +11,10 @@
   frozen suites) is built once; a session-scoped one is built once per worker. The modules
   that read `real_run` (tests/realrun.py: one real `kernelgraph search`) are one unit, so
   that search is run once; the tests of `tests/test_task_suite.py` are one unit each, so the
-  workers share its per-task verifications. Units are handed out longest first (LONGEST_FIRST, from `--durations`),
-  then by how many slow tests they hold, so no long one starts last; a worker that still has
-  a long test to run takes a short unit next, so two long ones never queue on one worker.
+  workers share its per-task verifications. Units are handed out longest first
+  (LONGEST_FIRST, from `--durations`), then by how many slow tests they hold, so no long one
+  starts last; a worker that still has a long test to run takes a short unit next, so two
+  long ones never queue on one worker.
 """
 
 from __future__ import annotations

@@ -37,10 +37,10 @@ class RealRun:
     stderr: str
 
 
-def kg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def kg(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """`kernelgraph ARGS` in a process of its own, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "kernelgraph", *args], env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from eventstore.log import EventLog
+from tests.realrun import kg  # noqa: F401  (the tests that share this module call it from here)
 
 TASK = Path(__file__).parents[1] / "evaltasks" / "rmsnorm_small.py"
 SEARCH = ["--policy", "parallel", "--param", "trajectories=2", "--iterations", "1",
@@ -22,11 +23,6 @@ NODES = 2
 def environment(tmp: Path) -> dict[str, str]:
     return {**os.environ, "KG_WORKSPACE": str(tmp / "work"), "KG_KNOWLEDGE_PATH": str(tmp / "knowledge"),
             "KG_BUS_ACK_WAIT_S": "5", "KG_AUDIT_INTERVAL_S": "20"}
-
-
-def kg(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelgraph", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def run_until(args: list[str], env: dict[str, str], marker: str, timeout: float = 600) -> str:
