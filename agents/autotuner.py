@@ -25,6 +25,7 @@ ids derive from this command's, so a restarted sweep does not measure anything t
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import AsyncIterator
@@ -147,6 +148,15 @@ def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
     return None, ""
 
 
+def bar(default: api.PricedConfig, below_s: float | None = None) -> float | None:
+    """The price a configuration must come in under to be tested: `MIN_TUNED_GAIN` under the
+    default's, and under `below_s` (the parent to beat) when given; None: no bar."""
+    bars = [b for b in (None if default.latency_s is None
+                        else default.latency_s * (1.0 - MIN_TUNED_GAIN), below_s)
+            if b is not None]
+    return min(bars) if bars else None
+
+
 def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
                   keep: int = TESTED_AFTER_PRICING, below_s: float | None = None,
                   ) -> tuple[list[dict[str, Any]], list[Json]]:
@@ -163,6 +173,9 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
     for p in priced:
         if any(p is c for c in chosen):
             fate = "to test (fastest first, until one passes)"
+        elif p.floor_s is not None:
+            fate = (f"not tested: its kernels alone are priced at {p.floor_s:.3g} s, no faster "
+                    f"than the price to beat ({bar(default, below_s) or 0.0:.3g} s); not compiled")
         elif p.latency_s is None:
             fate = f"not priced: {p.problem}"
         elif default.latency_s is not None and p.latency_s >= default.latency_s:
@@ -175,7 +188,8 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
         else:
             fate = f"not tested: {keep} others priced faster"
         rows.append({"config": p.config, "estimate_s": p.latency_s,
-                     "estimate_speedup": p.speedup, "fate": fate})
+                     "estimate_speedup": p.speedup, "fate": fate,
+                     **({"kernels_floor_s": p.floor_s} if p.floor_s is not None else {})})
     return [p.config for p in chosen], rows
 
 
@@ -261,8 +275,8 @@ class AutotunerAgent(Agent[TuneKernel]):
         if base is None:
             base, *rest = await self.priced(ctx, [default, *planned])
             source = "lowered in this sweep"
-        else:
-            rest = await self.priced(ctx, planned)
+        else:  # a configuration whose kernels alone miss the bar is not compiled
+            rest = await self.priced(ctx, planned, bar(base, ctx.cmd.beat_latency_s))
         again, skipped = same_programs(default, planned, base.program_sha256,
                                        [f.program_sha256 for f in rest])
         fresh = [f for i, f in enumerate(rest) if i not in again]
@@ -283,9 +297,10 @@ class AutotunerAgent(Agent[TuneKernel]):
         again, skipped = same_programs(default, planned, keys[0], list(keys[1:]))
         return [c for i, c in enumerate(planned) if i not in again], skipped
 
-    async def priced(self, ctx: AgentContext[TuneKernel],
-                     configs: list[dict[str, Any]]) -> list[api.PricedConfig]:
-        return await self.lowered(ctx, api.price_configs, configs)
+    async def priced(self, ctx: AgentContext[TuneKernel], configs: list[dict[str, Any]],
+                     bar_s: float | None = None) -> list[api.PricedConfig]:
+        return await self.lowered(ctx, functools.partial(api.price_configs, bar_s=bar_s),
+                                  configs)
 
     async def lowered(self, ctx: AgentContext[TuneKernel], tool: Any,
                       configs: list[dict[str, Any]]) -> list[Any]:

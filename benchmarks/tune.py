@@ -12,7 +12,16 @@
   seconds of this process and its children, wall seconds, and whether every price and
   program agrees. The task's baseline is priced once beforehand, so neither pays for it.
 
+- `floor` (`--floor`): the autotuner's pricing of every other configuration of
+  kernels/matmul.py on tasks/matmul.py, each time on an empty TPU compile cache: priced whole
+  (every configuration compiled for the chip), and with the bar a tuner sweep sets (1% under
+  the default's price), where a configuration whose kernels alone miss it is not compiled.
+  CPU and wall seconds of each, the programs compiled, the configurations floored, and
+  whether both pick the same configurations to test (`agents.autotuner.worth_testing`).
+  `--floor-task` and `--floor-kernel` name another pair (a kernel the search wrote, say).
+
 Usage: python benchmarks/tune.py [--json] [--configs 8] [--workers 2] [--skip-tune] [--pricing]
+       [--floor [--floor-task T --floor-kernel K]]
 """
 
 from __future__ import annotations
@@ -110,6 +119,39 @@ def pricing_figure() -> dict[str, object]:
     return figures
 
 
+def floor_figure(task: str, kernel: str) -> dict[str, object]:
+    import tempfile
+
+    from agents.autotuner import bar, worth_testing
+    from tools.api import candidate_configs
+    from tools.lowered import tpu_compiler
+    from tools.performance.autotune import price_config, price_configs
+
+    default, *others = candidate_configs(kernel)
+    figures: dict[str, object] = {"floor_task": task, "floor_kernel": kernel,
+                                  "floor_configs": len(others)}
+    chosen = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        os.environ[tpu_compiler.CACHE_ENV] = str(Path(scratch) / "default")
+        base = price_config(task, kernel, default, "sim-tpu-v6e")  # and the baseline, once
+        bar_s = bar(base)
+        for name, limit in (("whole", None), ("floored", bar_s)):
+            folder = Path(scratch) / name
+            os.environ[tpu_compiler.CACHE_ENV] = str(folder)
+            tpu_compiler.CACHE = tpu_compiler._Cache()  # nothing compiled before counts
+            cpu, wall = _cpu_s(), time.perf_counter()
+            rows = price_configs(task, kernel, others, "sim-tpu-v6e", bar_s=limit)
+            figures[f"floor_{name}_cpu_s"] = round(_cpu_s() - cpu, 2)
+            figures[f"floor_{name}_wall_s"] = round(time.perf_counter() - wall, 2)
+            figures[f"floor_{name}_compiled"] = len(list(folder.glob("*.json")))
+            chosen[name] = worth_testing(base, rows)[0]
+            if limit is not None:
+                figures["floor_not_compiled"] = sum(1 for r in rows if r.floor_s is not None)
+    figures["floor_same_chosen"] = chosen["whole"] == chosen["floored"]
+    figures["floor_chosen"] = chosen["floored"]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,6 +160,10 @@ def main() -> None:
     parser.add_argument("--skip-tune", action="store_true", help="only the cost-model figure")
     parser.add_argument("--pricing", action="store_true",
                         help="also the autotuner's pricing, one at a time against batched")
+    parser.add_argument("--floor", action="store_true",
+                        help="also the autotuner's pricing with and without its kernels' floor")
+    parser.add_argument("--floor-task", default=str(ROOT / "tasks" / "matmul.py"))
+    parser.add_argument("--floor-kernel", default=str(ROOT / "kernels" / "matmul.py"))
     opts = parser.parse_args()
     figures: dict[str, object] = {"measured_on": "this machine (figures of the simulator itself)",
                                   "cpus": os.cpu_count(), "python": platform.python_version()}
@@ -126,6 +172,8 @@ def main() -> None:
         figures.update(tune_figure(opts.configs, opts.workers))
     if opts.pricing:
         figures.update(pricing_figure())
+    if opts.floor:
+        figures.update(floor_figure(opts.floor_task, opts.floor_kernel))
     if opts.json:
         print(json.dumps(figures))
     else:

@@ -117,3 +117,32 @@ def test_a_batch_serves_lowering_requests_only(tmp_path: Path) -> None:
     assert not answer.groups
     assert wire.is_batch(wire.encode(wire.EvalBatch((running,))))
     assert not wire.is_batch(wire.encode(running))
+
+
+@pytest.mark.timeout(600)
+def test_a_configuration_whose_kernels_alone_miss_the_bar_is_not_compiled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor is the kernels' price without the ops around them: never above the whole
+    price. With the bar between two configurations' prices, the slower one gets only its
+    floor and its program never reaches the TPU compiler; the faster one is priced whole,
+    as without a bar."""
+    from tools.lowered import tpu_compiler
+
+    monkeypatch.setenv(tpu_compiler.CACHE_ENV, str(tmp_path / "tpu-compile"))
+    monkeypatch.setattr(tpu_compiler, "CACHE", tpu_compiler._Cache())  # this test's compiles
+    configs = [{"block_rows": 64}, {"block_rows": 32}]
+    whole = price_configs(TASK, CLAMPED, configs, TARGET)
+    fast, slow = sorted(whole, key=lambda row: row.latency_s or 0.0)
+    assert fast.latency_s and slow.latency_s and fast.latency_s < slow.latency_s
+    monkeypatch.setenv(tpu_compiler.CACHE_ENV, str(tmp_path / "fresh"))
+    monkeypatch.setattr(tpu_compiler, "CACHE", tpu_compiler._Cache())
+    bar_s = (fast.latency_s + slow.latency_s) / 2
+    barred = {str(row.config): row for row in price_configs(TASK, CLAMPED, configs, TARGET,
+                                                             bar_s=bar_s)}
+    kept, floored = barred[str(fast.config)], barred[str(slow.config)]
+    assert (kept.program_sha256, kept.latency_s, kept.floor_s) == (fast.program_sha256,
+                                                                   fast.latency_s, None)
+    assert floored.latency_s is None and floored.program_sha256 == slow.program_sha256
+    assert floored.floor_s is not None and bar_s <= floored.floor_s <= slow.latency_s
+    compiled = {path.name.split("-")[0] for path in (tmp_path / "fresh").iterdir()}
+    assert fast.program_sha256 in compiled and slow.program_sha256 not in compiled

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.apilookup import describe, lookup
-from agents.autotuner import narrow, worth_testing
+from agents.autotuner import bar, narrow, worth_testing
 from agents.executor import unboxed
 from agents.llm.base import PLAN_SECTIONS, UnknownProvider, provider_class
 from agents.llm.parsing import MalformedAnswer, check_plan, extract_code, fix_summary, next_levers
@@ -183,6 +183,15 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
     unpriced_default = PricedConfig({"block": 256}, None, problem="did not lower")
     assert worth_testing(unpriced_default, others, keep=5)[0] == [
         {"block": 512}, {"block": 64}, {"block": 32}, {"block": 16}, {"block": 128}]
+    # kernels alone priced over the bar: never tested, and the table says it was not compiled
+    floored = PricedConfig({"block": 8}, "p8", floor_s=3.5)
+    chosen, rows = worth_testing(default, [*others, floored], keep=2, below_s=3.2)
+    assert chosen == [{"block": 512}, {"block": 64}]
+    (row,) = [r for r in rows if r["config"] == {"block": 8}]
+    assert row["fate"] == ("not tested: its kernels alone are priced at 3.5 s, no faster than "
+                           "the price to beat (3.2 s); not compiled")
+    assert row["kernels_floor_s"] == 3.5 and row["estimate_s"] is None
+    assert bar(default) == 4.0 * 0.99 and bar(default, 3.2) == 3.2 and bar(unpriced_default) is None
 
 
 def test_a_price_failure_reaches_the_planner_with_the_plan_it_judged() -> None:

@@ -148,6 +148,7 @@ def test_a_default_priced_by_its_compile_check_is_not_lowered_again(tmp_path: Pa
                        for c in (128, 256)]
     (row,) = rows  # 32 rows: twice the steps of the default, priced slower, not tested
     assert row["config"] == {"block_rows": 32} and row["fate"].startswith("not tested")
+    assert row["fate"].endswith("not compiled") and row["kernels_floor_s"] >= price["estimate_s"]
     assert chosen == []
 
 

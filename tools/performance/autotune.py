@@ -90,6 +90,9 @@ class PricedConfig(msgspec.Struct, frozen=True):
     latency_s: float | None = None
     speedup: float | None = None
     problem: str = ""
+    # Not priced whole: its kernels alone were priced at this, at or above the bar it had to
+    # beat (`price_configs`' bar_s), so it was not compiled for the chip.
+    floor_s: float | None = None
 
 
 def price_config(task_path: str, candidate_path: str, config: dict[str, Any],
@@ -110,16 +113,21 @@ def price_config(task_path: str, candidate_path: str, config: dict[str, Any],
 
 
 def price_configs(task_path: str, candidate_path: str, configs: list[dict[str, Any]],
-                  target: str) -> list[PricedConfig]:
+                  target: str, *, bar_s: float | None = None) -> list[PricedConfig]:
     """:func:`price_config` for several configurations of one candidate, from one sandboxed
-    worker and one runner (`estimate_many`): the same prices, one interpreter start-up each
-    side instead of one per configuration."""
-    from tools.performance.estimate import estimate_many
+    worker, one runner and one compile child (`estimate_many`): the same prices, one
+    interpreter start-up each instead of one per configuration. ``bar_s``: the price to beat;
+    a configuration whose kernels alone cost at least that gets only its `floor_s`, and is
+    not compiled."""
+    from tools.performance.estimate import KernelsFloor, estimate_many
 
     rows = []
     for config, found in zip(configs, estimate_many(task_path, candidate_path, configs,
-                                                    target=target), strict=True):
-        if isinstance(found, Exception):
+                                                    target=target, bar_s=bar_s), strict=True):
+        if isinstance(found, KernelsFloor):
+            rows.append(PricedConfig(dict(config), found.program_sha256,
+                                     floor_s=found.kernels_s))
+        elif isinstance(found, Exception):
             rows.append(PricedConfig(dict(config), None,
                                      problem=str(found).splitlines()[0][:300]))
         else:

@@ -311,18 +311,63 @@ def estimate(task_path: str | Path, candidate_path: str | Path, *,
                    abstract, concrete, beside_xla_tpu, started)
 
 
+class KernelsFloor(msgspec.Struct, frozen=True):
+    """A configuration whose kernels alone are priced at or above the bar it had to beat:
+    the ops around them only add time, so its whole price cannot beat the bar either, and it
+    was not compiled for the chip (:func:`estimate_many` with ``bar_s``)."""
+
+    config: dict[str, Any]
+    program_sha256: str
+    kernels_s: float
+
+
+def kernels_floor_s(text: str, chip: Any, inputs: Sequence[Any]) -> float | None:
+    """The cost model's price of a lowered program's kernels alone: a floor under its whole
+    price, which adds the ops around them. None where a kernel is not soundly priced, or
+    there is none: no floor then."""
+    from tools.lowered.mosaic import parse_lowered
+    from tools.performance.roofline import estimate_program
+
+    program = estimate_program(parse_lowered(text), chip, inputs, (0.0, 0))
+    if not program.kernels or any(k.unsound for k in program.kernels):
+        return None
+    return program.latency_s
+
+
 def estimate_many(task_path: str | Path, candidate_path: str | Path,
                   configs: Sequence[dict[str, Any]], *, target: str = "sim-tpu-v6e",
-                  shape_index: int = 0) -> list[Estimate | KernelgraphError | ValueError]:
+                  shape_index: int = 0, bar_s: float | None = None,
+                  ) -> list[Estimate | KernelsFloor | KernelgraphError | ValueError]:
     """:func:`estimate` (without the detail beside) for several configurations of one
-    candidate, lowered by one worker and one runner; each configuration gets its estimate
-    or the error that refused it, in order."""
+    candidate, lowered by one worker and one runner and compiled for the chip by one
+    compile child; each configuration gets its estimate or the error that refused it, in
+    order. ``bar_s``: a configuration whose kernels alone are priced at or above it gets its
+    :class:`KernelsFloor` instead, and is not compiled (most of a sweep's cost where the
+    compiler is slow: seconds to a minute per configuration)."""
+    import hashlib
+
+    from tools.lowered import tpu_compiler
+    from tools.performance.chips import get_chip
+
     chip_name = _sim_chip(target)
+    chip = get_chip(chip_name)
     task = load_task_quickly(task_path)
     abstract, concrete = task_arguments(task, shape_index)
     started = time.perf_counter()
-    out: list[Estimate | KernelgraphError | ValueError] = []
+    lowered: list[tuple[dict[str, Any], str | KernelsFloor | KernelgraphError | ValueError]] = []
     for full_config, text in lower_configs(task, candidate_path, configs, chip_name, shape_index):
+        floor = None
+        if bar_s is not None and isinstance(text, str):
+            try:
+                floor = kernels_floor_s(text, chip, concrete)
+            except (KernelgraphError, ValueError):  # its whole pricing below says why
+                floor = None
+        if floor is not None and bar_s is not None and floor >= bar_s:
+            text = KernelsFloor(full_config, hashlib.sha256(text.encode()).hexdigest(), floor)
+        lowered.append((full_config, text))
+    tpu_compiler.Compiled([t for _, t in lowered if isinstance(t, str)], chip_name)  # cached
+    out: list[Estimate | KernelsFloor | KernelgraphError | ValueError] = []
+    for full_config, text in lowered:
         if not isinstance(text, str):
             out.append(text)
             continue
@@ -437,4 +482,5 @@ def _sides(text: str, lowered: Any, program: Any, chip: Any, inputs: Sequence[An
     return program_sides(lowered, program, chip, compiled, inputs)
 
 
-__all__ = ["NOTE", "Estimate", "EstimateError", "KernelBreakdown", "estimate", "task_arguments"]
+__all__ = ["NOTE", "Estimate", "EstimateError", "KernelBreakdown", "KernelsFloor", "estimate",
+           "estimate_many", "kernels_floor_s", "task_arguments"]
