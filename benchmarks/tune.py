@@ -16,8 +16,9 @@
   kernels/matmul.py on tasks/matmul.py, each time on an empty TPU compile cache: priced whole
   (every configuration compiled for the chip), and with the bar a tuner sweep sets (1% under
   the default's price), where a configuration whose kernels alone miss it is not compiled.
-  CPU and wall seconds of each, the programs compiled, the configurations floored, and
-  whether both pick the same configurations to test (`agents.autotuner.worth_testing`).
+  CPU and wall seconds of each, the programs compiled, the configurations floored, whether
+  each floor is at most that configuration's whole price, and whether both pick the same
+  configurations to test (`agents.autotuner.worth_testing`).
   `--floor-task` and `--floor-kernel` name another pair (a kernel the search wrote, say).
 
 Usage: python benchmarks/tune.py [--json] [--configs 8] [--workers 2] [--skip-tune] [--pricing]
@@ -130,7 +131,7 @@ def floor_figure(task: str, kernel: str) -> dict[str, object]:
     default, *others = candidate_configs(kernel)
     figures: dict[str, object] = {"floor_task": task, "floor_kernel": kernel,
                                   "floor_configs": len(others)}
-    chosen = {}
+    chosen, priced = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         os.environ[tpu_compiler.CACHE_ENV] = str(Path(scratch) / "default")
         base = price_config(task, kernel, default, "sim-tpu-v6e")  # and the baseline, once
@@ -144,10 +145,14 @@ def floor_figure(task: str, kernel: str) -> dict[str, object]:
             figures[f"floor_{name}_cpu_s"] = round(_cpu_s() - cpu, 2)
             figures[f"floor_{name}_wall_s"] = round(time.perf_counter() - wall, 2)
             figures[f"floor_{name}_compiled"] = len(list(folder.glob("*.json")))
-            chosen[name] = worth_testing(base, rows)[0]
+            chosen[name], priced[name] = worth_testing(base, rows)[0], rows
             if limit is not None:
                 figures["floor_not_compiled"] = sum(1 for r in rows if r.floor_s is not None)
     figures["floor_same_chosen"] = chosen["whole"] == chosen["floored"]
+    # a floor is never above the configuration's whole price
+    figures["floor_sound"] = all(
+        f.floor_s <= (w.latency_s or float("inf"))
+        for w, f in zip(priced["whole"], priced["floored"], strict=True) if f.floor_s is not None)
     figures["floor_chosen"] = chosen["floored"]
     return figures
 
