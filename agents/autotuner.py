@@ -253,6 +253,7 @@ class AutotunerAgent(Agent[TuneKernel]):
         yield self.event(
             TuningSwept, cmd, code_sha256=cmd.code_sha256, configs_tried=len(measured),
             configs_skipped=len(skipped), configs_priced=len(priced),
+            configs_floored=sum(1 for row in priced if "kernels_floor_s" in row),
             best_config=dict(best.config) if best else {},
             best_latency_s=best.latency_s if best else None,
             measured_on=(best.measured_on if best and best.measured_on else "simulated"),

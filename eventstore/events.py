@@ -251,6 +251,10 @@ class TuningSwept(_IterationEvent, frozen=True, kw_only=True, tag="TuningSwept")
     (`configs_skipped`); only the fastest priced were tested (`configs_tried`). The default's
     price, the test run's or the compile check's where known, else lowered in the sweep too,
     is never counted (the tuning table says where it came from)."""
+    configs_floored: int = 0
+    """Of `configs_priced`, those whose kernels alone were priced at or above the price to
+    beat: whatever the ops around them cost they cannot win, so they were not compiled for
+    the chip (the tuning table gives each one's floor)."""
     best_config: Json = {}
     best_latency_s: float | None = None
     measured_on: MeasuredOn = "simulated"

@@ -224,7 +224,8 @@ class Progress:
             return f"{it} tests {verdict}" + (f", speedup {e.speedup:.2f}x ({e.measured_on})"
                                               if e.passed and e.speedup else "")
         if kind == "TuningSwept":
-            priced = f"{e.configs_priced} priced, " if e.configs_priced else ""
+            floored = f" ({e.configs_floored} not compiled)" if e.configs_floored else ""
+            priced = f"{e.configs_priced} priced{floored}, " if e.configs_priced else ""
             return f"{it} autotune: {priced}{e.configs_tried} tested, best {e.best_config}" + (
                 f" at {e.best_speedup:.2f}x" if e.best_speedup else "")
         if kind == "ProfileCaptured":

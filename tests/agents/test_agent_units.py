@@ -234,3 +234,21 @@ def test_a_configuration_priced_at_its_parents_latency_does_not_beat_it() -> Non
     beat_s = judged.latency_to_beat(checked, parent_speedup, 0.0)
     assert beat_s is not None and not parent_latency_s < beat_s
     assert parent_latency_s * 0.999 < beat_s  # one priced 0.1% faster still beats it
+
+
+def test_the_autotune_progress_line_says_how_many_priced_were_not_compiled() -> None:
+    from eventstore.codec import decode_event, encode_event
+    from eventstore.events import TuningSwept
+    from kernelgraph.cli.runcmds import Progress
+
+    def swept(**counts: int) -> TuningSwept:
+        return TuningSwept(event_id="e", run_id="r", ts=0.0, producer="autotuner@1", iteration=1,
+                           code_sha256="c" * 64, configs_tried=0, **counts)
+
+    line = Progress().describe(swept(configs_priced=3, configs_floored=2))
+    assert line is not None and "autotune: 3 priced (2 not compiled), 0 tested" in line
+    line = Progress().describe(swept(configs_priced=3))
+    assert line is not None and "autotune: 3 priced, 0 tested" in line
+    # a log written before the count decodes with none floored
+    old = encode_event(swept(configs_priced=3)).replace(b',"configs_floored":0', b"")
+    assert b"configs_floored" not in old and decode_event(old).configs_floored == 0
