@@ -22,7 +22,7 @@
   tested twice; overall: tasks whose best is >= 1.10x their first (goal: half), distinct
   kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
   core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
-  priced and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
+  priced, priced from their kernels alone and so not compiled, and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
   Per shipped task also its `roofline_ceiling`: the run's baseline over the least time any
   kernel could take in the model (the task's flops, or its reference's dots padded to the
   MXU as no layout avoids, at the bf16 MXU peak, or its input and output bytes at full HBM
@@ -234,6 +234,7 @@ def climb_figures(db: Path, wall: float | None, command: str) -> dict[str, Any]:
                 "autotune": {"sweeps": len(sweeps),
                              "wall_s": round(sum(e.wall_s for e in sweeps), 1),
                              "configs_priced": sum(e.configs_priced for e in sweeps),
+                             "configs_not_compiled": sum(e.configs_floored for e in sweeps),
                              "configs_tested": sum(e.configs_tried for e in sweeps)}}
     if wall is None:
         wall = max(last_ts - first_ts, 0.0)
