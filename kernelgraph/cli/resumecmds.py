@@ -11,7 +11,8 @@ import typer
 
 from kernelgraph.cli.app import WeakSandboxOpt, app, emit_json, err_console, fail, sandbox_gate
 from kernelgraph.cli.buscmds import NatsOpt
-from kernelgraph.cli.runcmds import JsonOpt, Progress, _print_summary, _summary, _write_winner
+from kernelgraph.cli.progress import Progress
+from kernelgraph.cli.runcmds import JsonOpt, _print_summary, _summary, _write_winner
 
 
 @app.command(rich_help_panel="Search")

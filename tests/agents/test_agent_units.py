@@ -239,7 +239,7 @@ def test_a_configuration_priced_at_its_parents_latency_does_not_beat_it() -> Non
 def test_the_autotune_progress_line_says_how_many_priced_were_not_compiled() -> None:
     from eventstore.codec import decode_event, encode_event
     from eventstore.events import TuningSwept
-    from kernelgraph.cli.runcmds import Progress
+    from kernelgraph.cli.progress import Progress
 
     def swept(**counts: int) -> TuningSwept:
         return TuningSwept(event_id="e", run_id="r", ts=0.0, producer="autotuner@1", iteration=1,

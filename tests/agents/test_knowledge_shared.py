@@ -224,7 +224,7 @@ def test_a_run_without_its_store_completes_and_its_log_says_what_was_lost(
 
 
 def test_the_progress_line_names_what_was_lost_and_why() -> None:
-    from kernelgraph.cli.runcmds import Progress
+    from kernelgraph.cli.progress import Progress
 
     def event(**payload: object) -> KnowledgeUnavailable:
         return KnowledgeUnavailable(event_id="e", run_id="r", ts=0.0, producer="test@1",

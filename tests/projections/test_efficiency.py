@@ -16,7 +16,7 @@ from eventstore.events import (
     new_event_id,
 )
 from kernelgraph.bench import summarise
-from kernelgraph.cli.runcmds import Progress, lever_line
+from kernelgraph.cli.progress import Progress, lever_line
 from projections.metrics import Metrics
 from projections.replay import LogView
 
