@@ -166,16 +166,15 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
     ranked = sorted((p for p in priced if p.latency_s is not None),
                     key=lambda p: p.latency_s or 0.0)
     bar_s = None if default.latency_s is None else default.latency_s * (1.0 - MIN_TUNED_GAIN)
-    chosen = [p for p in ranked
-              if (bar_s is None or (p.latency_s or 0.0) < bar_s)
-              and (below_s is None or (p.latency_s or 0.0) < below_s)][:keep]
+    limit = bar(default, below_s)
+    chosen = [p for p in ranked if limit is None or (p.latency_s or 0.0) < limit][:keep]
     rows: list[Json] = []
     for p in priced:
         if any(p is c for c in chosen):
             fate = "to test (fastest first, until one passes)"
         elif p.floor_s is not None:
             fate = (f"not tested: its kernels alone are priced at {p.floor_s:.3g} s, no faster "
-                    f"than the price to beat ({bar(default, below_s) or 0.0:.3g} s); not compiled")
+                    f"than the price to beat ({limit or 0.0:.3g} s); not compiled")
         elif p.latency_s is None:
             fate = f"not priced: {p.problem}"
         elif default.latency_s is not None and p.latency_s >= default.latency_s:

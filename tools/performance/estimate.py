@@ -344,8 +344,6 @@ def estimate_many(task_path: str | Path, candidate_path: str | Path,
     order. ``bar_s``: a configuration whose kernels alone are priced at or above it gets its
     :class:`KernelsFloor` instead, and is not compiled (most of a sweep's cost where the
     compiler is slow: seconds to a minute per configuration)."""
-    import hashlib
-
     from tools.lowered import tpu_compiler
     from tools.performance.chips import get_chip
 
@@ -363,7 +361,7 @@ def estimate_many(task_path: str | Path, candidate_path: str | Path,
             except (KernelgraphError, ValueError):  # its whole pricing below says why
                 floor = None
         if floor is not None and bar_s is not None and floor >= bar_s:
-            text = KernelsFloor(full_config, hashlib.sha256(text.encode()).hexdigest(), floor)
+            text = KernelsFloor(full_config, tpu_compiler.program_sha256(text), floor)
         lowered.append((full_config, text))
     tpu_compiler.Compiled([t for _, t in lowered if isinstance(t, str)], chip_name)  # cached
     out: list[Estimate | KernelsFloor | KernelgraphError | ValueError] = []
