@@ -24,6 +24,8 @@ from typing import Any
 # the project's, not them.
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from kernelgraph.cli.progress import first_line  # noqa: E402  (after the path is set)
+
 
 def per_run(db: Path) -> dict[str, dict[str, Any]]:
     """Every run of the log, by run id."""
@@ -53,14 +55,9 @@ def per_run(db: Path) -> dict[str, dict[str, Any]]:
                 "kernel_class": spec.get("kernel_class"),
                 "verdict": verified.verdict if verified else "no kernel",
                 f"speedup_{measured}": round(speedup, 4) if speedup else None,
-                "reason": _first_line(reason),
+                "reason": first_line(reason, 300),
             }
     return runs
-
-
-def _first_line(text: str, width: int = 300) -> str:
-    lines = text.strip().splitlines()
-    return lines[0][:width] if lines else ""
 
 
 def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> dict[str, Any]:
@@ -72,8 +69,8 @@ def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> d
                                                       "verdict": "no kernel"}))
         row.pop("task", None)
         if not run.get("verified"):
-            row["reason"] = _first_line(run.get("reason") or row.get("reason")
-                                        or run.get("status", ""))
+            row["reason"] = first_line(run.get("reason") or row.get("reason")
+                                       or run.get("status", ""), 300)
         tasks[run["task"]] = row
     if bench is None:
         for row in runs.values():

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from kernelgraph.cli.app import WeakSandboxOpt, app, emit_json, err_console, fail, sandbox_gate
 from kernelgraph.cli.buscmds import DEFAULT_DB, NatsOpt
+from kernelgraph.cli.progress import first_line
 from kernelgraph.cli.runcmds import (
     FixOpt,
     IterOpt,
@@ -125,7 +126,7 @@ def bench(
         if quiet:
             return
         result = f"{outcome.speedup:.2f}x verified" if outcome.verified and outcome.speedup else (
-            outcome.reason.strip().splitlines()[0][:1000] if outcome.reason.strip() else outcome.status)
+            first_line(outcome.reason) or outcome.status)
         err_console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] \\[{done}/{total}] "
                           f"{outcome.task} / {outcome.policy} (seed {outcome.seed}): {escape(result)}",
                           highlight=False, soft_wrap=True)

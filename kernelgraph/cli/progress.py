@@ -72,7 +72,7 @@ class Progress:
             if self.held is not None:
                 self.print(self.held[0])
             self.told = reason
-            self.print(f"run {status}" + (f": {_first_line(reason)}" if reason else ""))
+            self.print(f"run {status}" + (f": {first_line(reason)}" if reason else ""))
 
     def describe(self, e: Any) -> str | None:
         kind = e.type_name
@@ -138,13 +138,13 @@ class Progress:
                     else f"{e.lost} lesson(s) not kept")
             return f"[yellow]knowledge store unavailable:[/] {what}: {e.reason[:200]}"
         if kind == "AgentFailed":
-            return f"[red]{e.agent} gave up on {e.command_type}:[/] {_first_line(e.error)}"
+            return f"[red]{e.agent} gave up on {e.command_type}:[/] {first_line(e.error)}"
         if kind == "RunFinished":
-            return f"run {e.status}" + (f": {_first_line(e.reason)}" if e.reason else "")
+            return f"run {e.status}" + (f": {first_line(e.reason)}" if e.reason else "")
         return None
 
 
-def _first_line(text: str, width: int = 1000) -> str:
+def first_line(text: str, width: int = 1000) -> str:
     """A reason's first line, whole up to `width`: a refusal's estimate and the `--scale`
     that fits come at its end."""
     return text.strip().splitlines()[0][:width] if text.strip() else ""
@@ -154,4 +154,4 @@ def _core(error: str) -> str:
     """An agent's error without its wrapper, as an orchestrator quotes it in its reason."""
     from bus.service import PermanentError
 
-    return _first_line(error.removeprefix(f"{PermanentError.__module__}.PermanentError: "), 200)
+    return first_line(error.removeprefix(f"{PermanentError.__module__}.PermanentError: "), 200)
