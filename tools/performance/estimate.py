@@ -14,6 +14,7 @@ figure is an unverified, simulated estimate, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Sequence
@@ -356,10 +357,8 @@ def estimate_many(task_path: str | Path, candidate_path: str | Path,
     for full_config, text in lower_configs(task, candidate_path, configs, chip_name, shape_index):
         floor = None
         if bar_s is not None and isinstance(text, str):
-            try:
+            with contextlib.suppress(KernelgraphError, ValueError):  # its pricing says why
                 floor = kernels_floor_s(text, chip, concrete)
-            except (KernelgraphError, ValueError):  # its whole pricing below says why
-                floor = None
         if floor is not None and bar_s is not None and floor >= bar_s:
             text = KernelsFloor(full_config, tpu_compiler.program_sha256(text), floor)
         lowered.append((full_config, text))
