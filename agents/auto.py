@@ -38,13 +38,12 @@ from agents.commands import (
     MeasureBaseline,
     ProfileKernel,
     ProposePlan,
-    RunTests,
     StartRun,
-    TuneKernel,
     VerifyWinner,
     WriteKernel,
 )
 from agents.finalaudit import audit_problem, audit_timeout_s
+from agents.judging import JudgeSteps, Rejection, reason_of
 from agents.steps import StepOrigin, step_command
 from bus.codec import derived_event_id
 from bus.commands import Command
@@ -63,9 +62,7 @@ from eventstore.events import (
     ProfileCaptured,
     RunAudited,
     RunFinished,
-    TestsRun,
     TestSuiteFrozen,
-    TuningSwept,
     WinnerVerified,
 )
 from kernelgraph.errors import KernelgraphError
@@ -110,7 +107,7 @@ class AutoOrchestrator(Agent[StartRun]):
                 yield event
 
 
-class _AutoRun:
+class _AutoRun(JudgeSteps):
     """The steps of a run, shared by the Auto trajectory and the search (`agents.search`)."""
 
     def __init__(self, agent: Agent[Any], cmd: StartRun, history: RunHistory) -> None:
@@ -155,7 +152,7 @@ class _AutoRun:
             baseline = await self.call(self.command(MeasureBaseline, "baseline"), BaselineMeasured)
             self.baseline_s = baseline.latency_s
         except (CommandFailed, RunAborted) as exc:
-            return f"preparation failed: {_reason(exc)}"
+            return f"preparation failed: {reason_of(exc)}"
         return None
 
     async def run(self) -> AsyncIterator[Event]:
@@ -237,72 +234,27 @@ class _AutoRun:
             cited = await self.judged_before(it, code)
             if cited is not None:
                 return self.cite(state, it, plan, cited)
-            parent = judged.parent_speedup(
-                self.cmd.parent if isinstance(self.cmd, ExpandNode) else None)
-            problem = judged.price_problem(checked, parent, self.cmd.price_margin,
-                                           self.cmd.target_name)
-            if problem:
-                # The default configuration is priced too slow; its others may not be. They
-                # are priced, and only one priced under the parent's latency is tested.
-                phase = "autotune"
-                beat_s = judged.latency_to_beat(checked, parent, self.cmd.price_margin)
-                rescued = await self.call(self.command(
-                    TuneKernel, f"it{it}/tune-priced", it, code_sha256=code,
-                    budget=self.cmd.tune_budget, verdict_sha256="", beat_latency_s=beat_s,
-                    default_latency_s=checked.estimate_s,
-                    default_program_sha256=checked.program_sha256),
-                    TuningSwept) if beat_s is not None else None
-                if (rescued is None or rescued.best_latency_s is None
-                        or rescued.best_latency_s >= (beat_s or 0.0)):
-                    tried = (f"; none of its {rescued.configs_priced} other configuration(s) "
-                             "was priced or tested faster" if rescued is not None else "")
-                    finished = self.failed(state, it, "price", problem + tried, plan=plan,
-                                           code=code, compiled=True,
-                                           cites_event_id=checked.event_id,
-                                           estimate_speedup=checked.estimate_speedup)
-                    return finished, False
-                config, latency, speedup = (dict(rescued.best_config), rescued.best_latency_s,
-                                            rescued.best_speedup)
-                verdict_sha, measured_on, proof = (rescued.verdict_sha256, rescued.measured_on,
-                                                   rescued.event_id)
-            else:
-                phase = "test"
-                tests = await self.call(self.command(RunTests, f"it{it}/test", it,
-                                                     code_sha256=code), TestsRun)
-                if not tests.passed:
-                    problem = "; ".join(tests.reasons[:3]) or "wrong answer"
-                    return self.failed(state, it, "test", problem, plan=plan, code=code,
-                                       compiled=True), False
-                phase = "autotune"
-                tuned = await self.call(self.command(
-                    TuneKernel, f"it{it}/tune", it, code_sha256=code,
-                    budget=self.cmd.tune_budget, verdict_sha256=tests.verdict_sha256),
-                    TuningSwept)
-                config, latency, speedup, verdict_sha, measured_on = (
-                    dict(tests.config), tests.latency_s, tests.speedup, tests.verdict_sha256,
-                    tests.measured_on or "simulated")
-                proof = tests.event_id
-                if tuned.best_latency_s is not None and (
-                        latency is None or tuned.best_latency_s < latency):
-                    config, latency, speedup = (dict(tuned.best_config), tuned.best_latency_s,
-                                                tuned.best_speedup)
-                    verdict_sha, measured_on, proof = (tuned.verdict_sha256, tuned.measured_on,
-                                                       tuned.event_id)
+            judgment = await self.judge(it, code, checked)
+            if isinstance(judgment, Rejection):
+                return self.failed(state, it, judgment.phase, judgment.error, plan=plan,
+                                   code=code, compiled=True, **judgment.fields), False
             phase = "profile"
             profile = await self.call(self.command(
                 ProfileKernel, f"it{it}/profile", it, code_sha256=code,
-                verdict_sha256=verdict_sha or ""), ProfileCaptured)
+                verdict_sha256=judgment.verdict_sha256 or ""), ProfileCaptured)
         except CommandFailed as failed:
-            return self.failed(state, it, phase, _reason(failed), plan=plan, code=code,
+            return self.failed(state, it, phase, reason_of(failed), plan=plan, code=code,
                                compiled=compiled), False
         state.parent = {"code_sha256": code, "plan_sha256": plan.plan_sha256,
-                        "profile_sha256": profile.profile_sha256, "config": config,
-                        "speedup": speedup}
-        state.proofs[it] = proof
+                        "profile_sha256": profile.profile_sha256, "config": judgment.config,
+                        "speedup": judgment.speedup}
+        state.proofs[it] = judgment.proof_event_id
         state.summaries[it] = plan.summary
         finished = self.finished(it, valid=True, compiled=True, plan=plan, code=code,
-                                 latency_s=latency, speedup=speedup, measured_on=measured_on,
-                                 tunables=config, verdict_sha256=verdict_sha, proof_event_id=proof)
+                                 latency_s=judgment.latency_s, speedup=judgment.speedup,
+                                 measured_on=judgment.measured_on, tunables=judgment.config,
+                                 verdict_sha256=judgment.verdict_sha256,
+                                 proof_event_id=judgment.proof_event_id)
         return finished, not profile.worth_more
 
     async def compile_loop(self, it: int, code: str) -> tuple[str, str, CompileChecked]:
@@ -343,10 +295,10 @@ class _AutoRun:
 
     async def judged_before(self, it: int, code: str) -> IterationFinished | None:
         """The earlier iteration of this run that judged `code`, once a sibling judging it
-        now has ended, unless this iteration's own test was already sent (a restarted run
-        keeps the path it took)."""
-        test_id = self.command(RunTests, f"it{it}/test", it, code_sha256=code).command_id
-        if self.history.caused_by(test_id):
+        now has ended, unless this iteration's own test or priced sweep was already sent (a
+        restarted run keeps the path it took)."""
+        if any(self.history.caused_by(step_id(self.cmd, f"it{it}/{step}"))
+               for step in ("test", "tune-priced")):
             return None
         run_id, events = self.cmd.run_id, self.history.events
         owner = judged.judging_beside(events, run_id, code, node_id=self.node_id, iteration=it)
@@ -408,7 +360,7 @@ class _AutoRun:
                     code_sha256=best.code_sha256, config=dict(best.tunables)), WinnerVerified)
             except (CommandFailed, RunAborted) as exc:
                 ending = {"status": "failed",
-                          "reason": f"re-verification failed to run: {_reason(exc)}"}
+                          "reason": f"re-verification failed to run: {reason_of(exc)}"}
             else:
                 ending = {"status": "completed", "receipt_sha256": verified.receipt_sha256}
                 if verified.verdict == "pass":
@@ -436,7 +388,7 @@ class _AutoRun:
         except TimeoutError:
             return f"no audit: the auditor did not answer within {timeout:g} s"
         except (CommandFailed, RunAborted) as exc:
-            return f"no audit: {_reason(exc)}"
+            return f"no audit: {reason_of(exc)}"
         return audit_problem(audited)
 
     async def record_lessons(self, state: Trajectory) -> AsyncIterator[Event]:
@@ -482,8 +434,3 @@ class _AutoRun:
             return {}
         return decoded if isinstance(decoded, dict) else {}
 
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, CommandFailed):
-        return exc.failure.error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")[:2000]
-    return str(exc)[:2000]

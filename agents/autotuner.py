@@ -1,25 +1,27 @@
 """`autotuner`: sweeps a candidate's TUNABLES across the executors and picks the fastest.
 
-The grid is narrowed by the profile of the default configuration's test run (many short
-grid steps: only blocks at least as large, the product of the size knobs; VMEM above half
-the budget: only blocks at most as large; both at once: the whole grid; flags, knobs of 0
-and 1, are never narrowed). The
-default itself is left out: the test run already measured it on the same suite, and the
-orchestrator keeps whichever of the two is faster. The budget caps the
-other configurations, in the grid's order; of those, one whose lowered program (hashed) is
-the default's or an earlier one's is skipped (`TuningSwept.configs_skipped`): the same program
-has the same price. The lowerings go in `LOWERINGS_AT_ONCE` batches, each one sandboxed
-worker and one runner however many configurations it holds (`wire.EvalBatch`). On simulated
-targets that lowering also prices each configuration (`api.price_configs`, the cost model
-the verdict uses), and only the `TESTED_AFTER_PRICING` priced fastest, and faster than
-the default by `MIN_TUNED_GAIN`, are tested, one at a time until one passes: the rest cannot
-win the sweep, and a test run costs many lowerings' worth of interpret mode
-(`configs_priced`, with each one's fate in the tuning table). The default is not lowered again where the iteration
-already priced it (`known_default`: the test run's verdict, or the compile check the
-command passes on when the default was priced too slow to test): its price and program
-hash are the bar and the first program seen. Each configuration tested is one
-`MeasureConfig` command, so every executor process on the bus takes part; the commands'
-ids derive from this command's, so a restarted sweep does not measure anything twice.
+The grid is narrowed by the profile of the default configuration's verdict: its test run's
+or, where the sweep runs before any test (simulated targets, `agents.judging`), its compile
+check's (many short grid steps: only blocks at least as large, the product of the size
+knobs; VMEM above half the budget: only blocks at most as large; both at once: the whole
+grid; flags, knobs of 0 and 1, are never narrowed). The default itself is left out: the
+test run measured it, or the compile check priced it, and the orchestrator keeps whichever
+of the two is faster, testing the default only when no other configuration passed. The
+budget caps the other configurations, in the grid's order; of those, one whose lowered
+program (hashed) is the default's or an earlier one's is skipped
+(`TuningSwept.configs_skipped`): the same program has the same price. The lowerings go in
+`LOWERINGS_AT_ONCE` batches, each one sandboxed worker and one runner however many
+configurations it holds (`wire.EvalBatch`). On simulated targets that lowering also prices
+each configuration (`api.price_configs`, the cost model the verdict uses), and only the
+`TESTED_AFTER_PRICING` priced fastest, and faster than the default by `MIN_TUNED_GAIN`, are
+tested, one at a time until one passes: the rest cannot win the sweep, and a test run costs
+many lowerings' worth of interpret mode (`configs_priced`, with each one's fate in the
+tuning table). The default is not lowered again where the iteration already priced it
+(`known_default`: the verdict above, or the compile check's price the command passes on):
+its price and program hash are the bar and the first program seen. Each configuration
+tested is one `MeasureConfig` command, so every executor process on the bus takes part; the
+commands' ids derive from this command's, so a restarted sweep does not measure anything
+twice.
 """
 
 from __future__ import annotations
@@ -127,9 +129,9 @@ def same_programs(default: dict[str, Any], planned: list[dict[str, Any]],
 def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
                   ) -> tuple[api.PricedConfig | None, str]:
     """The default configuration's price where this iteration already has it, and where it
-    came from: the verdict record of its test run (a valid simulated measurement of this very
-    configuration, with the program it priced), else the compile check's price the command
-    carries. (None, "") when neither holds both a latency and a program hash: the sweep
+    came from: the verdict record of its test run or, for a sweep before any test, of its
+    compile check (a valid simulated measurement of this very configuration, with the program
+    it priced), else the compile check's price the command carries. (None, "") when neither holds both a latency and a program hash: the sweep
     lowers the default itself. Both are the cost model's price of the same program
     `price_config` lowers; only a program whose price depends on scalar-prefetch values is
     priced on other values: the mean over the suite's tuning-point seed cases in the verdict
@@ -141,7 +143,8 @@ def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
             and measurement.get("measured_on") == "simulated" and measurement.get("valid")
             and measurement.get("latency_s") is not None and program):
         return api.PricedConfig(dict(default), program, measurement["latency_s"],
-                                measurement.get("speedup")), "the test run's verdict"
+                                measurement.get("speedup")), (
+            "the test run's verdict" if record.get("cases") else "the compile check's verdict")
     if cmd.default_latency_s is not None and cmd.default_program_sha256:
         return api.PricedConfig(dict(default), cmd.default_program_sha256,
                                 cmd.default_latency_s), "the compile check"

@@ -172,7 +172,8 @@ class TuneKernel(_KernelCommand, frozen=True, kw_only=True, tag="TuneKernel"):
 
     budget: int | None = 8
     verdict_sha256: str | None = None
-    """The test run's verdict (default configuration): its profile narrows the grid."""
+    """The default configuration's verdict, of its test run or (a sweep before any test) of
+    its compile check: its profile narrows the grid."""
     beat_latency_s: float | None = None
     """On a simulated target, test only configurations priced below this: the latency that
     beats the node's parent, when the default configuration was priced too slow to test."""

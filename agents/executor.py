@@ -149,13 +149,15 @@ class ExecutorAgent(Agent[Any]):
             vmem = max((k.vmem_bytes for k in report.kernels), default=None) if report else None
             ok = api.compiled(verdict)
             priced = verdict.measurement if ok and verdict.measured_on == "simulated" else None
+            record = (await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
+                                         "verdict") if priced else None)
             yield self.event(CompileChecked, cmd, code_sha256=cmd.code_sha256, ok=ok,
                              attempt=cmd.attempt, diagnostics=[] if ok else diagnostics_of(verdict),
                              vmem_bytes=vmem, iteration=cmd.iteration, wall_s=wall_s,
                              estimate_s=priced.latency_s if priced else None,
                              estimate_speedup=priced.speedup if priced else None,
                              program_sha256=priced.breakdown.get("program_sha256")
-                             if priced else None)
+                             if priced else None, verdict_sha256=record)
             return
         record_sha = await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
                                         "verdict")

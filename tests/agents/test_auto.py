@@ -14,6 +14,7 @@ from eventstore.events import (
     NodeEvaluated,
     PlanProposed,
     RunFinished,
+    TestsRun,
     TuningSwept,
     WinnerVerified,
 )
@@ -85,9 +86,13 @@ def test_compile_failure_wrong_answer_and_malformed_answer_then_best_of_n_rolls_
     assert finished.status == "completed" and finished.best_node_id == node.node_id
     assert finished.measured_on == "simulated"
     tuned = [e for e in events if isinstance(e, TuningSwept)]
-    # only valid kernels are tuned, within the budget of one configuration besides the
-    # default (which the test run already measured)
-    assert [t.iteration for t in tuned] == [3, 4] and all(t.configs_tried <= 1 for t in tuned)
+    # on a simulated target every compiled kernel's other configuration is priced before any
+    # test (the wrong kernel of iteration 2 too), within the budget of one besides the default
+    # (which its compile check priced)
+    assert [t.iteration for t in tuned] == [2, 3, 4] and all(t.configs_tried <= 1 for t in tuned)
+    order = [type(e).__name__ for e in events
+             if isinstance(e, TuningSwept | TestsRun) and e.iteration == 2]
+    assert order == ["TuningSwept", "TestsRun"]
     graph = SearchGraph(run_id)
     for event in events:
         graph.apply(event)

@@ -91,19 +91,29 @@ def test_a_verdict_names_the_program_it_priced_as_the_tuners_pricing_does() -> N
     assert known.latency_s == tested.measurement.latency_s
     # another configuration's verdict is not the default's price
     assert known_default({"block_rows": 128}, record, cmd) == (None, "")
+    # a sweep before any test reads the compile check's record (no case ran) the same way
+    record = msgspec.json.decode(msgspec.json.encode(verdict_record(checked)))
+    known, source = known_default(default, record, cmd)
+    assert source == "the compile check's verdict" and known is not None
+    assert (known.program_sha256, known.latency_s) == (own.program_sha256,
+                                                      checked.measurement.latency_s)
 
 
 def test_the_default_price_comes_from_the_verdict_else_the_command_else_nowhere() -> None:
     default = {"block_rows": 64}
     measurement = {"measured_on": "simulated", "latency_s": 2e-6, "speedup": 1.5, "valid": True,
                    "breakdown": {"program_sha256": "p" * 64}}
-    record = {"config": default, "measurement": measurement}
+    record = {"config": default, "measurement": measurement, "cases": [{"id": "seed0"}]}
     bare = TuneKernel.create(run_id="r", task_sha256="0" * 64, task_file="t.py",
                              target_name=TARGET, code_sha256="0" * 64, recipe_sha256="0" * 64)
     checked = msgspec.structs.replace(bare, default_latency_s=3e-6,
                                       default_program_sha256="c" * 64)
     known, source = known_default(default, record, checked)
     assert source == "the test run's verdict" and known is not None
+    assert (known.latency_s, known.program_sha256) == (2e-6, "p" * 64)
+    # a sweep before any test gets the compile check's verdict: no case ran
+    known, source = known_default(default, {**record, "cases": []}, checked)
+    assert source == "the compile check's verdict" and known is not None
     assert (known.latency_s, known.program_sha256) == (2e-6, "p" * 64)
     known, source = known_default(default, None, checked)
     assert source == "the compile check" and known is not None
@@ -121,8 +131,9 @@ def test_compile_checked_names_its_program_and_old_logs_still_decode() -> None:
                                   estimate_s=1e-6, program_sha256="b" * 64)
     assert decode_event(encode_event(event)) == event
     old = encode_event(msgspec.structs.replace(event, program_sha256=None)).replace(
-        b',"program_sha256":null', b"")
+        b',"program_sha256":null', b"").replace(b',"verdict_sha256":null', b"")
     assert b"program_sha256" not in old and decode_event(old).program_sha256 is None
+    assert b"verdict_sha256" not in old and decode_event(old).verdict_sha256 is None
 
 
 @pytest.mark.slow
