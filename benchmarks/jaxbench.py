@@ -9,6 +9,13 @@ verdict of the winner's re-verification, its speedup over the XLA baseline (SIMU
 sim-* target, `speedup_simulated`; a real target's is `speedup_measured`), and the reason of
 any run without a verified kernel. With `--bench-json` (the bench's own `--json` output) the
 tasks the bench skipped before any run, and its wall time and summary line, come along.
+
+Where the time went, over every run: `phase_wall_s`, each phase's wall seconds summed (runs
+overlap under --jobs, so the sum exceeds the bench's wall time; a sweep's includes the
+configurations it tested), and `suite_runs`, the runs of the whole suite in interpret mode:
+default configurations tested (`TestsRun`), other configurations tested by the tuner
+(`ConfigMeasured`), winners re-verified (`WinnerVerified`), and `defaults_not_tested`, the
+valid iterations kept at a tuned configuration whose default never ran.
 """
 
 from __future__ import annotations
@@ -60,6 +67,33 @@ def per_run(db: Path) -> dict[str, dict[str, Any]]:
     return runs
 
 
+SUITE_RUNS = {"TestsRun": "defaults_tested", "ConfigMeasured": "configurations_tested",
+              "WinnerVerified": "winners_reverified"}
+
+
+def work(db: Path) -> dict[str, Any]:
+    """Each phase's wall seconds summed over the log's runs, and its runs of the suite."""
+    from eventstore.events import IterationFinished, TestsRun
+    from eventstore.log import EventLog
+
+    walls: Counter[str] = Counter()
+    runs: Counter[str] = Counter()
+    with EventLog(db, read_only=True) as log:
+        events = list(log.events())
+    tested = {(e.run_id, e.code_sha256) for e in events if isinstance(e, TestsRun)}
+    for event in events:
+        wall = getattr(event, "wall_s", None)
+        if wall:
+            walls[event.type_name] += wall
+        if event.type_name in SUITE_RUNS:
+            runs[SUITE_RUNS[event.type_name]] += 1
+        if (isinstance(event, IterationFinished) and event.valid and event.cites_event_id is None
+                and (event.run_id, event.code_sha256) not in tested):
+            runs["defaults_not_tested"] += 1
+    return {"phase_wall_s": {k: round(v, 1) for k, v in sorted(walls.items())},
+            "suite_runs": dict(runs)}
+
+
 def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> dict[str, Any]:
     """The runs by task: named as the bench named them, with its reason (said in the user's
     terms) where it gave one; without the bench's output, by the task's own name."""
@@ -92,6 +126,7 @@ def main() -> None:
         "tasks": tasks,
         "verdicts": dict(Counter(t["verdict"] for t in tasks.values())),
         "classes": dict(Counter(t["kernel_class"] or "none" for t in tasks.values())),
+        **work(args.db),
     }
     if bench is not None:
         report.update(summary=bench.get("summary"), wall_s=bench.get("wall_s"),
