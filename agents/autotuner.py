@@ -188,7 +188,7 @@ def worth_testing(default: api.PricedConfig, priced: list[api.PricedConfig],
         elif below_s is not None and p.latency_s >= below_s:
             fate = f"not tested: priced no faster than the parent to beat ({below_s:.3g} s)"
         else:
-            fate = f"not tested: {keep} others priced faster"
+            fate = f"not tested: {'one other' if keep == 1 else f'{keep} others'} priced faster"
         rows.append({"config": p.config, "estimate_s": p.latency_s,
                      "estimate_speedup": p.speedup, "fate": fate,
                      **({"kernels_floor_s": p.floor_s} if p.floor_s is not None else {})})
@@ -283,7 +283,8 @@ class AutotunerAgent(Agent[TuneKernel]):
         again, skipped = same_programs(default, planned, base.program_sha256,
                                        [f.program_sha256 for f in rest])
         fresh = [f for i, f in enumerate(rest) if i not in again]
-        chosen, rows = worth_testing(base, fresh, below_s=ctx.cmd.beat_latency_s)
+        chosen, rows = worth_testing(base, fresh, ctx.cmd.tested_at_most or TESTED_AFTER_PRICING,
+                                     below_s=ctx.cmd.beat_latency_s)
         return chosen, skipped, rows, {
             "config": default, "estimate_s": base.latency_s,
             "program_sha256": base.program_sha256, "priced_from": source,

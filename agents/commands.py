@@ -177,6 +177,11 @@ class TuneKernel(_KernelCommand, frozen=True, kw_only=True, tag="TuneKernel"):
     beat_latency_s: float | None = None
     """On a simulated target, test only configurations priced below this: the latency that
     beats the node's parent, when the default configuration was priced too slow to test."""
+    tested_at_most: int | None = None
+    """On a simulated target, test at most this many of the configurations priced fastest
+    (None: `agents.autotuner.TESTED_AFTER_PRICING`). A sweep before the default's test tests
+    one: if it fails, the default is tested next, so a kernel that is wrong in every
+    configuration runs the suite twice, not three times."""
     default_latency_s: float | None = None
     default_program_sha256: str | None = None
     """On a simulated target without a verdict, the default configuration's price and the

@@ -130,13 +130,17 @@ class JudgeSteps:
                 and bool(checked.program_sha256) and answered != [False, True])
 
     async def sweep_priced(self, it: int, code: str, checked: CompileChecked,
-                           beat_s: float | None = None, profiled: bool = True) -> TuningSwept:
+                           beat_s: float | None = None, *, before_default: bool = True,
+                           ) -> TuningSwept:
         """The sweep that runs before any test: the default's price and program come from
-        the compile check, and so does the profile that narrows the grid (`profiled`)."""
+        the compile check. `before_default`: the default is tested next if nothing passes,
+        so the compile check's profile narrows the grid and one configuration is tested (a
+        second would be a third run of the suite for a kernel wrong in every one)."""
         return await self.call(self.command(
             TuneKernel, f"it{it}/tune-priced", it, code_sha256=code, budget=self.cmd.tune_budget,
-            verdict_sha256=(checked.verdict_sha256 or "") if profiled else "",
-            beat_latency_s=beat_s, default_latency_s=checked.estimate_s,
+            verdict_sha256=(checked.verdict_sha256 or "") if before_default else "",
+            tested_at_most=1 if before_default else None, beat_latency_s=beat_s,
+            default_latency_s=checked.estimate_s,
             default_program_sha256=checked.program_sha256), TuningSwept)
 
     async def rescue(self, it: int, code: str, checked: CompileChecked, parent: float | None,
@@ -144,7 +148,7 @@ class JudgeSteps:
         """The default configuration is priced too slow; its others may not be. They are
         priced, and only one priced under the parent's latency is tested."""
         beat_s = judged.latency_to_beat(checked, parent, self.cmd.price_margin)
-        rescued = (await self.sweep_priced(it, code, checked, beat_s, profiled=False)
+        rescued = (await self.sweep_priced(it, code, checked, beat_s, before_default=False)
                    if beat_s is not None else None)
         if (rescued is None or rescued.best_latency_s is None
                 or rescued.best_latency_s >= (beat_s or 0.0)):

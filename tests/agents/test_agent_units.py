@@ -176,6 +176,11 @@ def test_the_tuner_tests_only_the_configurations_priced_fastest_and_faster_than_
     assert fates[128].startswith("not tested: priced no faster than the default")
     assert fates[1024] == "not priced: vmem"
     assert fates[32] == "not tested: 2 others priced faster"
+    # a sweep before the default's test tests one (agents.judging)
+    chosen, rows = worth_testing(default, others, keep=1)
+    assert chosen == [{"block": 512}]
+    assert {r["config"]["block"]: r["fate"] for r in rows}[64] == (
+        "not tested: one other priced faster")
     # a gain below the model's resolution is not worth a test run, even with room to test
     assert fates[16] == "not tested: priced within 1% of the default (4 s)"
     assert {"block": 16} not in worth_testing(default, others, keep=9)[0]

@@ -97,6 +97,7 @@ def test_on_a_simulated_target_a_configuration_priced_faster_that_passes_spares_
     assert isinstance(sweep, TuneKernel) and sweep.verdict_sha256 == "v" * 64  # narrowed
     assert (sweep.default_latency_s, sweep.default_program_sha256) == (2e-6, "p" * 64)
     assert sweep.beat_latency_s is None and sweep.budget == 4
+    assert sweep.tested_at_most == 1  # a failure there is followed by the default's test
 
 
 def test_when_no_other_configuration_passes_the_default_is_tested_and_not_swept_again() -> None:
@@ -135,6 +136,7 @@ def test_a_default_priced_too_slow_for_its_parent_is_rescued_only_under_the_pare
     assert run.steps == ["tune-priced"] and isinstance(judgment, Judgment)
     (_, sweep), = run.sent
     assert sweep.beat_latency_s is not None and sweep.verdict_sha256 == ""  # the whole grid
+    assert sweep.tested_at_most is None  # nothing follows it: the tuner's own number
     run = Scripted(SIM, {"tune-priced": swept(None)}, parent=parent)
     rejected = run.judge_now(checked())
     assert isinstance(rejected, Rejection) and rejected.phase == "price"
