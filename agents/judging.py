@@ -105,6 +105,8 @@ class JudgeSteps:
             tests = await self.call(self.command(RunTests, f"it{it}/test", it,
                                                  code_sha256=code), TestsRun)
             if not tests.passed:
+                if swept is not None and swept.best_latency_s is not None:
+                    return Judgment.of_sweep(swept)  # it passed, though priced no faster
                 return Rejection("test", "; ".join(tests.reasons[:3]) or "wrong answer")
             phase = "autotune"
             if swept is None:

@@ -111,6 +111,14 @@ def test_when_no_other_configuration_passes_the_default_is_tested_and_not_swept_
     rejected = run.judge_now(checked())
     assert isinstance(rejected, Rejection) and rejected.phase == "test"
     assert "wrong answer" in rejected.error and run.steps == ["tune-priced", "test"]
+    # a configuration that passed but was not priced under the default's check (its mean over
+    # the seed cases) is compared with the default, and kept when the default is wrong
+    for default, kept in ((ran_tests(latency_s=2e-6), {"block_rows": 64}),
+                          (ran_tests(passed=False), {"block_rows": 128})):
+        run = Scripted(SIM, {"tune-priced": swept(2.5e-6), "test": default})
+        judgment = run.judge_now(checked())
+        assert run.steps == ["tune-priced", "test"]
+        assert isinstance(judgment, Judgment) and judgment.config == kept
 
 
 def test_a_real_target_an_unpriced_check_and_an_old_restart_test_first() -> None:
