@@ -207,10 +207,9 @@ class CompileChecked(_IterationEvent, frozen=True, kw_only=True, tag="CompileChe
     the autotuner takes that price for the default configuration instead of lowering it
     again; None where `estimate_s` is, and in logs written before it was recorded."""
     verdict_sha256: str | None = None
-    """The compile check's verdict record where it priced the kernel: no case ran (it is no
-    pass), but its price and compile report profile the default configuration, which narrows
-    a sweep the autotuner runs before any test (`agents.judging`); None where `estimate_s`
-    is, and in logs written before it was recorded."""
+    """The compile check's verdict record (no case ran: no pass) where it priced the kernel:
+    its profile narrows a sweep run before any test (`agents.judging`); None where
+    `estimate_s` is, and in logs written before it was recorded."""
     phase: ClassVar[str | None] = "compile"
 
 
