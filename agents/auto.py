@@ -7,10 +7,11 @@ first step that has no result yet.
 
 1. Preparation: freeze the test suite, measure the XLA baseline.
 2. Iterations 1..N: plan -> implement -> compile (fix loop, at most R fixes) -> test ->
-   autotune -> profile, each profile feeding the next plan. A compile failure past R fixes,
-   a wrong answer or a failed phase short-circuits to planning with the error kept as
-   context. A profile at the roofline, or a plan that concludes no kernel will pay off,
-   ends the trajectory early.
+   autotune (on a simulated target the sweep comes first: `agents.judging`) -> profile,
+   each profile feeding the next plan. A compile failure past R fixes, a wrong answer or
+   a failed phase short-circuits to planning with the error kept as context. A profile at
+   the roofline, or a plan that concludes no kernel will pay off, ends the trajectory
+   early.
 3. Best-of-N: the trajectory rolls back to its lowest-latency valid iteration
    (`NodeEvaluated`); that kernel is re-verified from scratch (`WinnerVerified`) and the
    run ends (`RunFinished`).
