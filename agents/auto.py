@@ -49,7 +49,7 @@ from agents.steps import StepOrigin, step_command
 from bus.codec import derived_event_id
 from bus.commands import Command
 from bus.registry import register
-from bus.service import PermanentError
+from bus.service import PermanentError, unwrapped
 from eventstore.events import (
     BaselineMeasured,
     CompileChecked,
@@ -131,7 +131,7 @@ class _AutoRun(JudgeSteps):
         try:
             event = await self.history.call(command, done)
         except CommandFailed as failed:
-            error = failed.failure.error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")
+            error = unwrapped(failed.failure.error)
             if error.startswith(FATAL_ERRORS):
                 raise RunAborted(f"{failed.failure.agent}: {error}") from failed
             raise
@@ -298,8 +298,7 @@ class _AutoRun(JudgeSteps):
         """The earlier iteration of this run that judged `code`, once a sibling judging it
         now has ended, unless this iteration's own test or priced sweep was already sent (a
         restarted run keeps the path it took)."""
-        if any(self.history.caused_by(step_id(self.cmd, f"it{it}/{step}"))
-               for step in ("test", "tune-priced")):
+        if any(self.judging_answered(it)):
             return None
         run_id, events = self.cmd.run_id, self.history.events
         owner = judged.judging_beside(events, run_id, code, node_id=self.node_id, iteration=it)

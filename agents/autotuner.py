@@ -131,8 +131,8 @@ def known_default(default: dict[str, Any], record: Json | None, cmd: TuneKernel,
     """The default configuration's price where this iteration already has it, and where it
     came from: the verdict record of its test run or, for a sweep before any test, of its
     compile check (a valid simulated measurement of this very configuration, with the program
-    it priced), else the compile check's price the command carries. (None, "") when neither holds both a latency and a program hash: the sweep
-    lowers the default itself. Both are the cost model's price of the same program
+    it priced), else the compile check's price the command carries. (None, "") when neither
+    holds both a latency and a program hash: the sweep lowers the default itself. Both are the cost model's price of the same program
     `price_config` lowers; only a program whose price depends on scalar-prefetch values is
     priced on other values: the mean over the suite's tuning-point seed cases in the verdict
     (the figure a tuned configuration must beat), the first case's in the compile check, the

@@ -74,6 +74,11 @@ def verdict_record(verdict: api.Verdict) -> dict[str, Any]:
             "compile_report": msgspec.to_builtins(verdict.compile_report)}
 
 
+async def stored_record(ctx: AgentContext[Any], verdict: api.Verdict) -> str:
+    """The verdict's record, stored as an artifact; its sha256."""
+    return await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(), "verdict")
+
+
 _BOX_PATH = re.compile(r"(?:/[^\s/:'\"]+)*/kg-sandbox-[^\s/:'\"]+/")
 
 
@@ -149,8 +154,7 @@ class ExecutorAgent(Agent[Any]):
             vmem = max((k.vmem_bytes for k in report.kernels), default=None) if report else None
             ok = api.compiled(verdict)
             priced = verdict.measurement if ok and verdict.measured_on == "simulated" else None
-            record = (await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
-                                         "verdict") if priced else None)
+            record = await stored_record(ctx, verdict) if priced else None
             yield self.event(CompileChecked, cmd, code_sha256=cmd.code_sha256, ok=ok,
                              attempt=cmd.attempt, diagnostics=[] if ok else diagnostics_of(verdict),
                              vmem_bytes=vmem, iteration=cmd.iteration, wall_s=wall_s,
@@ -159,8 +163,7 @@ class ExecutorAgent(Agent[Any]):
                              program_sha256=priced.breakdown.get("program_sha256")
                              if priced else None, verdict_sha256=record)
             return
-        record_sha = await ctx.put_text(msgspec.json.encode(verdict_record(verdict)).decode(),
-                                        "verdict")
+        record_sha = await stored_record(ctx, verdict)
         measurement = verdict.measurement
         timing = {"latency_s": None if measurement is None else measurement.latency_s,
                   "speedup": verdict.speedup, "measured_on": verdict.measured_on}

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from agents import judged
 from agents.calls import CommandFailed, step_id
 from agents.commands import ExpandNode, RunTests, TuneKernel
-from bus.service import PermanentError
+from bus.service import unwrapped
 from eventstore.events import CompileChecked, TestsRun, TuningSwept
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Rejection:
 def reason_of(exc: BaseException) -> str:
     """A failure as the user reads it: an agent's error without its class path."""
     if isinstance(exc, CommandFailed):
-        return exc.failure.error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")[:2000]
+        return unwrapped(exc.failure.error)[:2000]
     return str(exc)[:2000]
 
 
@@ -122,14 +122,20 @@ class JudgeSteps:
         except CommandFailed as failed:
             return Rejection(phase, reason_of(failed))
 
+    def judging_answered(self, it: int) -> tuple[bool, bool]:
+        """Have this iteration's priced sweep and its default's test answered (a restarted
+        iteration)?"""
+        swept, tested = (bool(self.history.caused_by(step_id(self.cmd, f"it{it}/{step}")))
+                         for step in ("tune-priced", "test"))
+        return swept, tested
+
     def sweeps_first(self, it: int, checked: CompileChecked) -> bool:
         """Does the tuner price the other configurations before the default is tested? Not
         where a restarted iteration's default was tested before any priced sweep (a log
         written before sweeps came first): it keeps the path it took."""
-        answered = [bool(self.history.caused_by(step_id(self.cmd, f"it{it}/{step}")))
-                    for step in ("tune-priced", "test")]
         return (self.cmd.target_name.startswith("sim-") and checked.estimate_s is not None
-                and bool(checked.program_sha256) and answered != [False, True])
+                and bool(checked.program_sha256)
+                and self.judging_answered(it) != (False, True))
 
     async def sweep_priced(self, it: int, code: str, checked: CompileChecked,
                            beat_s: float | None = None, *, before_default: bool = True,

@@ -22,7 +22,8 @@
   tested twice; overall: tasks whose best is >= 1.10x their first (goal: half), distinct
   kernels per candidate (goal 1.0), kernels tested twice (goal 0), candidates judged per
   core-minute, wall time, and per task the autotuner's sweeps (wall time, configurations
-  priced, priced from their kernels alone and so not compiled, and tested). `--climb-db LOG` reads those figures from a bench log kept earlier.
+  priced, priced from their kernels alone and so not compiled, and tested). `--climb-db
+  LOG` reads those figures from a bench log kept earlier.
   Per shipped task also its `roofline_ceiling`: the run's baseline over the least time any
   kernel could take in the model (the task's flops, or its reference's dots padded to the
   MXU as no layout avoids, at the bf16 MXU peak, or its input and output bytes at full HBM

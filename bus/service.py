@@ -69,6 +69,12 @@ class PermanentError(KernelgraphError):
     """The command cannot succeed however often it is retried: fail it now."""
 
 
+def unwrapped(error: str) -> str:
+    """An `AgentFailed` error in the agent's own words: without `PermanentError`'s class
+    path, which the give-up carries in front of them."""
+    return error.removeprefix(f"{PermanentError.__module__}.PermanentError: ")
+
+
 @dataclass
 class ServiceStats:
     received: int = 0

@@ -152,6 +152,6 @@ def first_line(text: str, width: int = 1000) -> str:
 
 def _core(error: str) -> str:
     """An agent's error without its wrapper, as an orchestrator quotes it in its reason."""
-    from bus.service import PermanentError
+    from bus.service import unwrapped
 
-    return first_line(error.removeprefix(f"{PermanentError.__module__}.PermanentError: "), 200)
+    return first_line(unwrapped(error), 200)
