@@ -27,7 +27,6 @@ import os
 import tempfile
 import time
 from abc import abstractmethod
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, final
@@ -37,6 +36,7 @@ import nats.errors
 
 from agents.llm.base import LlmRequest, LlmResponse, Provider, ProviderError, Purpose, get_provider
 from agents.llm.parsing import MalformedAnswer
+from agents.suitecache import SuiteCache
 from bus.artifacts import ArtifactNotFound
 from bus.codec import derived_event_id
 from bus.commands import Command
@@ -100,37 +100,8 @@ def provider_for(name: str, options: dict[str, Any]) -> Provider:
     return provider
 
 
-class _SuiteCache:
-    """The last few rebuilt suites (tens of MB each), one build per recipe at a time."""
-
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self._suites: OrderedDict[str, api.FrozenSuite] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    async def get(self, recipe_sha: str, build: Callable[[], Any]) -> api.FrozenSuite:
-        lock = self._locks.setdefault(recipe_sha, asyncio.Lock())
-        async with lock:
-            suite = self._suites.get(recipe_sha)
-            if suite is None:
-                suite = await asyncio.to_thread(build)
-            self._put(recipe_sha, suite)
-            return suite
-
-    async def keep(self, recipe_sha: str, suite: api.FrozenSuite) -> None:
-        """The suite this process froze itself: an executor beside it need not rebuild it."""
-        async with self._locks.setdefault(recipe_sha, asyncio.Lock()):
-            self._put(recipe_sha, suite)
-
-    def _put(self, recipe_sha: str, suite: api.FrozenSuite) -> None:
-        """Kept as the newest; the oldest beyond `size` are dropped."""
-        self._suites[recipe_sha] = suite
-        self._suites.move_to_end(recipe_sha)
-        while len(self._suites) > self.size:
-            self._suites.popitem(last=False)
-
-
-_SUITES = _SuiteCache()
+SUITES = SuiteCache()
+"""This process's suites, shared by every agent in it (:mod:`agents.suitecache`)."""
 
 
 def render_prompt(name: str, **fields: Any) -> str:
@@ -179,10 +150,10 @@ class AgentContext(Generic[C]):
         recipe = msgspec.json.decode(await self.agent.get_artifact(recipe_sha256),
                                      type=api.SuiteRecipe)
         task = await self.task_path()
-        return await _SUITES.get(recipe_sha256, lambda: api.suite_from_recipe(task, recipe))
+        return await SUITES.get(recipe_sha256, lambda: api.suite_from_recipe(task, recipe))
 
-    async def keep_suite(self, recipe_sha256: str, suite: api.FrozenSuite) -> None:
-        await _SUITES.keep(recipe_sha256, suite)
+    async def keep_suite(self, recipe_sha256: str, suite: api.FrozenSuite, froze_s: float) -> None:
+        await SUITES.keep(recipe_sha256, suite, froze_s)
 
     # --- language models ------------------------------------------------------------------
 

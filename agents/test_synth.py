@@ -87,13 +87,14 @@ class TestSynthAgent(Agent[FreezeSuite]):
         written_sha: str | None = None
         if needs_input_maker(source):
             path, written_sha = await self._write_input_maker(ctx, path, source)
+        froze = time.perf_counter()
         try:
             suite = await ctx.run_tool(api.freeze_suite, path)
         except (api.TaskError, api.SuiteError) as exc:
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         recipe = api.recipe_of(suite)
         recipe_sha = await ctx.put_text(msgspec.json.encode(recipe).decode(), "suite-recipe")
-        await ctx.keep_suite(recipe_sha, suite)
+        await ctx.keep_suite(recipe_sha, suite, time.perf_counter() - froze)
         yield self.event(
             TestSuiteFrozen, cmd, suite_sha256=suite.sha256, n_cases=len(suite.cases),
             seeds=list(recipe.seeds), shapes=[dict(c) for c in recipe.cases],
