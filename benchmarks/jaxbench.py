@@ -15,7 +15,9 @@ overlap under --jobs, so the sum exceeds the bench's wall time; a sweep's includ
 configurations it tested), and `suite_runs`, the runs of the whole suite in interpret mode:
 default configurations tested (`TestsRun`), other configurations tested by the tuner
 (`ConfigMeasured`), winners re-verified (`WinnerVerified`), and `defaults_not_tested`, the
-valid iterations kept at a tuned configuration whose default never ran.
+valid iterations kept at a tuned configuration whose default never ran. `outside_evaluator_s`:
+per phase, the wall seconds its agent spent around the evaluator (the phase's wall less the
+`total_s` in its verdict or receipt): mostly rebuilding a suite its process no longer held.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ SUITE_RUNS = {"TestsRun": "defaults_tested", "ConfigMeasured": "configurations_t
               "WinnerVerified": "winners_reverified"}
 
 
+OWN_RECORD = {"CompileChecked": "verdict_sha256", "TestsRun": "verdict_sha256",
+              "ConfigMeasured": "verdict_sha256", "WinnerVerified": "receipt_sha256"}
+"""The phases whose event names the record of their own evaluator call."""
+
+
 def work(db: Path) -> dict[str, Any]:
     """Each phase's wall seconds summed over the log's runs, and its runs of the suite."""
     from eventstore.events import IterationFinished, TestsRun
@@ -78,8 +85,17 @@ def work(db: Path) -> dict[str, Any]:
 
     walls: Counter[str] = Counter()
     runs: Counter[str] = Counter()
+    outside: Counter[str] = Counter()
     with EventLog(db, read_only=True) as log:
         events = list(log.events())
+        for event in events:
+            if event.type_name not in OWN_RECORD:
+                continue
+            record = getattr(event, OWN_RECORD[event.type_name])
+            if record and event.wall_s:
+                timings = json.loads(log.get_artifact(record)).get("timings") or {}
+                if "total_s" in timings:
+                    outside[event.type_name] += max(0.0, event.wall_s - timings["total_s"])
     tested = {(e.run_id, e.code_sha256) for e in events if isinstance(e, TestsRun)}
     for event in events:
         wall = getattr(event, "wall_s", None)
@@ -91,7 +107,8 @@ def work(db: Path) -> dict[str, Any]:
                 and (event.run_id, event.code_sha256) not in tested):
             runs["defaults_not_tested"] += 1
     return {"phase_wall_s": {k: round(v, 1) for k, v in sorted(walls.items())},
-            "suite_runs": dict(runs)}
+            "suite_runs": dict(runs),
+            "outside_evaluator_s": {k: round(v, 1) for k, v in sorted(outside.items())}}
 
 
 def per_task(runs: dict[str, dict[str, Any]], bench: dict[str, Any] | None) -> dict[str, Any]:
