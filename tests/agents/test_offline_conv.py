@@ -85,11 +85,12 @@ def test_a_scatter_that_is_not_a_dilation_is_not_read_as_one(tmp_path: Path) -> 
 def test_the_kernel_computes_the_reference_in_interpret_mode(name: str) -> None:
     """At the tuning point and the unseen shape, against the reference, with the conv inside
     `pallas_call` (the conv with its epilogue, or the conv and then the epilogue), fused or
-    not."""
+    not. The default configuration of a task in VERIFIED is the verifier test's."""
     source = first_kernel(TASKS / f"{name}.py", name)
     assert source.count("pl.pallas_call(") == 3 and "jnp.dot(window, weights" in source
     assert "conv_general_dilated_p" not in source and "lax.conv_general_dilated(" not in source
-    assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
+    if name not in VERIFIED:
+        assert_matches_reference(TASKS / f"{name}.py", source, seed=3)
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=0)
     # asked to fuse where the task does not allow it, the kernel keeps the second kernel
     assert_matches_reference(TASKS / f"{name}.py", source, seed=3, fuse_epilogue=1)
