@@ -88,24 +88,22 @@ def work(db: Path) -> dict[str, Any]:
     outside: Counter[str] = Counter()
     with EventLog(db, read_only=True) as log:
         events = list(log.events())
+        tested = {(e.run_id, e.code_sha256) for e in events if isinstance(e, TestsRun)}
         for event in events:
-            if event.type_name not in OWN_RECORD:
-                continue
-            record = getattr(event, OWN_RECORD[event.type_name])
-            if record and event.wall_s:
+            wall = getattr(event, "wall_s", None)
+            if wall:
+                walls[event.type_name] += wall
+            if event.type_name in SUITE_RUNS:
+                runs[SUITE_RUNS[event.type_name]] += 1
+            if (isinstance(event, IterationFinished) and event.valid
+                    and event.cites_event_id is None
+                    and (event.run_id, event.code_sha256) not in tested):
+                runs["defaults_not_tested"] += 1
+            record = getattr(event, OWN_RECORD.get(event.type_name, ""), None)
+            if record and wall:
                 timings = json.loads(log.get_artifact(record)).get("timings") or {}
                 if "total_s" in timings:
-                    outside[event.type_name] += max(0.0, event.wall_s - timings["total_s"])
-    tested = {(e.run_id, e.code_sha256) for e in events if isinstance(e, TestsRun)}
-    for event in events:
-        wall = getattr(event, "wall_s", None)
-        if wall:
-            walls[event.type_name] += wall
-        if event.type_name in SUITE_RUNS:
-            runs[SUITE_RUNS[event.type_name]] += 1
-        if (isinstance(event, IterationFinished) and event.valid and event.cites_event_id is None
-                and (event.run_id, event.code_sha256) not in tested):
-            runs["defaults_not_tested"] += 1
+                    outside[event.type_name] += max(0.0, wall - timings["total_s"])
     return {"phase_wall_s": {k: round(v, 1) for k, v in sorted(walls.items())},
             "suite_runs": dict(runs),
             "outside_evaluator_s": {k: round(v, 1) for k, v in sorted(outside.items())}}
