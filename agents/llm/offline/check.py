@@ -19,13 +19,23 @@ from agents.llm.base import ProviderError
 from kernelgraph import pyast
 
 _MODULE_ROOTS = {"np": np}  # attribute reads on these modules must exist (np.bfloat16 does not)
+_BUILTINS = frozenset(dir(builtins))
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
+def _names(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """The names `tree` binds, the names it reads, and its `np.<attr>` reads numpy lacks, in
+    one walk of the tree (the planner checks hundreds of rendered kernels a plan)."""
     bound: set[str] = set()
+    read: set[str] = set()
+    missing: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            bound.add(node.id)
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.Attribute):
+            root = node.value
+            if (isinstance(root, ast.Name) and root.id in _MODULE_ROOTS
+                    and not hasattr(_MODULE_ROOTS[root.id], node.attr)):
+                missing.add(f"{root.id}.{node.attr}")
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound.add(node.name)
         elif isinstance(node, ast.arg):
@@ -34,22 +44,7 @@ def _bound_names(tree: ast.AST) -> set[str]:
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    return bound
-
-
-def undefined_names(tree: ast.AST) -> list[str]:
-    """Names read in `tree` that nothing in it binds and Python does not provide."""
-    known = _bound_names(tree) | set(dir(builtins))
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return sorted(read - known)
-
-
-def undefined_attributes(tree: ast.AST) -> list[str]:
-    """`np.<attr>` reads of attributes numpy does not have (`np.bfloat16`)."""
-    missing = {f"{n.value.id}.{n.attr}" for n in ast.walk(tree)
-               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-               and n.value.id in _MODULE_ROOTS and not hasattr(_MODULE_ROOTS[n.value.id], n.attr)}
-    return sorted(missing)
+    return bound, read, missing
 
 
 def checked_source(code: str, what: str = "the candidate") -> str:
@@ -61,7 +56,8 @@ def checked_source(code: str, what: str = "the candidate") -> str:
         raise ProviderError(f"unsupported: the offline author wrote {what} that does not parse "
                             f"(line {exc.lineno}: {exc.msg}: {(exc.text or '').strip()[:120]!r})"
                             ) from None
-    missing = undefined_names(tree) + undefined_attributes(tree)
+    bound, read, attributes = _names(tree)
+    missing = sorted(read - bound - _BUILTINS) + sorted(attributes)
     if missing:
         raise ProviderError(f"unsupported: the offline author wrote {what} reading undefined "
                             f"names: {', '.join(missing)}")
