@@ -9,6 +9,7 @@ result (`PlanProposed.no_gain`), not a failure.
 from __future__ import annotations
 
 import re
+import textwrap
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -27,7 +28,7 @@ def plan_summary(plan: str) -> str:
     """The first sentence of the Strategy section (for tables and progress lines)."""
     match = re.search(r"^##\s*Strategy\s*\n+(.+?)(?:\n|$)", plan, re.M)
     line = match.group(1).strip() if match else plan.strip().splitlines()[0]
-    return line[:200]
+    return textwrap.shorten(line, 200, placeholder=" ...")  # at a word: it is read
 
 
 @register

@@ -9,15 +9,26 @@ from kernelgraph.cli.app import err_console
 from kernelgraph.userterms import in_user_terms
 
 
+def clip(text: str, width: int) -> str:
+    """Free text as a progress line shows it: whitespace runs made one space, and past `width`
+    cut at the last word boundary with " ..." (a single word longer than `width` is cut
+    inside it: a path or a hash still shows its start)."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[:width]
+    if " " in cut.strip():
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(",;:([{ ") + " ..."
+
+
 def lever_line(strategy: str, width: int = 100) -> str:
     """A strategy hint as a progress line shows it: the lever(s) by name, then the hint's text
     cut at a word boundary."""
     from searchpolicies.levers import parse_strategy
 
     parsed = parse_strategy(strategy)
-    text = " ".join(parsed.text.split())
-    if len(text) > width:
-        text = text[:width].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+    text = clip(parsed.text, width)
     if not parsed.levers:
         return f"hint: {text}"
     return f"lever {'+'.join(parsed.levers)}" + (f": {text}" if text else "")
@@ -91,23 +102,23 @@ class Progress:
             node = self.labels.get(e.node_id or "", "?")
             return f"{node} evaluated: " + (f"{e.speedup:.2f}x" if e.valid and e.speedup else "no valid kernel")
         if kind == "SearchStopped":
-            return f"search stopped: {e.reason[:200]}"
+            return f"search stopped: {clip(e.reason, 200)}"
         if kind == "RunAudited":
             return f"audit {'clean' if e.clean else 'FOUND PROBLEMS'}" + (
-                "" if e.clean else f": {e.findings[0].get('message', '')[:160]}" if e.findings else "")
+                "" if e.clean else f": {clip(e.findings[0].get('message', ''), 160)}" if e.findings else "")
         if kind == "TestSuiteFrozen":
             return f"suite frozen: {e.n_cases} cases, sha256 {e.suite_sha256[:12]}"
         if kind == "BaselineMeasured":
             return f"XLA baseline: {e.latency_s:.3e} s ({e.priced_from or e.measured_on})"
         if kind == "PlanProposed":
-            return f"{it} plan: {e.summary}" + (" (no kernel will pay off)" if e.no_gain else "")
+            return f"{it} plan: {clip(e.summary, 200)}" + (" (no kernel will pay off)" if e.no_gain else "")
         if kind == "KernelWritten":
             return f"{it} kernel written ({e.code_sha256[:12]})"
         if kind == "CompileChecked":
             return f"{it} compile {'ok' if e.ok else 'FAILED'} (attempt {e.attempt})" + (
-                "" if e.ok else f": {e.diagnostics[0].get('message', '')[:120]}" if e.diagnostics else "")
+                "" if e.ok else f": {clip(e.diagnostics[0].get('message', ''), 120)}" if e.diagnostics else "")
         if kind == "FixAttempted":
-            return f"{it} fix round {e.attempt}: {e.error[:100]}"
+            return f"{it} fix round {e.attempt}: {clip(e.error, 100)}"
         if kind == "TestsRun":
             verdict = "pass" if e.passed else f"FAIL ({e.n_failed}/{e.n_cases} cases)"
             return f"{it} tests {verdict}" + (f", speedup {e.speedup:.2f}x ({e.measured_on})"
@@ -118,7 +129,7 @@ class Progress:
             return f"{it} autotune: {priced}{e.configs_tried} tested, best {e.best_config}" + (
                 f" at {e.best_speedup:.2f}x" if e.best_speedup else "")
         if kind == "ProfileCaptured":
-            return f"{it} profile: {e.bound}-bound; next lever: {e.top_lever[:100]}"
+            return f"{it} profile: {e.bound}-bound; next lever: {clip(e.top_lever, 100)}"
         if kind == "IterationFinished":
             if e.valid and e.speedup is not None:
                 self.best = max(self.best or 0.0, e.speedup)
@@ -136,7 +147,7 @@ class Progress:
         if kind == "KnowledgeUnavailable":
             what = ("a prompt went without retrieved knowledge" if e.operation == "retrieve"
                     else f"{e.lost} lesson(s) not kept")
-            return f"[yellow]knowledge store unavailable:[/] {what}: {e.reason[:200]}"
+            return f"[yellow]knowledge store unavailable:[/] {what}: {clip(e.reason, 200)}"
         if kind == "AgentFailed":
             return f"[red]{e.agent} gave up on {e.command_type}:[/] {first_line(e.error)}"
         if kind == "RunFinished":

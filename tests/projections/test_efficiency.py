@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.planner import plan_summary
 from eventstore.events import (
     BaselineMeasured,
     Event,
@@ -16,7 +17,7 @@ from eventstore.events import (
     new_event_id,
 )
 from kernelgraph.bench import summarise
-from kernelgraph.cli.progress import Progress, lever_line
+from kernelgraph.cli.progress import Progress, clip, lever_line
 from projections.metrics import Metrics
 from projections.replay import LogView
 
@@ -101,6 +102,33 @@ def test_progress_names_the_lever_and_cuts_the_hint_at_a_word() -> None:
                                   compiled=True, code_sha256="C", failed_phase="price",
                                   cites_event_id="x", estimate_speedup=1.2))
     assert done is not None and "not faster (1.20x priced), not tested" in done
+
+
+def test_every_free_text_a_progress_line_shows_is_cut_at_a_word() -> None:
+    """A plan's summary, a stop reason, a fix's error, a profile's next lever: cut mid-word,
+    "this run already wrote" read "this ru"."""
+    from eventstore.events import FixAttempted, PlanProposed, ProfileCaptured, SearchStopped
+
+    words = ("Stop, writing no candidate: every block move it has here gives a kernel this run "
+             "already wrote (blocks {'block_rows': 512}) and nothing else is left to try ") * 3
+    progress = Progress(quiet=True)
+    lines = [
+        progress.describe(emit(PlanProposed, iteration=2, plan_sha256="P",
+                               summary=plan_summary(f"## Strategy\n{words}\n"))),
+        progress.describe(emit(SearchStopped, policy="greedy", reason=words)),
+        progress.describe(emit(FixAttempted, iteration=1, attempt=1, code_sha256="C", error=words)),
+        progress.describe(emit(ProfileCaptured, iteration=1, code_sha256="C", profile_sha256="F",
+                               latency_s=1.0, measured_on="simulated", bound="memory",
+                               top_lever=words)),
+    ]
+    flat = " ".join(words.split())
+    for line in lines:
+        assert line is not None and line.endswith(" ..."), line
+        shown = line.removesuffix(" ...")
+        text = shown[shown.index(flat[:20]):]
+        assert flat.startswith(text) and flat[len(text)] == " ", line  # whole words only
+    assert clip("x" * 300, 100) == "x" * 100 + " ..."  # one long word: cut inside, not lost
+    assert clip("  short   text ", 100) == "short text"
 
 
 def test_the_replay_and_report_commands_show_the_efficiency(tmp_path) -> None:
