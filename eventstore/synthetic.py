@@ -49,8 +49,11 @@ def synthetic_run(
     iterations: int = 3,
     measured_on: MeasuredOn = "simulated",
     finish: bool = True,
+    stopped_nodes: int = 0,
 ) -> Iterator[Event]:
-    """One run's events in causal order."""
+    """One run's events in causal order. `stopped_nodes` more nodes follow the others, each
+    ending on a plan that wrote no kernel (`no_gain`); they draw nothing from `rng`, so the
+    rest of the run is the same with or without them."""
     baseline_s = rng.uniform(20e-6, 400e-6)
     request = RunRequested.create(
         run_id=run_id, producer="cli@0.1.0", node_id="root", task_name=rng.choice(
@@ -159,6 +162,7 @@ def synthetic_run(
             speedup=baseline_s / best_iter[0] if best_iter else None,
             measured_on=measured_on, tunables={"block_rows": 256} if best_iter else {},
         )
+    yield from _stopped(run_id, nodes, stopped_nodes, measured_on)
     if not finish:
         return
     yield SearchStopped.create(run_id=run_id, producer="orchestrator@0.1.0", policy="beam",
@@ -196,3 +200,24 @@ def synthetic_log(total_events: int, *, seed: int = 0) -> Iterator[Event]:
             produced += 1
             if produced >= total_events:
                 return
+
+
+def _stopped(run_id: str, first: int, count: int, measured_on: MeasuredOn) -> Iterator[Event]:
+    """Nodes whose one iteration's plan concluded that no kernel will pay off."""
+    for index in range(first, first + count):
+        node_id = f"n{index + 1}"
+        yield ExpansionRequested.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, parent_id="root",
+            policy="beam", strategy=_STRATEGIES[index % len(_STRATEGIES)], iterations=1,
+            decision=index)
+        plan = hashlib.sha256(f"{run_id}/{node_id}".encode()).hexdigest()
+        yield PlanProposed.create(run_id=run_id, producer="planner@0.1.0", node_id=node_id,
+                                  iteration=0, plan_sha256=plan, wall_s=0.5, no_gain=True,
+                                  summary="Stop, writing no candidate: the space is exhausted")
+        yield IterationFinished.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, iteration=0,
+            valid=False, compiled=False, plan_sha256=plan, measured_on=measured_on,
+            no_gain=True, error="the planner concluded that no kernel will pay off")
+        yield NodeEvaluated.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, valid=False,
+            compiled=False, iterations=1, no_gain_plans=1, measured_on=measured_on)

@@ -93,7 +93,8 @@ ORDER BY r.run_id, r.seq
 """
 
 # A kernel that is not valid failed somewhere: an iteration that ended without naming
-# the phase is counted under 'unknown', never dropped.
+# the phase is counted under 'unknown', never dropped. An iteration whose plan wrote no
+# kernel (`no_gain`) is no kernel (projections.metrics).
 _KERNELS = f"""
 SELECT run_id, {_j('node_id')} AS node_id, {_j('iteration', 'INTEGER')} AS iteration, seq,
        to_timestamp({_j('ts', 'DOUBLE')}) AS ts, {_j('measured_on')} AS measured_on,
@@ -102,8 +103,14 @@ SELECT run_id, {_j('node_id')} AS node_id, {_j('iteration', 'INTEGER')} AS itera
        CASE WHEN NOT {_j('valid', 'BOOLEAN')}
             THEN coalesce({_j('failed_phase')}, 'unknown') END AS failed_phase,
        {_j('error')} AS error, {_j('code_sha256')} AS code_sha256
-FROM events WHERE type = 'IterationFinished'
+FROM events WHERE type = 'IterationFinished' AND NOT coalesce({_j('no_gain', 'BOOLEAN')}, false)
 """
+
+# A trajectory that wrote a kernel: not every iteration a plan that wrote none
+# (projections.metrics.wrote_nothing).
+_ITERATIONS = f"coalesce({_j('iterations', 'INTEGER')}, 0)"
+_WROTE = (f"type = 'NodeEvaluated' AND NOT ({_ITERATIONS} > 0 AND "
+          f"coalesce({_j('no_gain_plans', 'INTEGER')}, 0) >= {_ITERATIONS})")
 
 # The run's label is its baseline's (else its first evaluated node's, else its end's); its
 # speedup is the verified winner's once finished, else the best valid node's so far, and
@@ -121,9 +128,9 @@ WITH ev AS (
         arg_max({_j('measured_on')}, seq) FILTER (WHERE type = 'BaselineMeasured') AS baseline_label,
         arg_min({_j('measured_on')}, seq) FILTER (WHERE type = 'NodeEvaluated') AS node_label,
         arg_min({_j('measured_on')}, seq) FILTER (WHERE type = 'RunFinished') AS end_label,
-        count(*) FILTER (WHERE type = 'NodeEvaluated') AS nodes,
-        count(*) FILTER (WHERE type = 'NodeEvaluated' AND {_j('compiled', 'BOOLEAN')}) AS nodes_compiled,
-        count(*) FILTER (WHERE type = 'NodeEvaluated' AND {_j('valid', 'BOOLEAN')}) AS nodes_correct,
+        count(*) FILTER (WHERE {_WROTE}) AS nodes,
+        count(*) FILTER (WHERE {_WROTE} AND {_j('compiled', 'BOOLEAN')}) AS nodes_compiled,
+        count(*) FILTER (WHERE {_WROTE} AND {_j('valid', 'BOOLEAN')}) AS nodes_correct,
         count(*) FILTER (WHERE type = 'RunFinished') > 0 AS finished,
         arg_max({_j('status')}, seq) FILTER (WHERE type = 'RunFinished') AS status,
         arg_max_null({_j('speedup', 'DOUBLE')}, seq) FILTER (WHERE type = 'RunFinished') AS final_speedup,

@@ -232,7 +232,7 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         entry["baselines"] |= {e.priced_from or e.measured_on for e in events
                                if isinstance(e, BaselineMeasured)}
         entry["tasks"].add(requested.task_name)
-        kernels = [e for e in events if isinstance(e, IterationFinished)]
+        kernels = [e for e in events if isinstance(e, IterationFinished) and not e.no_gain]
         entry["kernels"] += len(kernels)
         entry["compiled"] += sum(1 for e in kernels if e.compiled)
         entry["correct_kernels"] += sum(1 for e in kernels if e.valid)

@@ -24,6 +24,8 @@ class IterationSnapshot(msgspec.Struct, kw_only=True):
     tunables: Json = {}
     failed_phase: str | None = None
     error: str = ""
+    no_gain: bool = False
+    """The plan wrote no kernel: no failure, and no kernel to count."""
 
 
 class Trajectory(msgspec.Struct, kw_only=True):
@@ -70,7 +72,7 @@ class BestOfN(Projection[BestOfNState]):
                 iteration=e.iteration, valid=e.valid, compiled=e.compiled, latency_s=e.latency_s,
                 speedup=e.speedup, measured_on=e.measured_on, code_sha256=e.code_sha256,
                 plan_sha256=e.plan_sha256, tunables=dict(e.tunables), failed_phase=e.failed_phase,
-                error=e.error,
+                error=e.error, no_gain=e.no_gain,
             )
         )
         if e.valid and e.latency_s is not None:

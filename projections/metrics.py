@@ -3,10 +3,12 @@
 Definitions (each figure is kept per `measured_on` label; simulated and real figures
 are never averaged together):
 
-- A *kernel* is one candidate written in one iteration (`IterationFinished`).
-  compile_rate = compiled kernels / kernels; correctness_rate = correct kernels / kernels.
-  node_compile_rate / node_correctness_rate are the same over trajectories
-  (`NodeEvaluated`: a trajectory compiled or was correct if any iteration was).
+- A *kernel* is one candidate written in one iteration (`IterationFinished`); an iteration
+  whose plan wrote none (`no_gain`: the planner found nothing worth writing) is no kernel,
+  neither compiled nor failed. compile_rate = compiled kernels / kernels; correctness_rate =
+  correct kernels / kernels. node_compile_rate / node_correctness_rate are the same over
+  trajectories (`NodeEvaluated`: a trajectory compiled or was correct if any iteration was),
+  counting only those that wrote a kernel.
 - A run's speedup is the verified winner's (`RunFinished.speedup`) once the run has
   finished, otherwise the best valid trajectory's so far. A run with no correct kernel
   falls back to the baseline: speedup 1.0.
@@ -58,6 +60,11 @@ from projections.base import Projection, handles
 FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 CLIMBED = 1.10
 """A run climbed when its best is at least this many times its first valid candidate."""
+
+
+def wrote_nothing(e: NodeEvaluated) -> bool:
+    """Every iteration of the trajectory was a plan that wrote no kernel (`no_gain`)."""
+    return 0 < e.iterations <= e.no_gain_plans
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -180,6 +187,9 @@ class Metrics(Projection[MetricsState]):
 
     @handles(IterationFinished)
     def _iteration(self, e: IterationFinished) -> None:
+        if e.no_gain:  # a plan that wrote nothing: no kernel, and it costs no candidate
+            self._run(e.run_id)
+            return
         counts = self.state.kernels.get(e.measured_on)
         if counts is None:
             counts = self.state.kernels[e.measured_on] = Counts()
@@ -187,8 +197,6 @@ class Metrics(Projection[MetricsState]):
         counts.compiled += e.compiled
         counts.correct += e.valid
         eff = self._run(e.run_id).efficiency
-        if e.no_gain:  # a plan that wrote nothing costs no candidate
-            return
         eff.candidates += 1  # what a candidate budget counts
         if e.code_sha256 is None:
             return
@@ -205,9 +213,10 @@ class Metrics(Projection[MetricsState]):
         run = self._run(e.run_id)
         if run.label is None:
             run.label = e.measured_on
-        run.nodes.kernels += 1
-        run.nodes.compiled += e.compiled
-        run.nodes.correct += e.valid
+        if not wrote_nothing(e):
+            run.nodes.kernels += 1
+            run.nodes.compiled += e.compiled
+            run.nodes.correct += e.valid
         if e.valid and e.speedup is not None and e.measured_on == run.label and (
             run.best_speedup is None or e.speedup > run.best_speedup
         ):

@@ -57,6 +57,11 @@ class Node(msgspec.Struct, kw_only=True):
     def evaluated(self) -> bool:
         return self.status in ("valid", "invalid")
 
+    @property
+    def wrote_no_kernel(self) -> bool:
+        """Evaluated with every iteration a plan that wrote no kernel: nothing failed."""
+        return self.status == "invalid" and 0 < self.iterations_done <= self.no_gain_plans
+
 
 class SearchGraphState(msgspec.Struct, kw_only=True):
     run_id: str | None = None

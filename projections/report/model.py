@@ -167,7 +167,9 @@ def _run_report(log: EventLog, run_id: str, view: LogView, facts: _RunFacts) -> 
 
 
 def _kernel_points(graph: SearchGraph, iterations: Iterable[IterationFinished]) -> Iterable[KernelPoint]:
-    for order, e in enumerate(iterations, start=1):
+    """One point per kernel written (a plan that wrote none, `no_gain`, is no kernel)."""
+    written = (e for e in iterations if not e.no_gain)
+    for order, e in enumerate(written, start=1):
         node = graph.state.nodes.get(e.node_id or "")
         yield KernelPoint(
             order=order, node_id=e.node_id or "", iteration=e.iteration,

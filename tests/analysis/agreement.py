@@ -93,7 +93,7 @@ def check_views_agree(log: EventLog) -> dict[str, int]:
     failed: dict[tuple[str, str], int] = {}
     for traj in BestOfN().apply_all(log.events()).trajectories:
         for it in traj.history:
-            if not it.valid:
+            if not it.valid and not it.no_gain:
                 key = (it.failed_phase or "unknown", it.measured_on)
                 failed[key] = failed.get(key, 0) + 1
     rows = _rows(log, "SELECT * FROM phase_failures")

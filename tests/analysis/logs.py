@@ -32,7 +32,8 @@ def no_valid_run(run_id: str, policy: str = "greedy") -> list[Event]:
 
 
 def mixed_runs(seed: int = 3) -> list[Event]:
-    """Beam, greedy and parallel runs, simulated and real, one unfinished, one with no valid node."""
+    """Beam, greedy and parallel runs, simulated and real, one unfinished, one with no valid node;
+    in every other run two more nodes wrote no kernel (their plans found nothing to write)."""
     rng = random.Random(seed)
     events: list[Event] = []
     plan: list[tuple[str, MeasuredOn, bool]] = [
@@ -42,7 +43,8 @@ def mixed_runs(seed: int = 3) -> list[Event]:
     ]
     for i, (policy, label, finish) in enumerate(plan):
         run = synthetic_run(rng, run_id=f"run-{i:02d}", nodes=rng.randrange(2, 7),
-                            iterations=rng.randrange(1, 4), measured_on=label, finish=finish)
+                            iterations=rng.randrange(1, 4), measured_on=label, finish=finish,
+                            stopped_nodes=2 * (i % 2))
         events.extend(_as_policy(run, policy))
     events.extend(no_valid_run("run-novalid"))
     return events

@@ -41,6 +41,38 @@ def test_views_agree_on_a_long_interleaved_log(tmp_path: Path) -> None:
     assert compared["runs"] > 5
 
 
+def test_a_plan_that_wrote_no_kernel_is_neither_a_kernel_nor_a_failure(tmp_path: Path) -> None:
+    """Nodes whose planner stopped (the author's space spent) wrote nothing: the compile and
+    correctness rates, over kernels and over trajectories, and the failures leave them out, in
+    the projections and the views alike."""
+    import random
+
+    from eventstore.synthetic import synthetic_run
+
+    def figures(stopped: int) -> tuple[dict, list]:
+        events = list(synthetic_run(random.Random(11), run_id="r", nodes=3, iterations=2,
+                                    stopped_nodes=stopped))
+        with EventLog(write_log(tmp_path / f"s{stopped}.duckdb", events), read_only=True) as log:
+            check_views_agree(log)
+            failures = log.query("SELECT failed_phase, failures FROM phase_failures")[1]
+        return Metrics().apply_all(events).summary()["by_measured_on"]["simulated"], failures
+
+    (without, failed), (stopped, failed_stopped) = figures(0), figures(3)
+    for key in ("kernels", "compile_rate", "correctness_rate", "nodes", "node_compile_rate",
+                "node_correctness_rate"):
+        assert stopped[key] == without[key], key
+    assert failed_stopped == failed
+    from kernelgraph.cli.logcmds import _graph_tree
+    from projections import SearchGraph
+
+    events = list(synthetic_run(random.Random(11), run_id="r", nodes=3, iterations=2,
+                                stopped_nodes=3))
+    graph = SearchGraph().apply_all(events)
+    assert [n.node_id for n in graph.state.nodes.values() if n.wrote_no_kernel] == ["n4", "n5", "n6"]
+    shown = [str(b.label) for b in _graph_tree(graph).children[0].children]
+    assert sum("no kernel written" in line for line in shown) == 3, shown
+
+
 def _call(run: str, causation: str | None, agent: str, tokens: int) -> LlmCalled:
     return LlmCalled.create(run_id=run, producer=f"{agent}@1", causation_id=causation, agent=agent,
                             provider="offline", model="m", prompt_sha256="p", response_sha256="r",
