@@ -107,7 +107,7 @@ FROM events WHERE type = 'IterationFinished' AND NOT coalesce({_j('no_gain', 'BO
 """
 
 # A trajectory that wrote a kernel: not every iteration a plan that wrote none
-# (projections.metrics.wrote_nothing).
+# (projections.searchgraph.wrote_no_kernel).
 _ITERATIONS = f"coalesce({_j('iterations', 'INTEGER')}, 0)"
 _WROTE = (f"type = 'NodeEvaluated' AND NOT ({_ITERATIONS} > 0 AND "
           f"coalesce({_j('no_gain_plans', 'INTEGER')}, 0) >= {_ITERATIONS})")

@@ -56,15 +56,11 @@ from eventstore.events import (
     TestsRun,
 )
 from projections.base import Projection, handles
+from projections.searchgraph import wrote_no_kernel
 
 FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 CLIMBED = 1.10
 """A run climbed when its best is at least this many times its first valid candidate."""
-
-
-def wrote_nothing(e: NodeEvaluated) -> bool:
-    """Every iteration of the trajectory was a plan that wrote no kernel (`no_gain`)."""
-    return 0 < e.iterations <= e.no_gain_plans
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -213,7 +209,7 @@ class Metrics(Projection[MetricsState]):
         run = self._run(e.run_id)
         if run.label is None:
             run.label = e.measured_on
-        if not wrote_nothing(e):
+        if not wrote_no_kernel(e.iterations, e.no_gain_plans):
             run.nodes.kernels += 1
             run.nodes.compiled += e.compiled
             run.nodes.correct += e.valid

@@ -26,6 +26,12 @@ from eventstore.events import (
 )
 from projections.base import Projection, handles
 
+
+def wrote_no_kernel(iterations: int, no_gain_plans: int) -> bool:
+    """A trajectory whose every iteration was a plan that wrote no kernel (`no_gain`)."""
+    return 0 < iterations <= no_gain_plans
+
+
 NodeStatus = Literal["root", "pending", "running", "valid", "invalid"]
 """pending: requested, no iteration finished yet; running: at least one finished."""
 
@@ -60,7 +66,7 @@ class Node(msgspec.Struct, kw_only=True):
     @property
     def wrote_no_kernel(self) -> bool:
         """Evaluated with every iteration a plan that wrote no kernel: nothing failed."""
-        return self.status == "invalid" and 0 < self.iterations_done <= self.no_gain_plans
+        return self.status == "invalid" and wrote_no_kernel(self.iterations_done, self.no_gain_plans)
 
 
 class SearchGraphState(msgspec.Struct, kw_only=True):
