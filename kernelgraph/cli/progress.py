@@ -7,6 +7,7 @@ from typing import Any
 
 from kernelgraph.cli.app import err_console
 from kernelgraph.userterms import in_user_terms
+from projections.searchgraph import wrote_no_kernel
 
 
 def clip(text: str, width: int) -> str:
@@ -47,10 +48,6 @@ class Progress:
         """An agent's give-up, printed with the next event unless the run's end repeats it."""
         self.told: str | None = None
         """The run's end reason, once printed here (the summary then does not repeat it)."""
-        self.wrote: set[str] = set()
-        """The nodes that wrote a kernel, and those whose planner concluded none would pay off:
-        a node that wrote none says so, not that its kernel failed."""
-        self.no_gain: set[str] = set()
 
     def label(self, e: Any) -> str:
         """`[it 2]` in a single trajectory, `[n3 it 2]` in a search (n3: the third node)."""
@@ -106,11 +103,9 @@ class Progress:
             node = self.labels.get(e.node_id or "", "?")
             if e.valid and e.speedup:
                 return f"{node} evaluated: {e.speedup:.2f}x"
-            node_id = e.node_id or ""
             return f"{node} evaluated: " + (
-                "no valid kernel" if node_id in self.wrote else
-                "no kernel written (its planner found nothing new to try)" if node_id in self.no_gain
-                else "no kernel written")
+                "no kernel written (its planner found nothing new to try)"
+                if wrote_no_kernel(e.iterations, e.no_gain_plans) else "no valid kernel")
         if kind == "SearchStopped":
             return f"search stopped: {clip(e.reason, 200)}"
         if kind == "RunAudited":
@@ -121,11 +116,8 @@ class Progress:
         if kind == "BaselineMeasured":
             return f"XLA baseline: {e.latency_s:.3e} s ({e.priced_from or e.measured_on})"
         if kind == "PlanProposed":
-            if e.no_gain:
-                self.no_gain.add(e.node_id or "")
             return f"{it} plan: {clip(e.summary, 200)}" + (" (no kernel will pay off)" if e.no_gain else "")
         if kind == "KernelWritten":
-            self.wrote.add(e.node_id or "")
             return f"{it} kernel written ({e.code_sha256[:12]})"
         if kind == "CompileChecked":
             return f"{it} compile {'ok' if e.ok else 'FAILED'} (attempt {e.attempt})" + (
