@@ -21,7 +21,6 @@ from nats.aio.client import Client as NATS
 from eventstore.events import (
     BaselineMeasured,
     Event,
-    IterationFinished,
     RunFinished,
     RunRequested,
 )
@@ -232,11 +231,11 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         entry["baselines"] |= {e.priced_from or e.measured_on for e in events
                                if isinstance(e, BaselineMeasured)}
         entry["tasks"].add(requested.task_name)
-        kernels = [e for e in events if isinstance(e, IterationFinished) and not e.no_gain]
-        entry["kernels"] += len(kernels)
-        entry["compiled"] += sum(1 for e in kernels if e.compiled)
-        entry["correct_kernels"] += sum(1 for e in kernels if e.valid)
-        entry["candidates"] += len(kernels)
+        for counts in metrics.state.kernels.values():  # the metrics' own kernels (no_gain: none)
+            entry["kernels"] += counts.kernels
+            entry["compiled"] += counts.compiled
+            entry["correct_kernels"] += counts.correct
+        entry["candidates"] += stats.efficiency.candidates if stats is not None else 0
         result = stats.result if stats is not None else None
         correct = bool(stats is not None and stats.counted and result is not None)
         entry["results"].append(result if correct else None)
