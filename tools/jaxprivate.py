@@ -19,7 +19,10 @@ PALLAS_PACKAGE = f"{PRIVATE_ROOT}.pallas"
 GUARDED = (
     f"{PALLAS_PACKAGE}.pallas_call._pallas_call_lowering",
     f"{PALLAS_PACKAGE}.mosaic.interpret.interpret_pallas_call.interpret_pallas_call",
+    f"{PRIVATE_ROOT}.callback.io_callback_impl",
 )
+# The package whose functions interpret mode calls back into for every memory access.
+INTERPRET_PACKAGE = f"{PALLAS_PACKAGE}.mosaic.interpret"
 
 
 def core() -> ModuleType:
@@ -89,6 +92,14 @@ def interpret_pallas_call() -> ModuleType:
 def interpret_utils() -> ModuleType:
     """`jax._src.pallas.mosaic.interpret.utils`: the value uninitialised memory holds."""
     from jax._src.pallas.mosaic.interpret import utils as module
+
+    return module
+
+
+def callback() -> ModuleType:
+    """`jax._src.callback`: how a compiled program's `io_callback` reaches Python (interpret
+    mode calls back for every memory access)."""
+    from jax._src import callback as module
 
     return module
 
@@ -183,8 +194,10 @@ def unspecified() -> object:
 
 __all__ = [
     "GUARDED",
+    "INTERPRET_PACKAGE",
     "PALLAS_PACKAGE",
     "PRIVATE_ROOT",
+    "callback",
     "core",
     "interpret_pallas_call",
     "interpret_thread_map",

@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from tools import jaxprivate
-from tools.child import corecompile, interpret, programs, watchdog, worker
+from tools.child import callbacks, corecompile, interpret, programs, watchdog, worker
 from tools.child.guard import IntegrityGuard
 from tools.sandbox import wire
 from tools.sandbox.launcher import RESULT_FILE
@@ -86,6 +86,7 @@ def main(argv: list[str]) -> int:
     jaxprivate.interpret_pallas_call()
     interpret.install_second_poison()
     corecompile.install()
+    callbacks.install()
     worker._import_all_pallas()  # the same primitive names as the worker that encoded
     programs.primitives()
     jax.config.update("jax_platforms", "cpu")

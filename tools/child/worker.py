@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from tools import jaxprivate
-from tools.child import corecompile, interpret, programs, watchdog
+from tools.child import callbacks, corecompile, interpret, programs, watchdog
 from tools.child.guard import IntegrityGuard, primitives_of
 from tools.inputs import statics
 from tools.sandbox import wire
@@ -474,6 +474,7 @@ def main(argv: list[str]) -> int:
     jaxprivate.interpret_pallas_call()
     interpret.install_second_poison()
     corecompile.install()
+    callbacks.install()
 
     _import_all_pallas()
     programs.primitives()  # JAX's own primitives by name, before any candidate code runs
