@@ -24,6 +24,7 @@ MeasuredOn = Literal["simulated", "real"]
 """Where a latency came from. Simulated and real figures are never averaged together."""
 
 Json = dict[str, Any]
+PRICE_PHASE = "price"  # IterationFinished.failed_phase of a kernel priced out: never tested
 
 
 
@@ -89,8 +90,7 @@ class RunRequested(Event, frozen=True, kw_only=True, tag="RunRequested"):
     its node's parent by this fraction (0.0: strictly faster); see `IterationFinished`."""
     weak_sandbox: bool = False
     """The requester opted in (``--allow-weak-sandbox``) where the full sandbox could not be
-    built, so the run's candidates ran in a weaker one (v2; every v1 run: False, since
-    before v2 nothing recorded it)."""
+    built, so the run's candidates ran in a weaker one (v2; every v1 run: False)."""
     v: int = 2
 
 
@@ -108,8 +108,7 @@ class TestSuiteFrozen(Event, frozen=True, kw_only=True, tag="TestSuiteFrozen"):
     recipe_sha256: str | None = None
     """The artifact from which any worker rebuilds this exact suite (checked by its hash)."""
     task_sha256: str | None = None
-    """The task the suite was built from, when it differs from the request's (an input
-    maker was written for it)."""
+    """The task the suite was built from, when it differs from the request's (an input maker)."""
     notes: list[str] = []
     phase: ClassVar[str | None] = "test_synth"
 
@@ -152,8 +151,8 @@ class PolicyDecided(Event, frozen=True, kw_only=True, tag="PolicyDecided"):
     """One answer of the search policy, recorded before any of its expansions is requested.
 
     `seen_events` is how many of the run's events (in log order) the policy's graph was
-    folded from; `expansions` are
-    {node_id, parent_id, strategy, iterations}; `stop` is the Stop reason, if any.
+    folded from; `expansions` are {node_id, parent_id, strategy, iterations}; `stop` is the
+    Stop reason, if any.
     """
 
     policy: str
@@ -313,13 +312,13 @@ class IterationFinished(_IterationEvent, frozen=True, kw_only=True, tag="Iterati
     proof_event_id: str | None = None
     """The TestsRun or TuningSwept event that reported that verdict."""
     cites_event_id: str | None = None
-    """Set when this iteration judged nothing itself. Either the kernel (its code, on the
-    run's suite, target and tuning grid) was judged before in this run: the earlier
-    IterationFinished that judged it, whose outcome and figures this one repeats; or
-    (`failed_phase` "price") the CompileChecked whose estimate could not beat the node's
-    parent by the run's price margin, so the kernel was not tested."""
+    """Set when this iteration judged nothing itself. Either the kernel (its code, on the run's
+    suite, target and tuning grid) was judged before in this run: the earlier IterationFinished
+    that judged it, whose outcome and figures this one repeats; or (`failed_phase` PRICE_PHASE)
+    the CompileChecked whose estimate could not beat the node's parent by the run's price
+    margin, so the kernel was not tested: it is neither correct nor wrong."""
     estimate_speedup: float | None = None
-    """For `failed_phase` "price": the estimate that could not beat the parent."""
+    """For `failed_phase` PRICE_PHASE: the estimate that could not beat the parent."""
     no_gain: bool = False
     """The plan wrote no kernel: the planner concluded none pays off, or the author's space
     from this parent is exhausted. It is no candidate: a candidate budget does not count it."""

@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 
 from eventstore.events import (
+    PRICE_PHASE,
     BaselineMeasured,
     CompileChecked,
     Event,
@@ -50,10 +51,12 @@ def synthetic_run(
     measured_on: MeasuredOn = "simulated",
     finish: bool = True,
     stopped_nodes: int = 0,
+    priced_nodes: int = 0,
 ) -> Iterator[Event]:
     """One run's events in causal order. `stopped_nodes` more nodes follow the others, each
-    ending on a plan that wrote no kernel (`no_gain`); they draw nothing from `rng`, so the
-    rest of the run is the same with or without them."""
+    ending on a plan that wrote no kernel (`no_gain`), then `priced_nodes` more whose one
+    kernel compiled and was priced no faster than its parent (never tested); they draw
+    nothing from `rng`, so the rest of the run is the same with or without them."""
     baseline_s = rng.uniform(20e-6, 400e-6)
     request = RunRequested.create(
         run_id=run_id, producer="cli@0.1.0", node_id="root", task_name=rng.choice(
@@ -163,6 +166,7 @@ def synthetic_run(
             measured_on=measured_on, tunables={"block_rows": 256} if best_iter else {},
         )
     yield from _stopped(run_id, nodes, stopped_nodes, measured_on)
+    yield from _priced_out(run_id, nodes + stopped_nodes, priced_nodes, measured_on)
     if not finish:
         return
     yield SearchStopped.create(run_id=run_id, producer="orchestrator@0.1.0", policy="beam",
@@ -221,3 +225,26 @@ def _stopped(run_id: str, first: int, count: int, measured_on: MeasuredOn) -> It
         yield NodeEvaluated.create(
             run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, valid=False,
             compiled=False, iterations=1, no_gain_plans=1, measured_on=measured_on)
+
+
+def _priced_out(run_id: str, first: int, count: int, measured_on: MeasuredOn) -> Iterator[Event]:
+    """Nodes whose one kernel compiled and was priced no faster than its parent."""
+    for index in range(first, first + count):
+        node_id = f"n{index + 1}"
+        yield ExpansionRequested.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, parent_id="root",
+            policy="beam", strategy=_STRATEGIES[index % len(_STRATEGIES)], iterations=1,
+            decision=index)
+        code = hashlib.sha256(f"{run_id}/{node_id}/kernel".encode()).hexdigest()
+        checked = CompileChecked.create(
+            run_id=run_id, producer="executor@0.1.0", node_id=node_id, iteration=0,
+            code_sha256=code, ok=True, attempt=0, wall_s=0.5, estimate_speedup=0.5)
+        yield checked
+        yield IterationFinished.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, iteration=0,
+            valid=False, compiled=True, code_sha256=code, measured_on=measured_on,
+            failed_phase=PRICE_PHASE, cites_event_id=checked.event_id, estimate_speedup=0.5,
+            error="priced no faster than its parent")
+        yield NodeEvaluated.create(
+            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, valid=False,
+            compiled=True, iterations=1, measured_on=measured_on)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from eventstore.events import EVENT_TYPES
+from eventstore.events import EVENT_TYPES, PRICE_PHASE
 
 VIEW_NAMES: tuple[str, ...] = (
     "events_json", "nodes", "kernels", "run_results", "metrics", "metrics_summary",
@@ -94,11 +94,14 @@ ORDER BY r.run_id, r.seq
 
 # A kernel that is not valid failed somewhere: an iteration that ended without naming
 # the phase is counted under 'unknown', never dropped. An iteration whose plan wrote no
-# kernel (`no_gain`) is no kernel (projections.metrics).
+# kernel (`no_gain`) is no kernel; one priced no faster than its parent (failed_phase
+# 'price') was never tested, so correctness leaves it out (projections.metrics).
+_PRICED_OUT = f"(NOT {_j('valid', 'BOOLEAN')} AND {_j('failed_phase')} = '{PRICE_PHASE}')"
 _KERNELS = f"""
 SELECT run_id, {_j('node_id')} AS node_id, {_j('iteration', 'INTEGER')} AS iteration, seq,
        to_timestamp({_j('ts', 'DOUBLE')}) AS ts, {_j('measured_on')} AS measured_on,
        {_j('compiled', 'BOOLEAN')} AS compiled, {_j('valid', 'BOOLEAN')} AS valid,
+       NOT coalesce({_PRICED_OUT}, false) AS tested,
        {_j('speedup', 'DOUBLE')} AS speedup, {_j('latency_s', 'DOUBLE')} AS latency_s,
        CASE WHEN NOT {_j('valid', 'BOOLEAN')}
             THEN coalesce({_j('failed_phase')}, 'unknown') END AS failed_phase,
@@ -111,14 +114,22 @@ FROM events WHERE type = 'IterationFinished' AND NOT coalesce({_j('no_gain', 'BO
 _ITERATIONS = f"coalesce({_j('iterations', 'INTEGER')}, 0)"
 _WROTE = (f"type = 'NodeEvaluated' AND NOT ({_ITERATIONS} > 0 AND "
           f"coalesce({_j('no_gain_plans', 'INTEGER')}, 0) >= {_ITERATIONS})")
+# ... and tested one: not every kernel it wrote priced out (projections.searchgraph.tested_no_kernel)
+_TESTED = (f"{_WROTE} AND NOT ({_ITERATIONS} - coalesce({_j('no_gain_plans', 'INTEGER')}, 0)"
+           " <= priced_out)")
 
 # The run's label is its baseline's (else its first evaluated node's, else its end's); its
 # speedup is the verified winner's once finished, else the best valid node's so far, and
 # only ever a figure of its own label. `counted`: the run has a label and a result to count.
 _RUN_RESULTS = f"""
-WITH ev AS (
-    SELECT run_id, seq, type, body FROM events
-    WHERE type IN ('RunRequested', 'BaselineMeasured', 'NodeEvaluated', 'RunFinished')
+WITH priced AS (
+    SELECT run_id, {_j('node_id')} AS node_id, count(*) AS priced_out FROM events
+    WHERE type = 'IterationFinished' AND {_PRICED_OUT} GROUP BY ALL
+), ev AS (
+    SELECT e.run_id, e.seq, e.type, e.body, coalesce(p.priced_out, 0) AS priced_out
+    FROM events e LEFT JOIN priced p
+         ON e.type = 'NodeEvaluated' AND p.run_id = e.run_id AND p.node_id = {_j('node_id', None, 'e.body')}
+    WHERE e.type IN ('RunRequested', 'BaselineMeasured', 'NodeEvaluated', 'RunFinished')
 ), per_run AS (
     SELECT run_id,
         arg_min({_j('task_name')}, seq) FILTER (WHERE type = 'RunRequested') AS task,
@@ -131,6 +142,7 @@ WITH ev AS (
         count(*) FILTER (WHERE {_WROTE}) AS nodes,
         count(*) FILTER (WHERE {_WROTE} AND {_j('compiled', 'BOOLEAN')}) AS nodes_compiled,
         count(*) FILTER (WHERE {_WROTE} AND {_j('valid', 'BOOLEAN')}) AS nodes_correct,
+        count(*) FILTER (WHERE {_TESTED}) AS nodes_tested,
         count(*) FILTER (WHERE type = 'RunFinished') > 0 AS finished,
         arg_max({_j('status')}, seq) FILTER (WHERE type = 'RunFinished') AS status,
         arg_max_null({_j('speedup', 'DOUBLE')}, seq) FILTER (WHERE type = 'RunFinished') AS final_speedup,
@@ -150,7 +162,7 @@ WITH ev AS (
     FROM labelled l LEFT JOIN best b USING (run_id)
 )
 SELECT run_id, task, policy, target, provider, measured_on, status, finished,
-       nodes, nodes_compiled, nodes_correct, best_speedup, speedup,
+       nodes, nodes_compiled, nodes_correct, nodes_tested, best_speedup, speedup,
        speedup IS NOT NULL AS correct,
        greatest(coalesce(speedup, 1.0), 1.0) AS floored_speedup,
        measured_on IS NOT NULL AND (finished OR nodes > 0) AS counted
@@ -167,7 +179,8 @@ _METRICS = f"""
 WITH k AS (
     SELECT run_id, measured_on, count(*) AS kernels,
            avg(CASE WHEN compiled THEN 1.0 ELSE 0.0 END) AS compile_rate,
-           avg(CASE WHEN valid THEN 1.0 ELSE 0.0 END) AS correctness_rate
+           count(*) FILTER (WHERE valid) / nullif(count(*) FILTER (WHERE tested), 0)
+               AS correctness_rate
     FROM kernels GROUP BY ALL
 ), tokens AS ({_TOKENS_PER_RUN})
 SELECT k.run_id, k.measured_on, k.kernels, k.compile_rate, k.correctness_rate,
@@ -188,11 +201,13 @@ def _fast_p_columns() -> str:
 _METRICS_SUMMARY = f"""
 WITH k AS (
     SELECT measured_on, count(*) AS kernels,
-           count(*) FILTER (WHERE compiled) AS compiled, count(*) FILTER (WHERE valid) AS correct
+           count(*) FILTER (WHERE compiled) AS compiled, count(*) FILTER (WHERE valid) AS correct,
+           count(*) FILTER (WHERE tested) AS tested
     FROM kernels GROUP BY measured_on
 ), r AS (
     SELECT measured_on, count(*) AS runs, sum(nodes) AS nodes,
            sum(nodes_compiled) AS nodes_compiled, sum(nodes_correct) AS nodes_correct,
+           sum(nodes_tested) AS nodes_tested,
            exp(avg(ln(floored_speedup))) AS geomean_speedup,
        {_fast_p_columns()}
     FROM run_results WHERE counted GROUP BY measured_on
@@ -201,10 +216,10 @@ WITH k AS (
     UNION SELECT measured_on FROM kernels
 )
 SELECT l.measured_on, coalesce(r.runs, 0) AS runs, coalesce(k.kernels, 0) AS kernels,
-       k.compiled / k.kernels AS compile_rate, k.correct / k.kernels AS correctness_rate,
+       k.compiled / k.kernels AS compile_rate, k.correct / nullif(k.tested, 0) AS correctness_rate,
        coalesce(r.nodes, 0) AS nodes,
        r.nodes_compiled / nullif(r.nodes, 0) AS node_compile_rate,
-       r.nodes_correct / nullif(r.nodes, 0) AS node_correctness_rate,
+       r.nodes_correct / nullif(r.nodes_tested, 0) AS node_correctness_rate,
        r.geomean_speedup, {', '.join('r.' + fast_p_column(p) for p in FAST_P_POINTS)}
 FROM labels l LEFT JOIN k USING (measured_on) LEFT JOIN r USING (measured_on)
 ORDER BY l.measured_on

@@ -225,6 +225,7 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
         finished = next((e for e in events if isinstance(e, RunFinished)), None)
         entry = per_policy.setdefault(requested.policy, {
             "runs": 0, "tasks": set(), "kernels": 0, "compiled": 0, "correct_kernels": 0,
+            "tested": 0,
             "results": [], "labels": set(), "candidates": 0, "wall_s": 0.0, "tokens": 0,
             "efficiency": [], "baselines": set()})
         entry["runs"] += 1
@@ -235,6 +236,7 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
             entry["kernels"] += counts.kernels
             entry["compiled"] += counts.compiled
             entry["correct_kernels"] += counts.correct
+            entry["tested"] += counts.tested  # a kernel priced out was never tested
         entry["candidates"] += stats.efficiency.candidates if stats is not None else 0
         result = stats.result if stats is not None else None
         correct = bool(stats is not None and stats.counted and result is not None)
@@ -259,7 +261,7 @@ def summarise(events_by_run: dict[str, list[Event]]) -> dict[str, Any]:
             # which program the simulated baselines were priced from (or "real")
             "baseline_priced_from": sorted(e["baselines"]),
             "compile_rate": _ratio(e["compiled"], e["kernels"]),
-            "correctness_rate": _ratio(e["correct_kernels"], e["kernels"]),
+            "correctness_rate": _ratio(e["correct_kernels"], e["tested"]),
             "runs_correct": len(correct),
             "geomean_speedup_floored": round(geomean_floored(results), 4),
             "best_speedup": round(max(correct), 4) if correct else None,

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from eventstore.events import CompileChecked, IterationFinished
+from eventstore.events import PRICE_PHASE, CompileChecked, IterationFinished
 from projections.audit import Audit, Finding, same
 from projections.auditchecks import _find, check
-
-PRICE_PHASE = "price"
 
 
 def _figures(it: IterationFinished) -> tuple[object, ...]:

@@ -5,10 +5,12 @@ are never averaged together):
 
 - A *kernel* is one candidate written in one iteration (`IterationFinished`); an iteration
   whose plan wrote none (`no_gain`: the planner found nothing worth writing) is no kernel,
-  neither compiled nor failed. compile_rate = compiled kernels / kernels; correctness_rate =
-  correct kernels / kernels. node_compile_rate / node_correctness_rate are the same over
+  neither compiled nor failed. A kernel priced no faster than its parent (`failed_phase`
+  "price") compiled but was never tested: it is neither correct nor wrong. compile_rate =
+  compiled kernels / kernels; correctness_rate = correct kernels / tested kernels (kernels
+  less those priced out). node_compile_rate / node_correctness_rate are the same over
   trajectories (`NodeEvaluated`: a trajectory compiled or was correct if any iteration was),
-  counting only those that wrote a kernel.
+  counting only those that wrote a kernel, and for correctness only those that tested one.
 - A run's speedup is the verified winner's (`RunFinished.speedup`) once the run has
   finished, otherwise the best valid trajectory's so far. A run with no correct kernel
   falls back to the baseline: speedup 1.0.
@@ -46,6 +48,7 @@ import msgspec
 
 from eventstore.events import (
     EVENT_TYPES,
+    PRICE_PHASE,
     BaselineMeasured,
     Event,
     IterationFinished,
@@ -56,7 +59,7 @@ from eventstore.events import (
     TestsRun,
 )
 from projections.base import Projection, handles
-from projections.searchgraph import wrote_no_kernel
+from projections.searchgraph import tested_no_kernel, wrote_no_kernel
 
 FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 CLIMBED = 1.10
@@ -67,6 +70,12 @@ class Counts(msgspec.Struct, kw_only=True):
     kernels: int = 0
     compiled: int = 0
     correct: int = 0
+    untested: int = 0
+    """Of `kernels`, those priced out (never tested): not in correctness's denominator."""
+
+    @property
+    def tested(self) -> int:
+        return self.kernels - self.untested
 
 
 class Efficiency(msgspec.Struct, kw_only=True):
@@ -103,6 +112,8 @@ class RunStats(msgspec.Struct, kw_only=True):
     finished: bool = False
     final_speedup: float | None = None
     efficiency: Efficiency = msgspec.field(default_factory=Efficiency)
+    priced_out: dict[str, int] = {}
+    """Kernels priced out, by node id (a node that tested none is no node for correctness)."""
 
     @property
     def result(self) -> float | None:
@@ -192,11 +203,16 @@ class Metrics(Projection[MetricsState]):
         counts.kernels += 1
         counts.compiled += e.compiled
         counts.correct += e.valid
-        eff = self._run(e.run_id).efficiency
+        run = self._run(e.run_id)
+        if not e.valid and e.failed_phase == PRICE_PHASE:
+            counts.untested += 1
+            if e.node_id is not None:
+                run.priced_out[e.node_id] = run.priced_out.get(e.node_id, 0) + 1
+        eff = run.efficiency
         eff.candidates += 1  # what a candidate budget counts
         if e.code_sha256 is None:
             return
-        eff.judged += e.cites_event_id is None or e.failed_phase == "price"
+        eff.judged += e.cites_event_id is None or e.failed_phase == PRICE_PHASE
         eff.codes.add(e.code_sha256)
         if e.valid and e.speedup is not None:
             if eff.first_valid is None:
@@ -213,6 +229,9 @@ class Metrics(Projection[MetricsState]):
             run.nodes.kernels += 1
             run.nodes.compiled += e.compiled
             run.nodes.correct += e.valid
+            if e.node_id is not None and tested_no_kernel(
+                    e.iterations, e.no_gain_plans, run.priced_out.get(e.node_id, 0)):
+                run.nodes.untested += 1
         if e.valid and e.speedup is not None and e.measured_on == run.label and (
             run.best_speedup is None or e.speedup > run.best_speedup
         ):
@@ -310,15 +329,16 @@ class Metrics(Projection[MetricsState]):
             nodes.kernels += r.nodes.kernels
             nodes.compiled += r.nodes.compiled
             nodes.correct += r.nodes.correct
+            nodes.untested += r.nodes.untested
         results = [r.result for r in runs]
         return {
             "runs": len(runs),
             "kernels": kernels.kernels,
             "compile_rate": _ratio(kernels.compiled, kernels.kernels),
-            "correctness_rate": _ratio(kernels.correct, kernels.kernels),
+            "correctness_rate": _ratio(kernels.correct, kernels.tested),
             "nodes": nodes.kernels,
             "node_compile_rate": _ratio(nodes.compiled, nodes.kernels),
-            "node_correctness_rate": _ratio(nodes.correct, nodes.kernels),
+            "node_correctness_rate": _ratio(nodes.correct, nodes.tested),
             "geomean_speedup": geomean_floored(results) if runs else None,
             "fast_p": {_p_key(p): fast_p(results, p) if runs else None for p in FAST_P},
         }

@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 from eventstore.events import (
+    PRICE_PHASE,
     BaselineMeasured,
     Event,
     ExpansionRequested,
@@ -32,6 +33,13 @@ def wrote_no_kernel(iterations: int, no_gain_plans: int) -> bool:
     return 0 < iterations <= no_gain_plans
 
 
+def tested_no_kernel(iterations: int, no_gain_plans: int, priced_out: int) -> bool:
+    """A trajectory that wrote kernels and had every one priced no faster than its parent
+    (`failed_phase` "price"): each compiled, none was tested."""
+    written = iterations - no_gain_plans
+    return 0 < written <= priced_out
+
+
 NodeStatus = Literal["root", "pending", "running", "valid", "invalid"]
 """pending: requested, no iteration finished yet; running: at least one finished."""
 
@@ -47,6 +55,8 @@ class Node(msgspec.Struct, kw_only=True):
     iterations_done: int = 0
     no_gain_plans: int = 0
     """Iterations whose plan wrote no kernel: they cost no candidate."""
+    priced_out: int = 0
+    """Kernels priced no faster than the node's parent: compiled, never tested."""
     plan_sha256: str | None = None
     code_sha256: str | None = None
     compiled: bool | None = None
@@ -67,6 +77,17 @@ class Node(msgspec.Struct, kw_only=True):
     def wrote_no_kernel(self) -> bool:
         """Evaluated with every iteration a plan that wrote no kernel: nothing failed."""
         return self.status == "invalid" and wrote_no_kernel(self.iterations_done, self.no_gain_plans)
+
+    @property
+    def unjudged(self) -> str | None:
+        """Why an invalid node failed nothing, in words: it wrote no kernel, or had every one
+        priced no faster than its parent (none tested); None for any other node."""
+        if self.wrote_no_kernel:
+            return "no kernel written"
+        if self.status == "invalid" and tested_no_kernel(
+                self.iterations_done, self.no_gain_plans, self.priced_out):
+            return "no kernel tested"
+        return None
 
 
 class SearchGraphState(msgspec.Struct, kw_only=True):
@@ -145,6 +166,7 @@ class SearchGraph(Projection[SearchGraphState]):
             return
         node.iterations_done += 1
         node.no_gain_plans += e.no_gain
+        node.priced_out += not e.valid and e.failed_phase == PRICE_PHASE
         if node.status == "pending":
             node.status = "running"
 

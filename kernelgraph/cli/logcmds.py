@@ -226,7 +226,7 @@ def _graph_tree(graph: Any) -> Tree:
 
     def add(parent: Tree, node: Any) -> None:
         mark = " [bold green]<- best[/]" if best is not None and node.node_id == best.node_id else ""
-        colour = "dim" if node.wrote_no_kernel else {
+        colour = "dim" if node.unjudged else {
             "valid": "green", "invalid": "red", "root": "cyan"}.get(node.status, "yellow")
         text = (f"[{colour}]{node.node_id}[/] {_node_what(node)} "
                 f"{_speedup(node.speedup, node.measured_on)}{mark}")
@@ -246,7 +246,7 @@ def _node_what(node: Any) -> str:
 
     if node.status == "root":
         return "XLA baseline"
-    status = "no kernel written" if node.wrote_no_kernel else node.status
+    status = node.unjudged or node.status
     strategy = parse_strategy(node.strategy)
     if strategy.levers:
         return f"{status} {escape('[' + '+'.join(strategy.levers) + ']')}"

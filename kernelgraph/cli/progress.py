@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from eventstore.events import PRICE_PHASE
 from kernelgraph.cli.app import err_console
 from kernelgraph.userterms import in_user_terms
-from projections.searchgraph import wrote_no_kernel
+from projections.searchgraph import tested_no_kernel, wrote_no_kernel
 
 
 def clip(text: str, width: int) -> str:
@@ -48,6 +49,8 @@ class Progress:
         """An agent's give-up, printed with the next event unless the run's end repeats it."""
         self.told: str | None = None
         """The run's end reason, once printed here (the summary then does not repeat it)."""
+        self.priced_out: dict[str, int] = {}
+        """Kernels priced no faster than their parent (never tested), by node id."""
 
     def label(self, e: Any) -> str:
         """`[it 2]` in a single trajectory, `[n3 it 2]` in a search (n3: the third node)."""
@@ -103,9 +106,11 @@ class Progress:
             node = self.labels.get(e.node_id or "", "?")
             if e.valid and e.speedup:
                 return f"{node} evaluated: {e.speedup:.2f}x"
-            return f"{node} evaluated: " + (
-                "no kernel written (its planner found nothing new to try)"
-                if wrote_no_kernel(e.iterations, e.no_gain_plans) else "no valid kernel")
+            if wrote_no_kernel(e.iterations, e.no_gain_plans):
+                return f"{node} evaluated: no kernel written (its planner found nothing new to try)"
+            if tested_no_kernel(e.iterations, e.no_gain_plans, self.priced_out.get(e.node_id or "", 0)):
+                return f"{node} evaluated: no kernel tested (each priced no faster than its parent)"
+            return f"{node} evaluated: no valid kernel"
         if kind == "SearchStopped":
             return f"search stopped: {clip(e.reason, 200)}"
         if kind == "RunAudited":
@@ -136,14 +141,16 @@ class Progress:
         if kind == "ProfileCaptured":
             return f"{it} profile: {e.bound}-bound; next lever: {clip(e.top_lever, 100)}"
         if kind == "IterationFinished":
+            if not e.valid and e.failed_phase == PRICE_PHASE:
+                self.priced_out[e.node_id or ""] = self.priced_out.get(e.node_id or "", 0) + 1
             if e.valid and e.speedup is not None:
                 self.best = max(self.best or 0.0, e.speedup)
             best = f"best so far {self.best:.2f}x" if self.best else "no valid kernel yet"
             outcome = f"valid, {e.speedup:.2f}x" if e.valid and e.speedup else (
                 f"not faster ({e.estimate_speedup:.2f}x priced), not tested"
-                if e.failed_phase == "price" and e.estimate_speedup is not None else
+                if e.failed_phase == PRICE_PHASE and e.estimate_speedup is not None else
                 f"failed in {e.failed_phase}" if e.failed_phase else "ended")
-            if e.cites_event_id and e.failed_phase != "price":
+            if e.cites_event_id and e.failed_phase != PRICE_PHASE:
                 outcome += " (judged before: verdict cited, not run again)"
             return f"{it} done: {outcome}; {best}"
         if kind == "WinnerVerified":

@@ -121,7 +121,7 @@ def _colours(node: Node, norm: TwoSlopeNorm, cmap: object) -> tuple[object, str,
         return "#dbeafe", "#2563eb", "#1e3a8a"
     if node.status == "valid" and node.speedup is not None:
         return cmap(norm(node.speedup)), "#374151", "#111827"  # type: ignore[operator]
-    if node.status == "invalid" and not node.wrote_no_kernel:
+    if node.status == "invalid" and node.unjudged is None:
         return "#fee2e2", FAILED, "#7f1d1d"
     return "#f3f4f6", BASELINE, "#374151"
 
@@ -143,8 +143,8 @@ def _subtitle(node: Node) -> str:
         return "1.00x"
     if node.status == "valid" and node.speedup is not None:
         return f"{node.speedup:.2f}x"
-    if node.wrote_no_kernel:
-        return "no kernel written"
+    if node.unjudged:
+        return node.unjudged
     if node.status == "invalid":
         return "failed"
     return node.status

@@ -173,7 +173,7 @@ def _graph_section(run: RunReport, src: str) -> str:
             f"#{numbers[node.node_id]}" + (" ★" if best is node else ""),
             "root" if parent == 0 else (f"#{parent}" if parent is not None else DASH),
             escape(node.strategy) or DASH, str(node.iterations_done),
-            "no kernel written" if node.wrote_no_kernel else escape(node.status),
+            node.unjudged or escape(node.status),
             _x(node.speedup if node.status == "valid" else None), f'<div class="why">{why}</div>',
         ])
     table = _table(["node", "parent", "strategy", "iterations", "status", "speedup", "failure"],

@@ -133,7 +133,7 @@ def _depth_series(ax: object, run: RunReport, colour: str, name: str | None) -> 
             xs.append(d)
             ys.append(best)
     valid = [(n.depth, n.speedup) for n in nodes if n.status == "valid" and n.speedup is not None]
-    failed = [n.depth for n in nodes if n.status == "invalid" and not n.wrote_no_kernel]
+    failed = [n.depth for n in nodes if n.status == "invalid" and n.unjudged is None]
     if valid:
         ax.scatter(*zip(*valid, strict=True), color=colour, alpha=0.35, s=22)  # type: ignore[attr-defined]
     if failed:

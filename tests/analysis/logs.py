@@ -44,7 +44,7 @@ def mixed_runs(seed: int = 3) -> list[Event]:
     for i, (policy, label, finish) in enumerate(plan):
         run = synthetic_run(rng, run_id=f"run-{i:02d}", nodes=rng.randrange(2, 7),
                             iterations=rng.randrange(1, 4), measured_on=label, finish=finish,
-                            stopped_nodes=2 * (i % 2))
+                            stopped_nodes=2 * (i % 2), priced_nodes=i % 3)
         events.extend(_as_policy(run, policy))
     events.extend(no_valid_run("run-novalid"))
     return events

@@ -73,6 +73,45 @@ def test_a_plan_that_wrote_no_kernel_is_neither_a_kernel_nor_a_failure(tmp_path:
     assert sum("no kernel written" in line for line in shown) == 3, shown
 
 
+def test_a_kernel_priced_out_is_compiled_but_neither_correct_nor_wrong(tmp_path: Path) -> None:
+    """Nodes whose one kernel was priced no faster than its parent compiled and were never
+    tested: they raise the kernels and the compile rates, and leave both correctness rates
+    as they were, in the projections and the views alike."""
+    import random
+
+    from eventstore.synthetic import synthetic_run
+
+    def figures(priced: int) -> dict:
+        events = list(synthetic_run(random.Random(11), run_id="r", nodes=3, iterations=2,
+                                    priced_nodes=priced))
+        with EventLog(write_log(tmp_path / f"p{priced}.duckdb", events), read_only=True) as log:
+            check_views_agree(log)
+            row = log.query("SELECT kernels, compile_rate, correctness_rate, nodes, "
+                            "node_compile_rate, node_correctness_rate FROM metrics_summary")[1][0]
+        summary = Metrics().apply_all(events).summary()["by_measured_on"]["simulated"]
+        assert pytest.approx(list(row)) == [summary[k] for k in (
+            "kernels", "compile_rate", "correctness_rate", "nodes", "node_compile_rate",
+            "node_correctness_rate")]
+        return summary
+
+    without, priced = figures(0), figures(2)
+    assert priced["kernels"] == without["kernels"] + 2 and priced["nodes"] == without["nodes"] + 2
+    for rate, count in (("compile_rate", "kernels"), ("node_compile_rate", "nodes")):
+        compiled = without[rate] * without[count]
+        assert priced[rate] == pytest.approx((compiled + 2) / (without[count] + 2)), rate
+    assert priced["correctness_rate"] == without["correctness_rate"]
+    assert priced["node_correctness_rate"] == without["node_correctness_rate"]
+    from kernelgraph.cli.logcmds import _graph_tree
+    from projections import SearchGraph
+
+    graph = SearchGraph().apply_all(synthetic_run(random.Random(11), run_id="r", nodes=3,
+                                                  iterations=2, priced_nodes=2))
+    assert [n.node_id for n in graph.state.nodes.values()
+            if n.unjudged == "no kernel tested"] == ["n4", "n5"]
+    shown = [str(b.label) for b in _graph_tree(graph).children[0].children]
+    assert sum("no kernel tested" in line for line in shown) == 2, shown
+
+
 def _call(run: str, causation: str | None, agent: str, tokens: int) -> LlmCalled:
     return LlmCalled.create(run_id=run, producer=f"{agent}@1", causation_id=causation, agent=agent,
                             provider="offline", model="m", prompt_sha256="p", response_sha256="r",

@@ -131,20 +131,28 @@ def test_every_free_text_a_progress_line_shows_is_cut_at_a_word() -> None:
     assert clip("  short   text ", 100) == "short text"
 
 
-def test_a_node_that_wrote_no_kernel_is_not_reported_as_a_failed_kernel() -> None:
+def test_a_node_that_wrote_or_tested_no_kernel_is_not_reported_as_a_failed_one() -> None:
     from eventstore.events import ExpansionRequested
 
     progress = Progress(quiet=True)
     progress.describe(emit(RunRequested, "root", task_name="t", task_sha256="T", policy="beam",
                            target="sim-tpu-v6e", provider="offline"))
-    for node in ("n1", "n2"):
+    for node in ("n1", "n2", "n3", "n4"):
         progress.describe(emit(ExpansionRequested, node, parent_id="root", policy="beam",
                                strategy="", iterations=2))
+    for node, phase in (("n3", "price"), ("n3", "price"), ("n4", "price"), ("n4", "test")):
+        progress.describe(emit(IterationFinished, node, iteration=1, valid=False, compiled=True,
+                               code_sha256="C", failed_phase=phase))
     failed = emit(NodeEvaluated, "n1", valid=False, compiled=True, iterations=2, no_gain_plans=1)
     stopped = emit(NodeEvaluated, "n2", valid=False, compiled=False, iterations=1, no_gain_plans=1)
+    priced = emit(NodeEvaluated, "n3", valid=False, compiled=True, iterations=2)
+    partly = emit(NodeEvaluated, "n4", valid=False, compiled=True, iterations=2)
     assert progress.describe(failed) == "n1 evaluated: no valid kernel"
     assert progress.describe(stopped) == (
         "n2 evaluated: no kernel written (its planner found nothing new to try)")
+    assert progress.describe(priced) == (
+        "n3 evaluated: no kernel tested (each priced no faster than its parent)")
+    assert progress.describe(partly) == "n4 evaluated: no valid kernel"
 
 
 def test_the_replay_and_report_commands_show_the_efficiency(tmp_path) -> None:
