@@ -9,9 +9,10 @@ most of its run (`benchmarks/interpret_callbacks.py`). Here the interpreter's ow
 and the children's wrappers of them that count transfers and branches
 (:mod:`tools.child.interpret`, :mod:`tools.child.branches`), get NumPy copies of their
 arguments (copies: the program's buffers are valid only during the call), under the same
-default device; every other callback goes through JAX's implementation unchanged. The callbacks, their order and the values they see are the same,
-so what a kernel computes is too. Installed by the children before any program runs and,
-in the worker, before the candidate is imported (the guard names a later replacement).
+default device; every other callback goes through JAX's implementation unchanged. The
+callbacks, their order and the values they see are the same, so what a kernel computes is
+too. Installed by the children before any program runs and, in the worker, before the
+candidate is imported (the guard names a later replacement).
 """
 
 from __future__ import annotations
