@@ -6,9 +6,10 @@ For each task (shipped names, or task files such as a JAXBench `baseline.py`, sc
 `--scale` as `kernelgraph bench --scale` does), the offline author writes its kernel at the
 default configuration, and a fresh interpreter per mode traces it at the tuning point and
 runs it once to compile, then `--repeats` times under TPU interpret mode as the verifier's
-runner does (its transfer and branch counters installed, NaN-poisoned memory, randomised
-grid order; with and without the race detector). Reported per task and mode: the median seconds of a run, how many host callbacks
-one run makes, and whether the two modes' outputs are the same bytes.
+runner does (its transfer and branch counters installed, the interpreter's default memory
+poisoning and a randomised grid order; with and without the race detector). Reported per
+task and mode: the median seconds of a run, how many host callbacks one run makes, and
+whether the two modes' outputs are the same bytes.
 
 Usage: python benchmarks/interpret_callbacks.py [--json] [--repeats 2] [--scale F[,F]]
        [TASK ...]   (default: paged_attention gqa_attention matmul)
@@ -34,7 +35,8 @@ DEFAULT_TASKS = ("paged_attention", "gqa_attention", "matmul")
 _CHILD = r"""
 import collections, hashlib, json, statistics, sys, threading, time
 import numpy as np
-task_path, kernel_path, host, repeats = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+task_path, kernel_path = sys.argv[1], sys.argv[2]
+host, repeats = sys.argv[3] == "1", int(sys.argv[4])
 from tools.child import callbacks, corecompile, interpret
 from tools import jaxprivate
 interpret.install_second_poison(); corecompile.install()
