@@ -6,8 +6,8 @@ For each task (shipped names, or task files such as a JAXBench `baseline.py`, sc
 `--scale` as `kernelgraph bench --scale` does), the offline author writes its kernel at the
 default configuration, and a fresh interpreter per mode traces it at the tuning point and
 runs it once to compile, then `--repeats` times under TPU interpret mode as the verifier's
-runner does (its transfer and branch counters installed, the interpreter's default memory
-poisoning and a randomised grid order; with and without the race detector). Reported per
+runner does (its transfer and branch counters installed, NaN-poisoned memory, a
+randomised grid order; with and without the race detector). Reported per
 task and mode: the median seconds of a run, how many host callbacks one run makes, and
 whether the two modes' outputs are the same bytes.
 
