@@ -206,14 +206,19 @@ def synthetic_log(total_events: int, *, seed: int = 0) -> Iterator[Event]:
                 return
 
 
+def _one_iteration_node(run_id: str, node_id: str, index: int) -> ExpansionRequested:
+    """A node of one iteration under the root, after the run's drawn ones."""
+    return ExpansionRequested.create(
+        run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, parent_id="root",
+        policy="beam", strategy=_STRATEGIES[index % len(_STRATEGIES)], iterations=1,
+        decision=index)
+
+
 def _stopped(run_id: str, first: int, count: int, measured_on: MeasuredOn) -> Iterator[Event]:
     """Nodes whose one iteration's plan concluded that no kernel will pay off."""
     for index in range(first, first + count):
         node_id = f"n{index + 1}"
-        yield ExpansionRequested.create(
-            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, parent_id="root",
-            policy="beam", strategy=_STRATEGIES[index % len(_STRATEGIES)], iterations=1,
-            decision=index)
+        yield _one_iteration_node(run_id, node_id, index)
         plan = hashlib.sha256(f"{run_id}/{node_id}".encode()).hexdigest()
         yield PlanProposed.create(run_id=run_id, producer="planner@0.1.0", node_id=node_id,
                                   iteration=0, plan_sha256=plan, wall_s=0.5, no_gain=True,
@@ -231,10 +236,7 @@ def _priced_out(run_id: str, first: int, count: int, measured_on: MeasuredOn) ->
     """Nodes whose one kernel compiled and was priced no faster than its parent."""
     for index in range(first, first + count):
         node_id = f"n{index + 1}"
-        yield ExpansionRequested.create(
-            run_id=run_id, producer="orchestrator@0.1.0", node_id=node_id, parent_id="root",
-            policy="beam", strategy=_STRATEGIES[index % len(_STRATEGIES)], iterations=1,
-            decision=index)
+        yield _one_iteration_node(run_id, node_id, index)
         code = hashlib.sha256(f"{run_id}/{node_id}/kernel".encode()).hexdigest()
         checked = CompileChecked.create(
             run_id=run_id, producer="executor@0.1.0", node_id=node_id, iteration=0,
