@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# this folder's modules (benchmarks/agents.py) would shadow the project's packages
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
 DEFAULT_TASKS = ("paged_attention", "gqa_attention", "matmul")
 
 # Run in a fresh interpreter per mode: the replacement is process-wide and permanent.
