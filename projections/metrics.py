@@ -59,7 +59,7 @@ from eventstore.events import (
     TestsRun,
 )
 from projections.base import Projection, handles
-from projections.searchgraph import tested_no_kernel, wrote_no_kernel
+from projections.searchgraph import priced_out, tested_no_kernel, wrote_no_kernel
 
 FAST_P: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 CLIMBED = 1.10
@@ -204,7 +204,7 @@ class Metrics(Projection[MetricsState]):
         counts.compiled += e.compiled
         counts.correct += e.valid
         run = self._run(e.run_id)
-        if not e.valid and e.failed_phase == PRICE_PHASE:
+        if priced_out(e):
             counts.untested += 1
             if e.node_id is not None:
                 run.priced_out[e.node_id] = run.priced_out.get(e.node_id, 0) + 1

@@ -33,6 +33,12 @@ def wrote_no_kernel(iterations: int, no_gain_plans: int) -> bool:
     return 0 < iterations <= no_gain_plans
 
 
+def priced_out(iteration: IterationFinished) -> bool:
+    """An iteration whose kernel compiled and was priced no faster than its node's parent
+    (`failed_phase` PRICE_PHASE): it was never tested, so it is neither correct nor wrong."""
+    return not iteration.valid and iteration.failed_phase == PRICE_PHASE
+
+
 def tested_no_kernel(iterations: int, no_gain_plans: int, priced_out: int) -> bool:
     """A trajectory that wrote kernels and had every one priced no faster than its parent
     (`failed_phase` "price"): each compiled, none was tested."""
@@ -166,7 +172,7 @@ class SearchGraph(Projection[SearchGraphState]):
             return
         node.iterations_done += 1
         node.no_gain_plans += e.no_gain
-        node.priced_out += not e.valid and e.failed_phase == PRICE_PHASE
+        node.priced_out += priced_out(e)
         if node.status == "pending":
             node.status = "running"
 

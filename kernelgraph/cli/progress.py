@@ -8,7 +8,7 @@ from typing import Any
 from eventstore.events import PRICE_PHASE
 from kernelgraph.cli.app import err_console
 from kernelgraph.userterms import in_user_terms
-from projections.searchgraph import tested_no_kernel, wrote_no_kernel
+from projections.searchgraph import priced_out, tested_no_kernel, wrote_no_kernel
 
 
 def clip(text: str, width: int) -> str:
@@ -141,7 +141,7 @@ class Progress:
         if kind == "ProfileCaptured":
             return f"{it} profile: {e.bound}-bound; next lever: {clip(e.top_lever, 100)}"
         if kind == "IterationFinished":
-            if not e.valid and e.failed_phase == PRICE_PHASE:
+            if priced_out(e):
                 self.priced_out[e.node_id or ""] = self.priced_out.get(e.node_id or "", 0) + 1
             if e.valid and e.speedup is not None:
                 self.best = max(self.best or 0.0, e.speedup)
