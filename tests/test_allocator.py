@@ -43,11 +43,11 @@ def _probe(**env: str) -> tuple[list[str], list[str]]:
 
 def test_tuning_adds_the_tunables_and_keeps_the_users_own() -> None:
     assert allocator.tuned(None) == ":".join(f"{k}={v}" for k, v in allocator.TUNABLES)
-    mine = allocator.tuned("glibc.malloc.arena_max=4:glibc.rtld.nns=8")
+    mine = allocator.tuned("glibc.malloc.mmap_max=8:glibc.rtld.nns=8")
     entries = mine.split(":")
-    assert entries[:2] == ["glibc.malloc.arena_max=4", "glibc.rtld.nns=8"]
-    assert "glibc.malloc.arena_max=1" not in entries
-    assert "glibc.malloc.mmap_max=0" in entries
+    assert entries[:2] == ["glibc.malloc.mmap_max=8", "glibc.rtld.nns=8"]
+    assert "glibc.malloc.mmap_max=0" not in entries
+    assert f"glibc.malloc.trim_threshold={1 << 40}" in entries
     assert allocator.tuned(mine) == mine  # tuned once is tuned
 
 
@@ -76,9 +76,10 @@ def test_without_the_tunables_freed_memory_is_faulted_in_again() -> None:
 
 @needs_glibc
 def test_the_users_own_tunable_wins() -> None:
-    _, (_, _, tunables, _) = _probe(**{allocator.ENV: "glibc.malloc.arena_max=2"})
-    assert tunables.split(":")[0] == "glibc.malloc.arena_max=2"
-    assert "glibc.malloc.arena_max=1" not in tunables.split(":")
+    _, (_, _, tunables, faults) = _probe(**{allocator.ENV: "glibc.malloc.mmap_max=65536"})
+    assert tunables.split(":")[0] == "glibc.malloc.mmap_max=65536"
+    assert "glibc.malloc.mmap_max=0" not in tunables.split(":")
+    assert int(faults) > 30000  # glibc's mmap per block, as the user asked
 
 
 def test_the_sandboxed_children_get_no_tunables(monkeypatch: pytest.MonkeyPatch) -> None:

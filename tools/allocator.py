@@ -7,14 +7,17 @@ heap's top back to the system, so each such array is faulted in again page by pa
 page zeroed. Freezing JAXBench's ragged paged attention (7p) took 34 million page faults and
 116 s of system time beside 162 s of compute (``benchmarks/allocator.py``).
 
-:data:`TUNABLES` turn that off: no ``mmap`` per block, one arena, no trimming, so a freed
-array's memory is reused without a fault. The process keeps its peak, which it had reached
-anyway. glibc reads ``GLIBC_TUNABLES`` only when a process starts, so the command line starts
-itself again with them, first thing (:func:`reexec_tuned`, from :mod:`kernelgraph.launch`);
-what it spawns of its own (bench's task checks) inherits them. The sandboxed children do not:
-their environment is an allowlist (:func:`tools.sandbox.launcher.scrubbed_env`), and one arena
-for their many interpreting threads costs more than it saves. A tunable the user set is kept
-as set; ``KG_MALLOC=system`` leaves glibc's defaults alone.
+:data:`TUNABLES` turn that off: no ``mmap`` per block and no trimming, so a freed array's
+memory is reused without a fault. The process keeps its peak, which it had reached anyway.
+glibc's arenas stay as they are: with one arena for every thread the same freeze faults
+least, but two runs side by side in one process, as ``bench --jobs 2`` has them, then wait
+on its lock for longer than that saves.
+
+glibc reads ``GLIBC_TUNABLES`` only when a process starts, so the command line starts itself
+again with them, first thing (:func:`reexec_tuned`, from :mod:`kernelgraph.launch`); what it
+spawns of its own (bench's task checks) inherits them. The sandboxed children do not: their
+environment is an allowlist (:func:`tools.sandbox.launcher.scrubbed_env`). A tunable the user
+set is kept as set; ``KG_MALLOC=system`` leaves glibc's defaults alone.
 """
 
 from __future__ import annotations
@@ -29,9 +32,8 @@ OPT_OUT_ENV = "KG_MALLOC"
 OPT_OUT_VALUE = "system"
 
 TUNABLES: tuple[tuple[str, str], ...] = (
-    ("glibc.malloc.mmap_max", "0"),  # no mmap per block: every block from the heap
-    ("glibc.malloc.arena_max", "1"),  # one heap for every thread, grown with brk
-    ("glibc.malloc.trim_threshold", str(1 << 40)),  # the heap is never given back
+    ("glibc.malloc.mmap_max", "0"),  # no mmap per block: every block from a heap
+    ("glibc.malloc.trim_threshold", str(1 << 40)),  # a heap's top is never given back
 )
 
 
