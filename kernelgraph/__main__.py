@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelgraph.launch import main
+from kernelgraph.cli import main
 
 if __name__ == "__main__":  # a spawned worker (bench's task checks) imports this module again
     main()
