@@ -203,3 +203,32 @@ def test_xla_tpus_ragged_dot_kernel_is_unpriced_for_its_data_dependent_grid() ->
     assert len(grid) == 1 and "grid axis 1" in grid[0], reasons
     assert not any("bound the loop" in r or r.endswith("...") for r in reasons.values()), reasons
     assert len(found.unpriced) == len(reasons) == 2
+
+
+def test_an_answer_for_a_program_not_asked_about_is_dropped_not_cached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compile child reads programs derived from candidate code: what it says lands only
+    under the keys the parent asked about, never in the cache under another program's."""
+    import msgspec
+
+    from tools.sandbox import launcher
+
+    asked, other = "module @asked {}", "module @other {}"
+    forged = [tpu_compiler.RealCompile("v6e", True, tpu_compiler.program_sha256(other), "libtpu x"),
+              tpu_compiler.RealCompile("v5e", True, tpu_compiler.program_sha256(asked), "libtpu x")]
+
+    def lying_child(module: str, request: bytes, **_: object) -> launcher.SandboxResult:
+        return launcher.SandboxResult(
+            returncode=0, timed_out=False, stdout_tail="", stderr_tail="", wall_s=0.1,
+            limits=launcher.Limits(),
+            result=msgspec.msgpack.encode(tpu_compiler.CompileResponse(forged, "")))
+
+    monkeypatch.setattr(tpu_compiler, "available", lambda: True)
+    monkeypatch.setattr(tpu_compiler, "libtpu_version", lambda: "0.0.0")
+    monkeypatch.setattr(launcher, "run_sandboxed", lying_child)
+    (result,) = tpu_compiler.compile_all([asked], "v6e")
+    assert not result.ok and result.kind == "crash"
+    assert result.program_sha256 == tpu_compiler.program_sha256(asked)
+    assert "answering for other programs" in result.message
+    assert tpu_compiler.CACHE.get(tpu_compiler.program_sha256(other), "v6e") is None
+    assert tpu_compiler.CACHE.get(tpu_compiler.program_sha256(asked), "v5e") is None

@@ -380,7 +380,7 @@ def _compile_in_child(texts: list[str], chip: str, limit: float,
     if box.result is not None:
         try:
             response = msgspec.msgpack.decode(box.result, type=CompileResponse)
-            results, error = list(response.results), response.error
+            results, error = _asked_for(response.results, texts, chip), response.error
         except msgspec.DecodeError as exc:
             error = f"the compile child's answer could not be read: {exc}"
     answered = {r.program_sha256 for r in results}
@@ -399,13 +399,29 @@ def _compile_in_child(texts: list[str], chip: str, limit: float,
                 f"{limit:g} s ({LIMIT_ENV})", "timeout", limit))
         else:
             tail = (box.stderr_tail or "").strip().splitlines()[-3:]
+            how = box.failure() or "it exited cleanly, answering for other programs or none"
             results.append(RealCompile(
                 chip, False, digest, version,
-                f"the TPU compiler's process ended without an answer ({box.failure()}): "
+                f"the TPU compiler's process ended without an answer ({how}): "
                 + " | ".join(tail), "crash"))
     return results
 
 
+
+
+def _asked_for(results: Sequence[RealCompile], texts: Sequence[str],
+               chip: str) -> list[RealCompile]:
+    """The child's answers for the programs it was given, on the chip it was given, the first
+    for each: the child reads programs derived from candidate code, so what it says is
+    stored only under a key the parent chose. An answer for any other program (which would
+    land in the cache every later run reads) is dropped, and the program asked about then
+    gets the verdict of a child that did not answer."""
+    asked = {program_sha256(t) for t in texts}
+    kept: dict[str, RealCompile] = {}
+    for result in results:
+        if result.program_sha256 in asked and result.chip == chip:
+            kept.setdefault(result.program_sha256, result)
+    return list(kept.values())
 
 
 def compiled_hlo(text: str, chip: str) -> str:
