@@ -8,7 +8,8 @@ and prints, per task: the kernel class the planner chose (from the run's first p
 verdict of the winner's re-verification, its speedup over the XLA baseline (SIMULATED on a
 sim-* target, `speedup_simulated`; a real target's is `speedup_measured`), and the reason of
 any run without a verified kernel. With `--bench-json` (the bench's own `--json` output) the
-tasks the bench skipped before any run, and its wall time and summary line, come along.
+tasks the bench skipped before any run, its summary line and its wall time come along:
+`wall_s` from the start of the task checks to the last run's end, `check_s` the checks.
 
 Where the time went, over every run: `phase_wall_s`, each phase's wall seconds summed (runs
 overlap under --jobs, so the sum exceeds the bench's wall time; a sweep's includes the
@@ -145,7 +146,7 @@ def main() -> None:
     }
     if bench is not None:
         report.update(summary=bench.get("summary"), wall_s=bench.get("wall_s"),
-                      skipped=bench.get("skipped"))
+                      check_s=bench.get("check_s"), skipped=bench.get("skipped"))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return

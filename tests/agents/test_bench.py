@@ -15,6 +15,7 @@ from kernelgraph.bench import (
     RunOutcome,
     agent_concurrency,
     candidates_to_best,
+    check_order,
     check_tasks,
     find_tasks,
     first_line,
@@ -42,6 +43,20 @@ def test_tasks_are_found_in_files_task_folders_and_jaxbench_folders(tmp_path: Pa
                        "nope": "no such file or directory"}
     shipped, _ = find_tasks([ROOT / "tasks"])
     assert {"gelu", "rmsnorm", "matmul"} <= {t.name for t in shipped}
+
+
+def test_the_checks_take_the_longest_task_file_first(tmp_path: Path) -> None:
+    """With several check processes, the last check to start should be a short one: the
+    longest file goes first, ties keep their order, and a missing file goes last (its check
+    says why it cannot run)."""
+    sizes = {"short": 10, "long": 300, "mid": 100, "mid_too": 100}
+    tasks = []
+    for name, size in sizes.items():
+        (tmp_path / f"{name}.py").write_text("#" * size)
+        tasks.append(BenchTask(tmp_path / f"{name}.py", name))
+    tasks.append(BenchTask(tmp_path / "gone.py", "gone"))
+    assert [tasks[i].name for i in check_order(tasks)] == ["long", "mid", "mid_too", "short",
+                                                          "gone"]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
