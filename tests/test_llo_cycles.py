@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tools.lowered import tpu_compiler
+from tools.lowered import tpu_compiler, tpu_compiling
 from tools.performance import llo_cycles
 from tools.performance.llo_cycles import LloError, kernel_cycles, step_cycles, total_cycles
 
@@ -152,7 +152,7 @@ def test_the_dump_is_read_in_run_order_without_xlas_own_programs_and_emptied(
     hlo = ("ENTRY %main {\n  %name.2 = f32[8] custom-call(%a), "
            'custom_call_target="tpu_custom_call"\n  %name.1 = f32[8] custom-call(%name.2), '
            'custom_call_target="tpu_custom_call"\n}\n')
-    kernels, note = tpu_compiler.read_cycles(tmp_path, hlo)
+    kernels, note = tpu_compiling.read_cycles(tmp_path, hlo)
     assert note == "" and [(k.name, k.trips) for k in kernels] == [("name.2", 6), ("name.1", 10)]
     assert list(tmp_path.iterdir()) == []  # the dump is gone
 
@@ -161,7 +161,7 @@ def test_a_dump_missing_a_kernel_gives_no_cycles_and_says_why(tmp_path: Path) ->
     (tmp_path / "100-name.1-01-final_bundles.txt").write_text(_grid())
     hlo = ('%name.1 = f32[8] custom-call(%a), custom_call_target="tpu_custom_call"\n'
            '%name.2 = f32[8] custom-call(%a), custom_call_target="tpu_custom_call"\n')
-    kernels, note = tpu_compiler.read_cycles(tmp_path, hlo)
+    kernels, note = tpu_compiling.read_cycles(tmp_path, hlo)
     assert kernels == [] and "name.2" in note
 
 

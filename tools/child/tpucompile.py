@@ -11,7 +11,7 @@ and a timeout verdict for that program.
 Where the request asks for the kernels' cycles, libtpu starts with its bundle schedules
 dumped into a folder of the child's own (its private /tmp); after each compile the kernels'
 static cycles are read from it and the folder is emptied
-(:func:`tools.lowered.tpu_compiler.read_cycles`), so each result carries its own.
+(:func:`tools.lowered.tpu_compiling.read_cycles`), so each result carries its own.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from tools.lowered import tpu_compiler
+from tools.lowered import tpu_compiler, tpu_compiling
 from tools.lowered.tpu_compiler import CompileRequest, CompileResponse, RealCompile
 from tools.sandbox.launcher import REQUEST_FILE, RESULT_FILE
 
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
 
 def _serve(box: Path, dump: Path) -> int:
     request = msgspec.msgpack.decode((box / REQUEST_FILE).read_bytes(), type=CompileRequest)
-    tpu_compiler.prepare_process(str(dump) if request.cycles else None)  # before libtpu loads
+    tpu_compiling.prepare_process(str(dump) if request.cycles else None)  # before libtpu loads
     import jax
 
     jax.config.update("jax_platforms", "cpu")
@@ -87,14 +87,14 @@ def _serve(box: Path, dump: Path) -> int:
     state: dict[str, object] = {}
     threading.Thread(target=_timer, args=(answer, request, state), daemon=True).start()
     try:
-        tpu_compiler._device(request.chip)  # libtpu and the topology, before any limit
+        tpu_compiling._device(request.chip)  # libtpu and the topology, before any limit
     except Exception as exc:  # no compiler: said once, for every program
         answer.write(f"{type(exc).__name__}: {exc}"[:2000])
         return 0
     for text in request.texts:
         with answer.lock:
             state.update(started=time.monotonic(), text=text)
-        result = tpu_compiler.compile_text(text, request.chip, keep_hlo=request.keep_hlo,
+        result = tpu_compiling.compile_text(text, request.chip, keep_hlo=request.keep_hlo,
                                            dump_folder=dump if request.cycles else None)
         with answer.lock:
             state.clear()
